@@ -1,0 +1,30 @@
+# Two entry points a fresh clone needs (see README): `make demo` and `make test`.
+# Both create .venv and install the package on first use; nothing but Python 3.11+ is assumed.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch is pinned: 2.13.0 is the CPU build; an unpinned torch pulls several GB of CUDA packages.
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/relaxspec theory demo
+
+test: setup
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+lint: setup
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,125 @@
+"""Latent-space neighbour tables of a VQ codebook (SPEC section 1).
+
+Row ``x`` of the table lists the other tokens in order of increasing Euclidean
+distance between code vectors, ``x`` itself excluded, ties broken by token id.
+The official LANTERN script ranks the raw codebook rows; LlamaGen quantises
+with L2-normalised rows. Both are available through ``normalize``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_K_MAX = 1024
+
+
+def neighbour_dtype(vocab_size: int) -> np.dtype:
+    """uint16 when every token id fits (V <= 65536), else int32."""
+    return np.dtype(np.uint16) if vocab_size <= 65536 else np.dtype(np.int32)
+
+
+def neighbour_table(
+    codebook: np.ndarray,
+    k_max: int | None = DEFAULT_K_MAX,
+    *,
+    normalize: bool = False,
+    block_rows: int = 256,
+) -> np.ndarray:
+    """Nearest-neighbour table of a codebook, shape ``(V, K)`` with ``K = min(k_max, V - 1)``.
+
+    Distances are squared Euclidean distances computed coordinate by
+    coordinate in float64 (no ``|a|^2 + |b|^2 - 2ab`` cancellation), one block
+    of rows at a time so that V = 16384 needs ``block_rows * V * 8`` bytes of
+    scratch rather than the V x V matrix. ``k_max=None`` keeps all V - 1.
+    """
+    E = np.asarray(codebook, dtype=np.float64)
+    if E.ndim != 2 or E.shape[0] < 2 or E.shape[1] < 1:
+        raise ValueError(f"codebook must be a (V >= 2, d >= 1) array, got shape {E.shape}")
+    if not np.all(np.isfinite(E)):
+        raise ValueError("codebook has NaN or infinite entries")
+    V = E.shape[0]
+    if normalize:
+        norms = np.linalg.norm(E, axis=1, keepdims=True)
+        if np.any(norms == 0):
+            raise ValueError("codebook has a zero row: cannot L2-normalise it")
+        E = E / norms
+    K = V - 1 if k_max is None else int(k_max)
+    if K < 1:
+        raise ValueError(f"k_max must be >= 1, got {k_max!r}")
+    K = min(K, V - 1)
+    out = np.empty((V, K), dtype=neighbour_dtype(V))
+    ids = np.arange(V)
+    for start in range(0, V, block_rows):
+        stop = min(start + block_rows, V)
+        block = E[start:stop]
+        dist = np.zeros((stop - start, V))
+        for j in range(E.shape[1]):
+            diff = block[:, j, None] - E[None, :, j]
+            dist += diff * diff
+        dist[np.arange(stop - start), ids[start:stop]] = np.inf
+        for i in range(stop - start):
+            out[start + i] = _k_smallest_by_id(dist[i], K)
+    return out
+
+
+def _k_smallest_by_id(d: np.ndarray, K: int) -> np.ndarray:
+    """Indices of the K smallest entries of ``d`` ordered by (value, index)."""
+    if K < d.size - 1:
+        kth = np.partition(d, K - 1)[K - 1]
+        cand = np.flatnonzero(d <= kth)  # ascending ids, ties at the cut included
+    else:
+        cand = np.arange(d.size)
+    order = np.argsort(d[cand], kind="stable")
+    return cand[order[:K]]
+
+
+def validate_neighbours(
+    table: np.ndarray, vocab_size: int, k: int = 0, *, full: bool = False
+) -> np.ndarray:
+    """Check a neighbour table's shape, dtype and (with ``full``) its rows.
+
+    ``k`` is the number of columns a relaxation will read. Raises
+    ``ValueError`` naming the problem.
+    """
+    if not isinstance(table, np.ndarray):
+        raise ValueError(f"neighbour table must be a numpy array, got {type(table).__name__}")
+    if table.ndim != 2 or table.shape[0] != vocab_size:
+        raise ValueError(
+            f"neighbour table must have shape (V={vocab_size}, K), got {table.shape}"
+        )
+    if table.dtype.kind not in "iu":
+        raise ValueError(f"neighbour table must have an integer dtype, got {table.dtype}")
+    if k > table.shape[1]:
+        raise ValueError(
+            f"relaxation reads k={k} neighbours but the table has only {table.shape[1]} columns"
+        )
+    if full and table.size:
+        t = table.astype(np.int64)
+        if t.min() < 0 or t.max() >= vocab_size:
+            raise ValueError(f"neighbour table has token ids outside [0, {vocab_size})")
+        if np.any(t == np.arange(vocab_size)[:, None]):
+            row = int(np.flatnonzero(np.any(t == np.arange(vocab_size)[:, None], axis=1))[0])
+            raise ValueError(f"neighbour table row {row} lists the token itself")
+        s = np.sort(t, axis=1)
+        if np.any(s[:, 1:] == s[:, :-1]):
+            row = int(np.flatnonzero(np.any(s[:, 1:] == s[:, :-1], axis=1))[0])
+            raise ValueError(f"neighbour table row {row} repeats a token")
+    return table
+
+
+def save_neighbours(path: str | Path, table: np.ndarray) -> None:
+    """Save a neighbour table as ``.npy``."""
+    np.save(Path(path), table, allow_pickle=False)
+
+
+def load_neighbours(path: str | Path, vocab_size: int | None = None) -> np.ndarray:
+    """Load and fully validate a neighbour table saved by :func:`save_neighbours`."""
+    path = Path(path)
+    try:
+        table = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"cannot read neighbour table {path}: {err}") from err
+    V = table.shape[0] if vocab_size is None else vocab_size
+    return validate_neighbours(table, V, full=True)

@@ -1,0 +1,175 @@
+"""Relaxations of the acceptance test: the proximity set (SPEC section 2).
+
+For a candidate x and the current distribution r, let n_1, n_2, ... be row x of
+the neighbour table truncated to k entries and C_j = r(n_1) + ... + r(n_j)
+(a sequential sum). Then
+
+- ``none``:                J = 0;
+- ``additive(k, delta)``:  J = max{j <= k : C_j <= delta};          (LANTERN)
+- ``multiplicative(k, lam)``: J = max{j <= k : C_j <= (lam-1) r(x)}. (LANTERN++)
+
+A(x) = {x, n_1, ..., n_J} and the relaxed mass is r(x) + C_J.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from theory.neighbours import validate_neighbours
+
+KINDS = ("none", "additive", "multiplicative")
+
+
+@dataclass(frozen=True)
+class Relax:
+    """A relaxation rule; build it with :meth:`none`, :meth:`additive` or :meth:`multiplicative`."""
+
+    kind: str = "none"
+    k: int = 0
+    delta: float = 0.0
+    lam: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown relaxation kind {self.kind!r}; expected one of {KINDS}")
+        if int(self.k) != self.k or self.k < 0:
+            raise ValueError(f"k must be a non-negative integer, got {self.k!r}")
+        if not (np.isfinite(self.delta) and 0.0 <= self.delta <= 1.0):
+            raise ValueError(f"delta must be in [0, 1], got {self.delta!r}")
+        if not (np.isfinite(self.lam) and self.lam >= 1.0):
+            raise ValueError(f"lam must be >= 1, got {self.lam!r}")
+        if self.kind == "none" and (self.k or self.delta or self.lam != 1.0):
+            raise ValueError("Relax.none() takes no k, delta or lam")
+        if self.kind == "additive" and self.lam != 1.0:
+            raise ValueError("an additive relaxation takes delta, not lam")
+        if self.kind == "multiplicative" and self.delta != 0.0:
+            raise ValueError("a multiplicative relaxation takes lam, not delta")
+        object.__setattr__(self, "k", int(self.k))
+        object.__setattr__(self, "delta", float(self.delta))
+        object.__setattr__(self, "lam", float(self.lam))
+
+    @classmethod
+    def none(cls) -> Relax:
+        """The exact (lossless) test."""
+        return cls("none")
+
+    @classmethod
+    def additive(cls, k: int, delta: float) -> Relax:
+        """LANTERN: merge up to k nearest neighbours while their mass stays <= delta."""
+        return cls("additive", k=k, delta=delta)
+
+    @classmethod
+    def multiplicative(cls, k: int, lam: float) -> Relax:
+        """LANTERN++: merge up to k neighbours while their mass stays <= (lam - 1) r(x)."""
+        return cls("multiplicative", k=k, lam=lam)
+
+    @classmethod
+    def parse(cls, text: str) -> Relax:
+        """Parse ``none``, ``additive:k=1000,delta=0.1`` or ``multiplicative:k=1000,lam=2``."""
+        text = text.strip()
+        m = re.fullmatch(r"(\w+)(?::(.*))?", text)
+        if not m or m.group(1) not in KINDS:
+            raise ValueError(f"cannot parse relaxation {text!r}; expected e.g. additive:k=1000,delta=0.1")
+        kind, rest = m.group(1), m.group(2) or ""
+        args: dict[str, float] = {}
+        for part in filter(None, (s.strip() for s in rest.split(","))):
+            key, _, value = part.partition("=")
+            if key not in ("k", "delta", "lam") or not value:
+                raise ValueError(f"bad relaxation argument {part!r} in {text!r}")
+            try:
+                args[key] = float(value)
+            except ValueError as err:
+                raise ValueError(f"relaxation argument {part!r} is not a number") from err
+        if kind == "none":
+            return cls.none() if not args else cls("none", **args)  # type: ignore[arg-type]
+        if "k" not in args:
+            raise ValueError(f"relaxation {text!r} needs k")
+        if args["k"] != int(args["k"]):
+            raise ValueError(f"k must be an integer in {text!r}")
+        args["k"] = int(args["k"])
+        if kind == "additive":
+            if "delta" not in args:
+                raise ValueError(f"relaxation {text!r} needs delta")
+            return cls.additive(**args)  # type: ignore[arg-type]
+        if "lam" not in args:
+            raise ValueError(f"relaxation {text!r} needs lam")
+        return cls.multiplicative(**args)  # type: ignore[arg-type]
+
+    @property
+    def code(self) -> int:
+        """Integer code used by the Numba kernels: 0 none, 1 additive, 2 multiplicative."""
+        return KINDS.index(self.kind)
+
+    @property
+    def param(self) -> float:
+        """delta for additive, lam for multiplicative, 0 for none."""
+        return self.delta if self.kind == "additive" else (self.lam if self.kind != "none" else 0.0)
+
+    @property
+    def is_exact(self) -> bool:
+        """True when the rule merges nothing (none, k = 0)."""
+        return self.kind == "none" or self.k == 0
+
+    def __str__(self) -> str:
+        if self.kind == "none":
+            return "none"
+        if self.kind == "additive":
+            return f"additive:k={self.k},delta={self.delta:g}"
+        return f"multiplicative:k={self.k},lam={self.lam:g}"
+
+
+def merge_count(
+    r: np.ndarray, total: float, x: int, row: np.ndarray, relax: Relax
+) -> tuple[int, float]:
+    """J and C_J for candidate ``x`` on the (possibly unnormalised) distribution ``r``.
+
+    ``total`` is the mass of ``r``: the additive threshold is ``delta * total``
+    so an unnormalised residual behaves as its normalisation would. ``row`` is
+    row ``x`` of the neighbour table. This is the arithmetic the Numba kernels
+    reproduce exactly: a sequential running sum that stops at the first j whose
+    C_j exceeds the bound (C is non-decreasing, so that j bounds the maximum).
+    """
+    if relax.kind == "none" or relax.k == 0:
+        return 0, 0.0
+    bound = relax.delta * total if relax.kind == "additive" else (relax.lam - 1.0) * r[x]
+    c = 0.0
+    for j in range(relax.k):
+        nxt = c + r[row[j]]
+        if nxt > bound:
+            return j, c
+        c = nxt
+    return relax.k, c
+
+
+def proximity_set(
+    r: np.ndarray, x: int, neighbours: np.ndarray | None, relax: Relax
+) -> tuple[np.ndarray, float]:
+    """Proximity set A(x) and its relaxed mass r(A(x)) = r(x) + C_J.
+
+    ``r`` is a probability vector over V tokens. Returns ``(members, mass)``
+    with ``members = [x, n_1, ..., n_J]`` (int64).
+    """
+    r = np.asarray(r, dtype=np.float64)
+    V = r.shape[0]
+    x = check_token(x, V, "x")
+    if relax.is_exact:
+        return np.array([x], dtype=np.int64), float(r[x])
+    if neighbours is None:
+        raise ValueError(f"relaxation {relax} needs a neighbour table")
+    validate_neighbours(neighbours, V, relax.k)
+    row = neighbours[x].astype(np.int64)
+    J, c = merge_count(r, 1.0, x, row, relax)
+    return np.concatenate(([x], row[:J])).astype(np.int64), float(r[x] + c)
+
+
+def check_token(x: int, vocab_size: int, name: str = "token") -> int:
+    """Return ``x`` as int after checking it is a token id in [0, V)."""
+    if isinstance(x, bool) or int(x) != x:
+        raise ValueError(f"{name} must be an integer token id, got {x!r}")
+    x = int(x)
+    if not 0 <= x < vocab_size:
+        raise ValueError(f"{name} {x} is out of range for a vocabulary of {vocab_size}")
+    return x

@@ -1,0 +1,98 @@
+"""Plain NumPy Monte Carlo oracle of every verification rule.
+
+Readable, slow, and the reference that the Numba kernels in ``simulate`` and
+the PyTorch decoder in ``reference`` must match decision for decision given
+the same uniforms.
+
+Uniform convention (trees and traces use it too): every tree node v owns two
+uniforms in [0, 1): ``u_accept[v]``, spent when v is tested as a child
+(accept iff ``u < a``), and ``u_draw[v]``, spent when a token is drawn from
+the residual (or, at a leaf, from the target) at v.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from theory.relax import Relax
+from theory.stages import draft_residual, greedy_acceptable, r1_reject, r1_stage, r2_stage
+
+
+def draw_token(r: np.ndarray, u: float) -> int:
+    """Inverse-CDF draw from unnormalised weights ``r`` with uniform ``u``.
+
+    The smallest x with cumsum[x] > u * total, where cumsum is sequential.
+    A weight vector with no mass gives floor(u * V).
+    """
+    cum = np.add.accumulate(r, dtype=np.float64)
+    total = cum[-1]
+    if total <= 0.0:
+        return min(int(u * r.shape[0]), r.shape[0] - 1)
+    t = u * total
+    x = int(np.searchsorted(cum, t, side="right"))
+    if x >= r.shape[0]:  # u * total rounded up to total: take the last token with mass
+        x = int(np.flatnonzero(r > 0)[-1])
+    return x
+
+
+def sample_node(
+    p: np.ndarray,
+    children: np.ndarray,
+    u_accept: np.ndarray,
+    u_draw: float,
+    *,
+    rule: str,
+    relax: Relax,
+    neighbours: np.ndarray,
+    q: np.ndarray | None = None,
+    variant: str = "principled",
+) -> tuple[int, int]:
+    """Verify one node with explicit uniforms.
+
+    ``neighbours`` is an int64 table (``theory.verify.neighbour_rows``);
+    ``u_accept[i]`` is child i's uniform. Returns ``(i, token)``: the index of
+    the accepted child (or -1) and the token the node emits. No input
+    checking: callers validate once per run.
+    """
+    if rule == "r3":
+        for i, c in enumerate(children):
+            if greedy_acceptable(p, int(c), neighbours[c], relax):
+                return i, int(c)
+        return -1, int(np.argmax(p))
+    if rule == "r1":
+        r, Z = p.astype(np.float64, copy=True), 1.0
+        for i, c in enumerate(children):
+            a, zeroed, _, _ = r1_stage(r, Z, int(c), neighbours[c], relax, variant)
+            if u_accept[i] < a:
+                return i, int(c)
+            Z = r1_reject(r, Z, zeroed)
+        return -1, draw_token(r, u_draw)
+    if q is None:
+        raise ValueError("rule r2 needs the draft distribution q")
+    r = p.astype(np.float64, copy=True)
+    for i, c in enumerate(children):
+        qp = draft_residual(q, children[:i])
+        if qp is None:
+            break
+        a, r_next = r2_stage(r, qp, int(c), neighbours[c], relax, variant)
+        if u_accept[i] < a:
+            return i, int(c)
+        r = r_next
+    return -1, draw_token(r, u_draw)
+
+
+def draw_without_replacement(q: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Successive draws without replacement from ``q``, one uniform each.
+
+    Draw i is ``draw_token(q with earlier draws zeroed, u[i])``; stops early
+    when ``q`` has no mass left. This is how R2 trees rank their children.
+    """
+    qr = q.astype(np.float64, copy=True)
+    out = []
+    for ui in u:
+        if not np.any(qr > 0):
+            break
+        x = draw_token(qr, float(ui))
+        out.append(x)
+        qr[x] = 0.0
+    return np.array(out, dtype=np.int64)

@@ -1,0 +1,256 @@
+"""Draft trees and exact expected tokens per step (SPEC sections 4 and 5).
+
+A tree is a parent array in topological order (node 0 is the root: the last
+committed token, ``parents[0] = -1``, every other parent index smaller than
+the node's), a token per node and a depth per node. The children of a node,
+in increasing node index, are its drafts in rank order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from theory.distributions import validate_distribution
+from theory.relax import Relax
+from theory.sampler import draw_token, sample_node
+from theory.stages import greedy_acceptable
+from theory.verify import check_rule, neighbour_rows, node_outcome
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A validated draft tree. Build with ``Tree(parents, tokens)``; depths are derived."""
+
+    parents: np.ndarray
+    tokens: np.ndarray
+    depths: np.ndarray = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        parents = np.asarray(self.parents)
+        tokens = np.asarray(self.tokens)
+        if parents.ndim != 1 or parents.size == 0:
+            raise ValueError(f"parents must be a non-empty 1-D array, got shape {parents.shape}")
+        if tokens.shape != parents.shape:
+            raise ValueError(f"tokens shape {tokens.shape} differs from parents shape {parents.shape}")
+        if parents.dtype.kind not in "iu" or tokens.dtype.kind not in "iu":
+            raise ValueError("parents and tokens must be integer arrays")
+        parents = parents.astype(np.int64)
+        tokens = tokens.astype(np.int64)
+        if parents[0] != -1:
+            raise ValueError(f"node 0 is the root and must have parent -1, got {parents[0]}")
+        for v in range(1, parents.size):
+            if not 0 <= parents[v] < v:
+                raise ValueError(
+                    f"node {v} has parent {parents[v]}: a parent must come before its child "
+                    "(topological order, root = node 0)"
+                )
+        if np.any(tokens < 0):
+            raise ValueError("tokens must be non-negative token ids")
+        depths = np.zeros(parents.size, dtype=np.int64)
+        for v in range(1, parents.size):
+            depths[v] = depths[parents[v]] + 1
+        if self.depths is not None and not np.array_equal(np.asarray(self.depths), depths):
+            raise ValueError("depths do not match the parent array")
+        seen: set[tuple[int, int]] = set()
+        for v in range(1, parents.size):
+            key = (int(parents[v]), int(tokens[v]))
+            if key in seen:
+                raise ValueError(f"node {v} repeats token {tokens[v]} among its siblings")
+            seen.add(key)
+        for name, arr in (("parents", parents), ("tokens", tokens), ("depths", depths)):
+            arr.setflags(write=False)
+            object.__setattr__(self, name, arr)
+
+    @property
+    def size(self) -> int:
+        """Number of nodes, root included."""
+        return int(self.parents.size)
+
+    @property
+    def depth(self) -> int:
+        """Largest node depth (root = 0)."""
+        return int(self.depths.max())
+
+    def children(self, v: int) -> np.ndarray:
+        """Child node indices of ``v`` in draft-rank order."""
+        return np.flatnonzero(self.parents == v)
+
+    def check_vocab(self, vocab_size: int) -> None:
+        """Raise ``ValueError`` if a non-root token is outside [0, V)."""
+        if self.size > 1 and self.tokens[1:].max() >= vocab_size:
+            raise ValueError(f"tree token {self.tokens[1:].max()} is out of range for V = {vocab_size}")
+
+
+def choices_to_parents(choices: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """EAGLE-style rank paths -> (parents, ranks) in topological order.
+
+    Nodes are ordered by (depth, path) as EAGLE sorts them; the root is node 0
+    with rank -1. Every path's prefix must be in ``choices`` too.
+    """
+    paths = [tuple(int(i) for i in c) for c in choices]
+    if any(len(pth) == 0 or min(pth) < 0 for pth in paths):
+        raise ValueError("every choice must be a non-empty path of non-negative ranks")
+    if len(set(paths)) != len(paths):
+        raise ValueError("choices repeat a path")
+    paths.sort(key=lambda pth: (len(pth), pth))
+    index = {(): 0}
+    parents, ranks = [-1], [-1]
+    for pth in paths:
+        if pth[:-1] not in index:
+            raise ValueError(f"choice {list(pth)} has no parent path {list(pth[:-1])} in the tree")
+        index[pth] = len(parents)
+        parents.append(index[pth[:-1]])
+        ranks.append(pth[-1])
+    return np.array(parents, dtype=np.int64), np.array(ranks, dtype=np.int64)
+
+
+def _check_node_dists(tree: Tree, node_dists: np.ndarray, name: str) -> np.ndarray:
+    d = np.asarray(node_dists, dtype=np.float64)
+    if d.ndim != 2 or d.shape[0] != tree.size:
+        raise ValueError(f"{name} must have shape (n_nodes={tree.size}, V), got {d.shape}")
+    for v in range(tree.size):
+        validate_distribution(d[v], name=f"{name}[{v}]")
+    tree.check_vocab(d.shape[1])
+    return d
+
+
+def node_accept_probs(
+    tree: Tree,
+    node_dists: np.ndarray,
+    *,
+    rule: str,
+    relax: Relax = Relax.none(),
+    neighbours: np.ndarray | None = None,
+    q_dists: np.ndarray | None = None,
+    variant: str = "principled",
+) -> np.ndarray:
+    """P(node v accepted | its parent reached) for every node (root: 1).
+
+    For R2 the children of a node are drawn from ``q_dists`` without
+    replacement (ranks = successive draws): the tree's tokens are ignored and
+    the probability is that of the rank, averaged over draws (exact, small V).
+    """
+    check_rule(rule, variant)
+    p = _check_node_dists(tree, node_dists, "node_dists")
+    if rule == "r2":
+        if q_dists is None:
+            raise ValueError("rule r2 needs q_dists")
+        q = _check_node_dists(tree, q_dists, "q_dists")
+    out = np.ones(tree.size)
+    for u in range(tree.size):
+        kids = tree.children(u)
+        if kids.size == 0:
+            continue
+        if rule == "r2":
+            res = node_outcome(p[u], kids.size, rule="r2", relax=relax, neighbours=neighbours,
+                               q=q[u], variant=variant)
+        else:
+            res = node_outcome(p[u], tree.tokens[kids], rule=rule, relax=relax,
+                               neighbours=neighbours, variant=variant)
+        out[kids] = res.accept_probs
+    return out
+
+
+def path_probs(tree: Tree, edge_probs: np.ndarray) -> np.ndarray:
+    """Product of ``edge_probs`` along the root-to-v path, for every v."""
+    out = np.ones(tree.size)
+    for v in range(1, tree.size):
+        out[v] = out[tree.parents[v]] * edge_probs[v]
+    return out
+
+
+def expected_tokens_per_step(
+    tree: Tree,
+    node_dists: np.ndarray,
+    *,
+    rule: str,
+    relax: Relax = Relax.none(),
+    neighbours: np.ndarray | None = None,
+    q_dists: np.ndarray | None = None,
+    variant: str = "principled",
+) -> float:
+    """Exact E[tokens per step] = 1 + sum over non-root v of P(v accepted).
+
+    ``node_dists[v]`` is the target distribution of the token after node v
+    (``q_dists[v]`` the draft's). For R3 the step is deterministic: 1 + the
+    depth of the accepted greedy chain.
+    """
+    if rule == "r3":
+        check_rule(rule, variant)
+        p = _check_node_dists(tree, node_dists, "node_dists")
+        nb = neighbour_rows(neighbours, p.shape[1], relax, variant)
+        return 1.0 + float(tree.depths[greedy_path(tree, p, nb, relax)[-1]])
+    acc = node_accept_probs(tree, node_dists, rule=rule, relax=relax, neighbours=neighbours,
+                            q_dists=q_dists, variant=variant)
+    return 1.0 + float(path_probs(tree, acc)[1:].sum())
+
+
+def greedy_path(tree: Tree, p: np.ndarray, nb: np.ndarray, relax: Relax) -> list[int]:
+    """R3: the longest root-to-node chain of acceptable nodes (ties: first in node order)."""
+    ok = np.zeros(tree.size, dtype=bool)
+    ok[0] = True
+    for v in range(1, tree.size):
+        u = tree.parents[v]
+        ok[v] = ok[u] and greedy_acceptable(p[u], int(tree.tokens[v]), nb[tree.tokens[v]], relax)
+    best = 0
+    for v in range(1, tree.size):
+        if ok[v] and tree.depths[v] > tree.depths[best]:
+            best = v
+    path = [best]
+    while path[-1] != 0:
+        path.append(int(tree.parents[path[-1]]))
+    return path[::-1]
+
+
+def sample_step(
+    tree: Tree,
+    node_dists: np.ndarray,
+    u_accept: np.ndarray,
+    u_draw: np.ndarray,
+    *,
+    rule: str,
+    relax: Relax,
+    neighbours: np.ndarray,
+    q_dists: np.ndarray | None = None,
+    variant: str = "principled",
+) -> tuple[list[int], int]:
+    """One verification step on a tree with explicit per-node uniforms (NumPy oracle).
+
+    Walks from the root: at node u the children are verified in rank order;
+    an accepted child becomes the next u. Returns the accepted node path
+    (starting with the root) and the bonus token: the residual draw at the
+    node where every child was rejected, a draw from p_v at a leaf v, or
+    argmax p at the end of the greedy chain for R3. ``neighbours`` must be an
+    int64 table (``theory.verify.neighbour_rows``).
+    """
+    if rule == "r3":
+        path = greedy_path(tree, node_dists, neighbours, relax)
+        return path, int(np.argmax(node_dists[path[-1]]))
+    path = [0]
+    while True:
+        u = path[-1]
+        kids = tree.children(u)
+        if kids.size == 0:
+            return path, draw_token(node_dists[u], float(u_draw[u]))
+        i, tok = sample_node(
+            node_dists[u], tree.tokens[kids], u_accept[kids], float(u_draw[u]), rule=rule,
+            relax=relax, neighbours=neighbours,
+            q=None if q_dists is None else q_dists[u], variant=variant,
+        )
+        if i < 0:
+            return path, tok
+        path.append(int(kids[i]))
+
+
+def chain_expected_tokens(a: float, gamma: int) -> float:
+    """Chain of ``gamma`` drafts with i.i.d. acceptance ``a``: (1 - a^(gamma+1)) / (1 - a)."""
+    if not 0.0 <= a <= 1.0:
+        raise ValueError(f"acceptance probability must be in [0, 1], got {a!r}")
+    if int(gamma) != gamma or gamma < 0:
+        raise ValueError(f"gamma must be a non-negative integer, got {gamma!r}")
+    if a == 1.0:
+        return float(gamma + 1)
+    return (1.0 - a ** (gamma + 1)) / (1.0 - a)
