@@ -1,0 +1,350 @@
+"""Decoding traces: the file format shared by ``reference`` (writer) and ``simulate`` (reader).
+
+A trace is a directory (SPEC section 7)::
+
+    run.trace/
+      header.json          model, checkpoint and codebook hashes, V, settings
+      neighbours.npy       the neighbour table the run used (when it relaxed)
+      chunk-000000.npz     whole sequences of steps, concatenated
+      chunk-000001.npz     ...
+
+Each step records the draft tree (parents, tokens), the target and draft
+logits at every tree node (float16 or float32, after classifier-free
+guidance, before temperature / top-k / top-p, which the header's settings
+hold), the two uniforms of every node (``u_accept``, ``u_draw``; see
+``theory.sampler``) and the outcome (accepted node path from the root, bonus
+token). Chunks are written whole and renamed into place, so an interrupted
+run keeps every finished sequence and can resume.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import zipfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from theory.distributions import logits_to_probs
+from theory.neighbours import validate_neighbours
+from theory.relax import Relax
+from theory.tree import Tree
+
+TRACE_VERSION = 1
+LOGIT_DTYPES = ("float16", "float32")
+_CHUNK_KEYS = (
+    "sequence", "position", "n_nodes", "parents", "tokens", "target_logits", "draft_logits",
+    "u_accept", "u_draw", "path_len", "path", "bonus",
+)
+
+
+def array_sha256(arr: np.ndarray) -> str:
+    """SHA-256 of an array's dtype, shape and bytes (C order)."""
+    a = np.ascontiguousarray(arr)
+    h = hashlib.sha256(f"{a.dtype.str}{a.shape}".encode())
+    h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How logits become probabilities (``theory.logits_to_probs`` arguments)."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def probs(self, logits: np.ndarray) -> np.ndarray:
+        """Probabilities from logits stored in a trace (float64)."""
+        return logits_to_probs(logits, temperature=self.temperature, top_k=self.top_k,
+                               top_p=self.top_p)
+
+
+@dataclass(frozen=True)
+class TraceHeader:
+    """Everything needed to re-verify a trace without the model."""
+
+    model: str
+    checkpoint_sha256: str
+    vocab_size: int
+    codebook_sha256: str
+    rule: str
+    relax: str
+    variant: str
+    tree: str
+    target_sampling: Sampling = field(default_factory=Sampling)
+    draft_sampling: Sampling = field(default_factory=Sampling)
+    logits_dtype: str = "float16"
+    extra: dict[str, Any] = field(default_factory=dict)
+    version: int = TRACE_VERSION
+
+    def __post_init__(self) -> None:
+        if self.logits_dtype not in LOGIT_DTYPES:
+            raise ValueError(f"logits_dtype must be one of {LOGIT_DTYPES}, got {self.logits_dtype!r}")
+        if self.vocab_size < 2:
+            raise ValueError(f"vocab_size must be >= 2, got {self.vocab_size}")
+        Relax.parse(self.relax)  # raises on a bad relaxation string
+
+    @property
+    def relaxation(self) -> Relax:
+        """The relaxation the run verified with."""
+        return Relax.parse(self.relax)
+
+    def to_json(self) -> str:
+        """Serialise as JSON."""
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "header") -> TraceHeader:
+        """Parse and validate a header written by :meth:`to_json`."""
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{source} is not valid JSON: {err}") from err
+        if not isinstance(d, dict):
+            raise ValueError(f"{source} must hold a JSON object")
+        if d.get("version") != TRACE_VERSION:
+            raise ValueError(f"{source}: trace version {d.get('version')!r} is not {TRACE_VERSION}")
+        try:
+            d["target_sampling"] = Sampling(**d["target_sampling"])
+            d["draft_sampling"] = Sampling(**d["draft_sampling"])
+            return cls(**d)
+        except (KeyError, TypeError) as err:
+            raise ValueError(f"{source} is missing or has unknown fields: {err}") from err
+
+
+@dataclass(frozen=True)
+class TraceStep:
+    """One decoding step: the tree, logits at every node, uniforms and outcome."""
+
+    sequence: int
+    position: int
+    parents: np.ndarray
+    tokens: np.ndarray
+    target_logits: np.ndarray
+    draft_logits: np.ndarray
+    u_accept: np.ndarray
+    u_draw: np.ndarray
+    path: np.ndarray
+    bonus: int
+
+    @property
+    def tree(self) -> Tree:
+        """The validated draft tree of this step."""
+        return Tree(self.parents, self.tokens)
+
+    @property
+    def tokens_emitted(self) -> int:
+        """Accepted drafts + the bonus token."""
+        return int(self.path.size)
+
+
+def _check_step(step: TraceStep, vocab_size: int) -> None:
+    n = step.parents.shape[0]
+    shapes = {
+        "tokens": (step.tokens.shape, (n,)),
+        "target_logits": (step.target_logits.shape, (n, vocab_size)),
+        "draft_logits": (step.draft_logits.shape, (n, vocab_size)),
+        "u_accept": (step.u_accept.shape, (n,)),
+        "u_draw": (step.u_draw.shape, (n,)),
+    }
+    for name, (got, want) in shapes.items():
+        if got != want:
+            raise ValueError(f"trace step {name} has shape {got}, expected {want}")
+    step.tree.check_vocab(vocab_size)
+    if step.path.size == 0 or step.path[0] != 0 or step.path.max() >= n:
+        raise ValueError(f"trace step path {step.path.tolist()} must start at the root (node 0)")
+    if not 0 <= step.bonus < vocab_size:
+        raise ValueError(f"trace step bonus token {step.bonus} is out of range")
+
+
+class TraceWriter:
+    """Write a trace, one whole sequence per chunk; ``resume=True`` appends to an existing one.
+
+    Use as a context manager; call :meth:`add` per step and
+    :meth:`end_sequence` after each sequence's last step.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        header: TraceHeader,
+        neighbours: np.ndarray | None = None,
+        *,
+        resume: bool = False,
+    ) -> None:
+        self.path = Path(path)
+        self.header = header
+        self._dtype = np.dtype(header.logits_dtype)
+        self._steps: list[TraceStep] = []
+        if self.path.exists() and any(self.path.iterdir()):
+            if not resume:
+                raise ValueError(f"trace {self.path} already exists; pass resume=True to append")
+            existing = read_trace(self.path)
+            if existing.header != header:
+                raise ValueError(f"trace {self.path} was written with different settings")
+            self._next_chunk = len(existing.chunk_files)
+            self.done_sequences = existing.sequences()
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        if neighbours is not None:
+            validate_neighbours(neighbours, header.vocab_size, header.relaxation.k)
+            np.save(self.path / "neighbours.npy", neighbours, allow_pickle=False)
+        elif not header.relaxation.is_exact:
+            raise ValueError(f"relaxation {header.relax} needs its neighbour table in the trace")
+        _atomic_write(self.path / "header.json", header.to_json().encode())
+        self._next_chunk = 0
+        self.done_sequences: set[int] = set()
+
+    def add(self, step: TraceStep) -> None:
+        """Buffer one step (logits are stored in the header's dtype)."""
+        step = TraceStep(
+            sequence=int(step.sequence), position=int(step.position),
+            parents=np.asarray(step.parents, dtype=np.int32),
+            tokens=np.asarray(step.tokens, dtype=np.int32),
+            target_logits=np.asarray(step.target_logits).astype(self._dtype),
+            draft_logits=np.asarray(step.draft_logits).astype(self._dtype),
+            u_accept=np.asarray(step.u_accept, dtype=np.float64),
+            u_draw=np.asarray(step.u_draw, dtype=np.float64),
+            path=np.asarray(step.path, dtype=np.int32), bonus=int(step.bonus),
+        )
+        _check_step(step, self.header.vocab_size)
+        self._steps.append(step)
+
+    def end_sequence(self) -> None:
+        """Write the buffered steps (one finished sequence) as a new chunk."""
+        if not self._steps:
+            return
+        s = self._steps
+        arrays = {
+            "sequence": np.array([t.sequence for t in s], dtype=np.int64),
+            "position": np.array([t.position for t in s], dtype=np.int64),
+            "n_nodes": np.array([t.parents.size for t in s], dtype=np.int64),
+            "parents": np.concatenate([t.parents for t in s]),
+            "tokens": np.concatenate([t.tokens for t in s]),
+            "target_logits": np.concatenate([t.target_logits for t in s]),
+            "draft_logits": np.concatenate([t.draft_logits for t in s]),
+            "u_accept": np.concatenate([t.u_accept for t in s]),
+            "u_draw": np.concatenate([t.u_draw for t in s]),
+            "path_len": np.array([t.path.size for t in s], dtype=np.int64),
+            "path": np.concatenate([t.path for t in s]),
+            "bonus": np.array([t.bonus for t in s], dtype=np.int64),
+        }
+        name = self.path / f"chunk-{self._next_chunk:06d}.npz"
+        tmp = name.with_suffix(".tmp")
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, name)
+        self._next_chunk += 1
+        self.done_sequences.update(int(x) for x in arrays["sequence"])
+        self._steps = []
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # A sequence cut short by an exception is dropped, not half-written.
+        if exc[0] is None:
+            self.end_sequence()
+
+
+@dataclass
+class Trace:
+    """A trace on disk: its header, neighbour table and chunk files (read lazily)."""
+
+    path: Path
+    header: TraceHeader
+    neighbours: np.ndarray | None
+    chunk_files: list[Path]
+
+    def steps(self) -> Iterator[TraceStep]:
+        """Every step in order."""
+        for f in self.chunk_files:
+            yield from _read_chunk(f, self.header.vocab_size)
+
+    def sequences(self) -> set[int]:
+        """Ids of the sequences the trace holds."""
+        out: set[int] = set()
+        for f in self.chunk_files:
+            out.update(int(x) for x in _load_npz(f)["sequence"])
+        return out
+
+    def __len__(self) -> int:
+        return sum(int(_load_npz(f)["n_nodes"].size) for f in self.chunk_files)
+
+
+def read_trace(path: str | Path) -> Trace:
+    """Open and validate a trace directory written by :class:`TraceWriter`."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ValueError(f"trace {path} is not a directory")
+    head = path / "header.json"
+    if not head.exists():
+        raise ValueError(f"trace {path} has no header.json")
+    header = TraceHeader.from_json(head.read_text(), source=str(head))
+    nb_file = path / "neighbours.npy"
+    neighbours = None
+    if nb_file.exists():
+        try:
+            neighbours = np.load(nb_file, allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise ValueError(f"trace neighbour table {nb_file} is corrupt: {err}") from err
+        validate_neighbours(neighbours, header.vocab_size, header.relaxation.k)
+    elif not header.relaxation.is_exact:
+        raise ValueError(f"trace {path} relaxes with {header.relax} but has no neighbours.npy")
+    chunks = sorted(path.glob("chunk-*.npz"))
+    return Trace(path, header, neighbours, chunks)
+
+
+def _load_npz(f: Path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(f, allow_pickle=False) as z:
+            data = {k: z[k] for k in z.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+        raise ValueError(f"trace chunk {f} is corrupt: {err}") from err
+    missing = [k for k in _CHUNK_KEYS if k not in data]
+    if missing:
+        raise ValueError(f"trace chunk {f} lacks arrays {missing}")
+    return data
+
+
+def _read_chunk(f: Path, vocab_size: int) -> Iterator[TraceStep]:
+    d = _load_npz(f)
+    node_end = np.cumsum(d["n_nodes"])
+    path_end = np.cumsum(d["path_len"])
+    if node_end[-1] != d["parents"].size or path_end[-1] != d["path"].size:
+        raise ValueError(f"trace chunk {f} has inconsistent step lengths")
+    for i in range(d["n_nodes"].size):
+        a, b = node_end[i] - d["n_nodes"][i], node_end[i]
+        pa, pb = path_end[i] - d["path_len"][i], path_end[i]
+        step = TraceStep(
+            sequence=int(d["sequence"][i]), position=int(d["position"][i]),
+            parents=d["parents"][a:b], tokens=d["tokens"][a:b],
+            target_logits=d["target_logits"][a:b], draft_logits=d["draft_logits"][a:b],
+            u_accept=d["u_accept"][a:b], u_draw=d["u_draw"][a:b],
+            path=d["path"][pa:pb], bonus=int(d["bonus"][i]),
+        )
+        _check_step(step, vocab_size)
+        yield step
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
