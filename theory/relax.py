@@ -72,7 +72,9 @@ class Relax:
         text = text.strip()
         m = re.fullmatch(r"(\w+)(?::(.*))?", text)
         if not m or m.group(1) not in KINDS:
-            raise ValueError(f"cannot parse relaxation {text!r}; expected e.g. additive:k=1000,delta=0.1")
+            raise ValueError(
+                f"cannot parse relaxation {text!r}; expected e.g. additive:k=1000,delta=0.1"
+            )
         kind, rest = m.group(1), m.group(2) or ""
         args: dict[str, float] = {}
         for part in filter(None, (s.strip() for s in rest.split(","))):
@@ -119,6 +121,10 @@ class Relax:
         if self.kind == "additive":
             return f"additive:k={self.k},delta={self.delta:g}"
         return f"multiplicative:k={self.k},lam={self.lam:g}"
+
+
+NO_RELAX = Relax.none()
+"""The exact rule, usable as a default argument (``Relax`` is immutable)."""
 
 
 def merge_count(

@@ -16,7 +16,7 @@ import numpy as np
 
 from theory.distributions import total_variation, validate_distribution
 from theory.neighbours import validate_neighbours
-from theory.relax import Relax, check_token
+from theory.relax import NO_RELAX, Relax, check_token
 from theory.stages import (
     VARIANTS,
     draft_residual,
@@ -93,7 +93,7 @@ def node_outcome(
     children: Sequence[int] | np.ndarray | int,
     *,
     rule: str,
-    relax: Relax = Relax.none(),
+    relax: Relax = NO_RELAX,
     neighbours: np.ndarray | None = None,
     q: np.ndarray | None = None,
     variant: str = "principled",
@@ -123,7 +123,9 @@ def node_outcome(
     return _r3(p, kids, nb, relax)
 
 
-def _finish(accept: np.ndarray, tried: np.ndarray, emitted: np.ndarray, target: np.ndarray) -> NodeOutcome:
+def _finish(
+    accept: np.ndarray, tried: np.ndarray, emitted: np.ndarray, target: np.ndarray
+) -> NodeOutcome:
     reject = float(max(0.0, 1.0 - accept.sum()))
     return NodeOutcome(accept, reject, emitted, total_variation(emitted, target), tried)
 
