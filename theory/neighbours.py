@@ -156,6 +156,30 @@ def validate_neighbours(
     return table
 
 
+def validate_neighbour_rows(table: np.ndarray, rows: np.ndarray, width: int) -> None:
+    """Check the first ``width`` columns of the given rows: ids in [0, V), distinct, not the row.
+
+    Cheap (O(len(rows) * width)) where the full check of a V = 16384 table is
+    not; callers check the rows a rule will read.
+    """
+    width = min(int(width), table.shape[1])
+    if width == 0 or len(rows) == 0:
+        return
+    rows = np.asarray(rows, dtype=np.int64)
+    sub = table[rows, :width].astype(np.int64)
+    V = table.shape[0]
+    bad = np.flatnonzero(np.any((sub < 0) | (sub >= V), axis=1))
+    if bad.size:
+        raise ValueError(f"neighbour table row {rows[bad[0]]} has token ids outside [0, {V})")
+    bad = np.flatnonzero(np.any(sub == rows[:, None], axis=1))
+    if bad.size:
+        raise ValueError(f"neighbour table row {rows[bad[0]]} lists the token itself")
+    s = np.sort(sub, axis=1)
+    bad = np.flatnonzero(np.any(s[:, 1:] == s[:, :-1], axis=1))
+    if bad.size:
+        raise ValueError(f"neighbour table row {rows[bad[0]]} repeats a token")
+
+
 def save_neighbours(path: str | Path, table: np.ndarray) -> None:
     """Save a neighbour table as ``.npy``."""
     np.save(Path(path), table, allow_pickle=False)
