@@ -187,14 +187,19 @@ def _finish(
 class R1Stage:
     """One reached stage of the R1 walk (``index == m``: the final residual draw).
 
-    ``residual`` is the walk's unnormalised residual before the stage, of mass
-    ``mass``; it is updated in place when the walk resumes.
+    ``reach`` is the probability of testing child ``index``, ``accept`` its
+    acceptance probability given that, ``zeroed`` the tokens a rejection
+    removes (the child first, then its neighbours in table order),
+    ``merge_count`` J and ``merged`` C_J. ``residual`` is the walk's
+    unnormalised residual before the stage, of mass ``mass``; it is updated
+    in place when the walk resumes.
     """
 
     index: int
     reach: float
     accept: float
     zeroed: np.ndarray
+    merge_count: int
     merged: float
     mass: float
     residual: np.ndarray
@@ -211,13 +216,13 @@ def r1_walk(
     """
     r, Z, reach = p.copy(), 1.0, 1.0
     for i, c in enumerate(kids):
-        a, zeroed, _, merged = r1_stage(r, Z, int(c), nb[c], relax, variant)
-        yield R1Stage(i, reach, a, zeroed, merged, Z, r)
+        a, zeroed, J, merged = r1_stage(r, Z, int(c), nb[c], relax, variant)
+        yield R1Stage(i, reach, a, zeroed, J, merged, Z, r)
         reach *= 1.0 - a
         if reach == 0.0:
             return
         Z = r1_reject(r, Z, zeroed)
-    yield R1Stage(kids.size, reach, 0.0, np.zeros(0, dtype=np.int64), 0.0, Z, r)
+    yield R1Stage(kids.size, reach, 0.0, np.zeros(0, dtype=np.int64), 0, 0.0, Z, r)
 
 
 def _r1(p: np.ndarray, kids: np.ndarray, nb: np.ndarray, relax: Relax, variant: str) -> NodeOutcome:
@@ -226,7 +231,10 @@ def _r1(p: np.ndarray, kids: np.ndarray, nb: np.ndarray, relax: Relax, variant: 
     emitted = np.zeros_like(p)
     for st in r1_walk(p, kids, nb, relax, variant):
         if st.index == m:
-            emitted += st.reach * (st.residual / st.residual.sum())
+            # Z is tracked by subtraction, so rounding can leave Z > 0 on an all-zero
+            # residual; the sampler's draw_token then draws uniformly, and so do we.
+            total = st.residual.sum()
+            emitted += st.reach * (st.residual / total if total > 0.0 else 1.0 / p.size)
             break
         tried[st.index] = st.reach
         accept[st.index] = st.reach * st.accept
