@@ -204,15 +204,6 @@ def r2_tv_bound(
     return float(total)
 
 
-def r3_mode_gap(relax: Relax, p_best: float, p_emitted: float) -> bool:
-    """Does an emitted token satisfy R3's guarantee p(e) >= max p - delta (or >= max p / lam)?"""
-    if relax.kind == "additive":
-        return p_emitted >= p_best - relax.delta
-    if relax.kind == "multiplicative":
-        return relax.lam * p_emitted >= p_best
-    return p_emitted >= p_best
-
-
 def r3_tv_bound(
     p: np.ndarray,
     children: Sequence[int] | np.ndarray,
