@@ -250,11 +250,16 @@ def sample_step(
 
 
 def chain_expected_tokens(a: float, gamma: int) -> float:
-    """Chain of ``gamma`` drafts with i.i.d. acceptance ``a``: (1 - a^(gamma+1)) / (1 - a)."""
+    """Chain of ``gamma`` drafts with i.i.d. acceptance ``a``: (1 - a^(gamma+1)) / (1 - a).
+
+    Evaluated as 1 + a (1 + a (1 + ...)) (Horner), which is exact at a = 1 and
+    avoids the cancellation of the quotient when a is close to 1.
+    """
     if not 0.0 <= a <= 1.0:
         raise ValueError(f"acceptance probability must be in [0, 1], got {a!r}")
     if int(gamma) != gamma or gamma < 0:
         raise ValueError(f"gamma must be a non-negative integer, got {gamma!r}")
-    if a == 1.0:
-        return float(gamma + 1)
-    return (1.0 - a ** (gamma + 1)) / (1.0 - a)
+    total = 1.0
+    for _ in range(int(gamma)):
+        total = 1.0 + a * total
+    return total
