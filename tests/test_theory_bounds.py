@@ -77,7 +77,7 @@ def test_theory_r1_principled_bound_is_merged_mass_within_nominal(node):
     <= (lam - 1) * p(tested children)."""
     dist = r1_distortion(node.p, node.kids, relax=node.relax, neighbours=node.nb)
     nb = neighbour_rows(node.nb, node.V, node.relax, "principled")
-    merged = sum(st.merged for st in r1_walk(node.p, node.kids, nb, node.relax, "principled"))
+    merged = sum(s.merged for s in r1_walk(node.p, node.kids, nb, node.relax, "principled"))
     assert dist.extra == 0.0
     assert abs(dist.merged - merged) <= TOL
     assert dist.bound <= dist.nominal + TOL
@@ -325,3 +325,25 @@ def test_theory_sequence_tv_bound_random_worlds(seed, case):
     tv, bound = decode_exactly(World(3, seed), 2, rule, shape, relax,
                                np.array([[1, 2], [2, 0], [0, 1]]), variant)
     assert tv <= bound + 1e-12
+
+
+@settings(max_examples=200, deadline=None)
+@given(node=nodes())
+def test_theory_r1_principled_emits_p_with_proximity_mass_moved(node):
+    """Lemma: principled R1 emits p with the mass of each B_i = A_i minus earlier removals
+    moved onto c_i; so P(some child accepted) = p(B_1 u ... u B_m)."""
+    out = node_outcome(node.p, node.kids, rule="r1", relax=node.relax, neighbours=node.nb)
+    nb = neighbour_rows(node.nb, node.V, node.relax, "principled")
+    expected = node.p.copy()
+    removed = np.zeros(node.V, dtype=bool)
+    accepted = 0.0
+    for stage in r1_walk(node.p, node.kids, nb, node.relax, "principled"):
+        if stage.index == node.kids.size:
+            break
+        B = np.array([y for y in stage.zeroed.tolist() if not removed[y]], dtype=np.int64)
+        removed[B] = True
+        expected[B] = 0.0
+        expected[node.kids[stage.index]] += node.p[B].sum()
+        accepted += node.p[B].sum()
+    np.testing.assert_allclose(out.emitted, expected, rtol=0, atol=1e-12)
+    assert abs((1.0 - out.reject_prob) - accepted) <= 1e-12

@@ -270,3 +270,28 @@ def test_theory_sampler_acceptance_binomial():
                            neighbours=nb.astype(np.int64))[0] >= 0 for _ in range(n))
     lo, hi = binomial_bounds(n, 1.0 - out.reject_prob)
     assert lo <= hits <= hi
+
+
+def test_theory_r1_all_zero_residual_with_positive_tracked_mass():
+    """Z is tracked by subtraction: here the official rule zeroes every token but Z keeps
+    1.1e-16. The final draw is then uniform (draw_token's no-mass rule) in the exact
+    analysis and in the sampler alike."""
+    p = np.array([2, 0, 2, 1, 2]) / 7
+    nb = np.array([[1, 2, 4, 3], [4, 0, 2, 3], [4, 1, 3, 0], [1, 0, 2, 4], [3, 2, 0, 1]])
+    relax = Relax.multiplicative(4, 1.5)
+    kids = np.array([2, 3])
+    final = list(r1_walk(p, kids, nb, relax, "official"))[-1]
+    assert final.index == 2 and final.mass > 0.0 and not final.residual.any()
+    out = node_outcome(p, kids, rule="r1", relax=relax, neighbours=nb, variant="official")
+    uniform = final.reach / 5
+    # child 2 accepted w.p. 2/7, child 3 w.p. (5/7) * (1/5), the rest uniform
+    np.testing.assert_allclose(out.emitted, [uniform, uniform, 2 / 7 + uniform, 1 / 7 + uniform,
+                                             uniform], atol=1e-15)
+    probs = r1_exact_joint(p, kids, nb, relax, "official")
+    rng = np.random.default_rng(6)
+    counts = np.zeros(2 + 5)
+    for _ in range(5000):
+        i, tok = sample_node(p, kids, rng.random(2), rng.random(), rule="r1", relax=relax,
+                             neighbours=nb, variant="official")
+        counts[i if i >= 0 else 2 + tok] += 1
+    assert_counts_match(counts, probs)
