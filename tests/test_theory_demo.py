@@ -61,3 +61,24 @@ def test_theory_demo_main_prints_every_row():
     # per rule: none once, then 7 relaxations x 2 variants (R3 has no variant)
     assert len(table) == 15 + 15 + 8
     assert "MC 20 orders" in text and "additive:k=20,delta=0.4" in text
+
+
+def test_theory_demo_findings_at_llamagen_size():
+    """The numbers docs/theory.md quotes from `relaxspec theory demo` (seed 0, V = 16384)."""
+    ex = make_example(0)
+    assert ex.p.max() == pytest.approx(0.1, abs=1e-9)
+    assert 1.0 - total_variation(ex.p, ex.q) == pytest.approx(0.539, abs=5e-4)
+    relax = Relax.additive(1000, 0.05)
+    rows = {r.variant + r.rule: r for r in exact_rows(ex, relax, ["principled", "official"])}
+    none = exact_rows(ex, Relax.none(), ["principled"])[0]
+    assert none.accept == pytest.approx(0.1548, abs=5e-4) and none.tv < 1e-12
+    p1, o1 = rows["principledr1"], rows["officialr1"]
+    assert (p1.accept, p1.tv, p1.bound, p1.nominal) == pytest.approx(
+        (0.2705, 0.1157, 0.1405, 0.1711), abs=5e-4)
+    assert (o1.accept, o1.tv, o1.bound) == pytest.approx((0.2295, 0.8370, 0.8918), abs=5e-4)
+    rng = np.random.default_rng([0, 1])
+    orders = np.array([draw_without_replacement(ex.q, rng.random(4)) for _ in range(200)])
+    for row in r2_rows(ex, relax, ["principled"], orders):
+        assert row.accept > 0.99
+        # TV(emitted, p) >= E(S) - p(S) exceeds 4 delta with a 5-sigma margin
+        assert row.tv_lower - 5 * row.se_tv > 4 * relax.delta
