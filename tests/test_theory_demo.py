@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from theory import Relax, node_outcome, r2_tv_bound, total_variation
+from theory import (
+    Relax,
+    node_outcome,
+    optimal_multidraft_acceptance,
+    r2_tv_bound,
+    total_variation,
+)
 from theory.demo import exact_rows, main, make_example, r2_rows, relaxations
 from theory.sampler import draw_without_replacement
 
@@ -68,6 +74,7 @@ def test_theory_demo_findings_at_llamagen_size():
     ex = make_example(0)
     assert ex.p.max() == pytest.approx(0.1, abs=1e-9)
     assert 1.0 - total_variation(ex.p, ex.q) == pytest.approx(0.539, abs=5e-4)
+    assert optimal_multidraft_acceptance(ex.p, ex.q, 4) == pytest.approx(0.790, abs=5e-4)
     relax = Relax.additive(1000, 0.05)
     rows = {r.variant + r.rule: r for r in exact_rows(ex, relax, ["principled", "official"])}
     none = exact_rows(ex, Relax.none(), ["principled"])[0]
