@@ -1,5 +1,13 @@
 """Exact analysis of relaxed speculative verification (float64, no Monte Carlo)."""
 
+from theory.bounds import (
+    R1Distortion,
+    r1_distortion,
+    r2_stage_bound,
+    r2_tv_bound,
+    r3_tv_bound,
+    tv_bound,
+)
 from theory.distributions import (
     cfg_logits,
     logits_to_probs,
@@ -7,10 +15,12 @@ from theory.distributions import (
     validate_distribution,
     validate_logits,
 )
+from theory.multidraft import optimal_deterministic_acceptance, optimal_multidraft_acceptance
 from theory.neighbours import (
     load_neighbours,
     neighbour_table,
     save_neighbours,
+    validate_neighbour_rows,
     validate_neighbours,
 )
 from theory.relax import Relax, merge_count, proximity_set
@@ -25,11 +35,24 @@ from theory.tree import (
     path_probs,
     sample_step,
 )
-from theory.verify import RULES, NodeOutcome, neighbour_rows, node_outcome
+from theory.verify import (
+    RULES,
+    NodeOutcome,
+    R1Stage,
+    R2State,
+    neighbour_rows,
+    node_outcome,
+    r1_walk,
+    r2_given_states,
+    r2_states,
+)
 
 __all__ = [
-    "RULES",
     "NodeOutcome",
+    "R1Distortion",
+    "R1Stage",
+    "R2State",
+    "RULES",
     "Relax",
     "Tree",
     "cfg_logits",
@@ -46,13 +69,24 @@ __all__ = [
     "neighbour_table",
     "node_accept_probs",
     "node_outcome",
+    "optimal_deterministic_acceptance",
+    "optimal_multidraft_acceptance",
     "path_probs",
     "proximity_set",
+    "r1_distortion",
+    "r1_walk",
+    "r2_given_states",
+    "r2_stage_bound",
+    "r2_states",
+    "r2_tv_bound",
+    "r3_tv_bound",
     "sample_node",
     "sample_step",
     "save_neighbours",
     "total_variation",
+    "tv_bound",
     "validate_distribution",
     "validate_logits",
+    "validate_neighbour_rows",
     "validate_neighbours",
 ]

@@ -25,14 +25,15 @@ def neighbour_table(
     k_max: int | None = DEFAULT_K_MAX,
     *,
     normalize: bool = False,
-    block_rows: int = 256,
+    block_rows: int = 32,
 ) -> np.ndarray:
     """Nearest-neighbour table of a codebook, shape ``(V, K)`` with ``K = min(k_max, V - 1)``.
 
     Distances are squared Euclidean distances computed coordinate by
     coordinate in float64 (no ``|a|^2 + |b|^2 - 2ab`` cancellation), one block
-    of rows at a time so that V = 16384 needs ``block_rows * V * 8`` bytes of
-    scratch rather than the V x V matrix. ``k_max=None`` keeps all V - 1.
+    of rows at a time so that V = 16384 needs ``2 * block_rows * V * 8`` bytes
+    of scratch rather than the V x V matrix. ``k_max=None`` keeps all V - 1.
+    Rows are ordered by (distance, token id) exactly.
     """
     E = np.asarray(codebook, dtype=np.float64)
     if E.ndim != 2 or E.shape[0] < 2 or E.shape[1] < 1:
@@ -49,18 +50,64 @@ def neighbour_table(
     if K < 1:
         raise ValueError(f"k_max must be >= 1, got {k_max!r}")
     K = min(K, V - 1)
+    if int(block_rows) != block_rows or block_rows < 1:
+        raise ValueError(f"block_rows must be a positive integer, got {block_rows!r}")
     out = np.empty((V, K), dtype=neighbour_dtype(V))
-    ids = np.arange(V)
+    ET = np.ascontiguousarray(E.T)
+    dist = np.empty((block_rows, V))
+    scratch = np.empty((block_rows, V))
     for start in range(0, V, block_rows):
         stop = min(start + block_rows, V)
-        block = E[start:stop]
-        dist = np.zeros((stop - start, V))
-        for j in range(E.shape[1]):
-            diff = block[:, j, None] - E[None, :, j]
-            dist += diff * diff
-        dist[np.arange(stop - start), ids[start:stop]] = np.inf
-        for i in range(stop - start):
-            out[start + i] = _k_smallest_by_id(dist[i], K)
+        d = dist[: stop - start]
+        with np.errstate(over="ignore"):
+            _squared_distances(E[start:stop], ET, d, scratch[: stop - start])
+        if not np.all(np.isfinite(d)):
+            raise ValueError("codebook entries are too large: squared distances overflow float64")
+        d[np.arange(stop - start), np.arange(start, stop)] = np.inf
+        out[start:stop] = _k_smallest_rows(d, K)
+    return out
+
+
+def _squared_distances(block: np.ndarray, ET: np.ndarray, out: np.ndarray, tmp: np.ndarray) -> None:
+    """``out[i, y] = sum_j (block[i, j] - E[y, j])**2``, summed over j in order, in place."""
+    np.subtract(block[:, 0, None], ET[0][None, :], out=out)
+    np.multiply(out, out, out=out)
+    for j in range(1, ET.shape[0]):
+        np.subtract(block[:, j, None], ET[j][None, :], out=tmp)
+        np.multiply(tmp, tmp, out=tmp)
+        np.add(out, tmp, out=out)
+
+
+# The fast selection estimates each row's cut-off from every _STRIDE-th column,
+# aiming at _SLACK * K candidates; rows where the estimate falls short are
+# redone exactly, so the result never depends on the estimate.
+_STRIDE = 8
+_SLACK = 1.25
+
+
+def _k_smallest_rows(d: np.ndarray, K: int) -> np.ndarray:
+    """Row-wise :func:`_k_smallest_by_id` of a block of distances (finite except the diagonal)."""
+    n, V = d.shape
+    sample = d[:, ::_STRIDE]
+    rank = int(_SLACK * K) // _STRIDE
+    if rank >= sample.shape[1] - 1:  # K close to V: the estimate would not prune
+        return np.stack([_k_smallest_by_id(row, K) for row in d])
+    cut = np.partition(sample, rank, axis=1)[:, rank]
+    mask = d <= cut[:, None]  # holds the K smallest, ties at the K-th included, when count >= K
+    count = mask.sum(axis=1)
+    rows, cols = np.nonzero(mask)  # cols ascend within a row
+    starts = np.concatenate(([0], np.cumsum(count)[:-1]))
+    pos = np.arange(rows.size) - starts[rows]
+    width = max(int(count.max()), K)
+    vals = np.full((n, width), np.inf)
+    ids = np.zeros((n, width), dtype=np.int64)
+    vals[rows, pos] = d[rows, cols]
+    ids[rows, pos] = cols
+    # a stable sort keeps ascending ids among equal distances
+    order = np.argsort(vals, axis=1, kind="stable")[:, :K]
+    out = np.take_along_axis(ids, order, axis=1)
+    for i in np.flatnonzero((count < K) | ~np.isfinite(cut)):
+        out[i] = _k_smallest_by_id(d[i], K)
     return out
 
 
@@ -107,6 +154,30 @@ def validate_neighbours(
             row = int(np.flatnonzero(np.any(s[:, 1:] == s[:, :-1], axis=1))[0])
             raise ValueError(f"neighbour table row {row} repeats a token")
     return table
+
+
+def validate_neighbour_rows(table: np.ndarray, rows: np.ndarray, width: int) -> None:
+    """Check the first ``width`` columns of the given rows: ids in [0, V), distinct, not the row.
+
+    Cheap (O(len(rows) * width)) where the full check of a V = 16384 table is
+    not; callers check the rows a rule will read.
+    """
+    width = min(int(width), table.shape[1])
+    if width == 0 or len(rows) == 0:
+        return
+    rows = np.asarray(rows, dtype=np.int64)
+    sub = table[rows, :width].astype(np.int64)
+    V = table.shape[0]
+    bad = np.flatnonzero(np.any((sub < 0) | (sub >= V), axis=1))
+    if bad.size:
+        raise ValueError(f"neighbour table row {rows[bad[0]]} has token ids outside [0, {V})")
+    bad = np.flatnonzero(np.any(sub == rows[:, None], axis=1))
+    if bad.size:
+        raise ValueError(f"neighbour table row {rows[bad[0]]} lists the token itself")
+    s = np.sort(sub, axis=1)
+    bad = np.flatnonzero(np.any(s[:, 1:] == s[:, :-1], axis=1))
+    if bad.size:
+        raise ValueError(f"neighbour table row {rows[bad[0]]} repeats a token")
 
 
 def save_neighbours(path: str | Path, table: np.ndarray) -> None:

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.neighbours import validate_neighbours
+from theory.distributions import validate_distribution
+from theory.neighbours import validate_neighbour_rows, validate_neighbours
 
 KINDS = ("none", "additive", "multiplicative")
 
@@ -72,7 +73,9 @@ class Relax:
         text = text.strip()
         m = re.fullmatch(r"(\w+)(?::(.*))?", text)
         if not m or m.group(1) not in KINDS:
-            raise ValueError(f"cannot parse relaxation {text!r}; expected e.g. additive:k=1000,delta=0.1")
+            raise ValueError(
+                f"cannot parse relaxation {text!r}; expected e.g. additive:k=1000,delta=0.1"
+            )
         kind, rest = m.group(1), m.group(2) or ""
         args: dict[str, float] = {}
         for part in filter(None, (s.strip() for s in rest.split(","))):
@@ -121,6 +124,10 @@ class Relax:
         return f"multiplicative:k={self.k},lam={self.lam:g}"
 
 
+NO_RELAX = Relax.none()
+"""The exact rule, usable as a default argument (``Relax`` is immutable)."""
+
+
 def merge_count(
     r: np.ndarray, total: float, x: int, row: np.ndarray, relax: Relax
 ) -> tuple[int, float]:
@@ -152,7 +159,7 @@ def proximity_set(
     ``r`` is a probability vector over V tokens. Returns ``(members, mass)``
     with ``members = [x, n_1, ..., n_J]`` (int64).
     """
-    r = np.asarray(r, dtype=np.float64)
+    r = validate_distribution(r, name="r")
     V = r.shape[0]
     x = check_token(x, V, "x")
     if relax.is_exact:
@@ -160,6 +167,7 @@ def proximity_set(
     if neighbours is None:
         raise ValueError(f"relaxation {relax} needs a neighbour table")
     validate_neighbours(neighbours, V, relax.k)
+    validate_neighbour_rows(neighbours, np.array([x]), relax.k)
     row = neighbours[x].astype(np.int64)
     J, c = merge_count(r, 1.0, x, row, relax)
     return np.concatenate(([x], row[:J])).astype(np.int64), float(r[x] + c)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from theory.distributions import validate_distribution
-from theory.relax import Relax
+from theory.relax import NO_RELAX, Relax
 from theory.sampler import draw_token, sample_node
 from theory.stages import greedy_acceptable
 from theory.verify import check_rule, neighbour_rows, node_outcome
@@ -34,7 +34,9 @@ class Tree:
         if parents.ndim != 1 or parents.size == 0:
             raise ValueError(f"parents must be a non-empty 1-D array, got shape {parents.shape}")
         if tokens.shape != parents.shape:
-            raise ValueError(f"tokens shape {tokens.shape} differs from parents shape {parents.shape}")
+            raise ValueError(
+                f"tokens shape {tokens.shape} differs from parents shape {parents.shape}"
+            )
         if parents.dtype.kind not in "iu" or tokens.dtype.kind not in "iu":
             raise ValueError("parents and tokens must be integer arrays")
         parents = parents.astype(np.int64)
@@ -81,7 +83,9 @@ class Tree:
     def check_vocab(self, vocab_size: int) -> None:
         """Raise ``ValueError`` if a non-root token is outside [0, V)."""
         if self.size > 1 and self.tokens[1:].max() >= vocab_size:
-            raise ValueError(f"tree token {self.tokens[1:].max()} is out of range for V = {vocab_size}")
+            raise ValueError(
+                f"tree token {self.tokens[1:].max()} is out of range for V = {vocab_size}"
+            )
 
 
 def choices_to_parents(choices: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -122,7 +126,7 @@ def node_accept_probs(
     node_dists: np.ndarray,
     *,
     rule: str,
-    relax: Relax = Relax.none(),
+    relax: Relax = NO_RELAX,
     neighbours: np.ndarray | None = None,
     q_dists: np.ndarray | None = None,
     variant: str = "principled",
@@ -167,7 +171,7 @@ def expected_tokens_per_step(
     node_dists: np.ndarray,
     *,
     rule: str,
-    relax: Relax = Relax.none(),
+    relax: Relax = NO_RELAX,
     neighbours: np.ndarray | None = None,
     q_dists: np.ndarray | None = None,
     variant: str = "principled",
@@ -246,11 +250,16 @@ def sample_step(
 
 
 def chain_expected_tokens(a: float, gamma: int) -> float:
-    """Chain of ``gamma`` drafts with i.i.d. acceptance ``a``: (1 - a^(gamma+1)) / (1 - a)."""
+    """Chain of ``gamma`` drafts with i.i.d. acceptance ``a``: (1 - a^(gamma+1)) / (1 - a).
+
+    Evaluated as 1 + a (1 + a (1 + ...)) (Horner), which is exact at a = 1 and
+    avoids the cancellation of the quotient when a is close to 1.
+    """
     if not 0.0 <= a <= 1.0:
         raise ValueError(f"acceptance probability must be in [0, 1], got {a!r}")
     if int(gamma) != gamma or gamma < 0:
         raise ValueError(f"gamma must be a non-negative integer, got {gamma!r}")
-    if a == 1.0:
-        return float(gamma + 1)
-    return (1.0 - a ** (gamma + 1)) / (1.0 - a)
+    total = 1.0
+    for _ in range(int(gamma)):
+        total = 1.0 + a * total
+    return total

@@ -9,14 +9,14 @@ rule's target.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from theory.distributions import total_variation, validate_distribution
-from theory.neighbours import validate_neighbours
-from theory.relax import Relax, check_token
+from theory.neighbours import validate_neighbour_rows, validate_neighbours
+from theory.relax import NO_RELAX, Relax, check_token
 from theory.stages import (
     VARIANTS,
     draft_residual,
@@ -77,6 +77,13 @@ def neighbour_rows(
     return np.asarray(neighbours, dtype=np.int64)
 
 
+def rows_read(relax: Relax, variant: str) -> int:
+    """How many leading columns of a neighbour row a rule reads: k, or k + 1 (official)."""
+    if relax.is_exact:
+        return 0
+    return relax.k + 1 if variant == "official" else relax.k
+
+
 def check_children(children: Sequence[int] | np.ndarray, vocab_size: int) -> np.ndarray:
     """Children as an int64 array of distinct in-range token ids."""
     arr = np.asarray(children)
@@ -88,12 +95,64 @@ def check_children(children: Sequence[int] | np.ndarray, vocab_size: int) -> np.
     return out
 
 
+@dataclass(frozen=True)
+class NodeInputs:
+    """Validated inputs of one node: target, int64 neighbour table, children, draft."""
+
+    p: np.ndarray
+    nb: np.ndarray
+    kids: np.ndarray | None  # the ordered children; None when R2 draws ``m`` of them
+    m: int
+    q: np.ndarray | None
+
+
+def check_node_inputs(
+    p: np.ndarray,
+    children: Sequence[int] | np.ndarray | int,
+    *,
+    rule: str,
+    relax: Relax,
+    neighbours: np.ndarray | None,
+    q: np.ndarray | None,
+    variant: str,
+) -> NodeInputs:
+    """Validate everything :func:`node_outcome` reads; raise ``ValueError`` naming the problem.
+
+    The neighbour rows the rule can read (children's rows, or every row of
+    q's support when R2 draws the children) are checked in full: ids in
+    range, distinct, not the row's own token.
+    """
+    check_rule(rule, variant)
+    p = validate_distribution(p, name="p")
+    V = p.size
+    nb = neighbour_rows(neighbours, V, relax, variant)
+    kids: np.ndarray | None
+    if rule == "r2":
+        if q is None:
+            raise ValueError("rule r2 needs the draft distribution q")
+        q = validate_distribution(q, name="q", size=V)
+        if isinstance(children, (int, np.integer)) and not isinstance(children, bool):
+            m = int(children)
+            if m < 0:
+                raise ValueError(f"number of drafted children must be >= 0, got {m}")
+            kids, rows = None, np.flatnonzero(q > 0)
+        else:
+            kids = check_children(children, V)
+            m, rows = kids.size, kids
+    else:
+        q = None
+        kids = check_children(children, V)
+        m, rows = kids.size, kids
+    validate_neighbour_rows(nb, rows, rows_read(relax, variant))
+    return NodeInputs(p, nb, kids, m, q)
+
+
 def node_outcome(
     p: np.ndarray,
     children: Sequence[int] | np.ndarray | int,
     *,
     rule: str,
-    relax: Relax = Relax.none(),
+    relax: Relax = NO_RELAX,
     neighbours: np.ndarray | None = None,
     q: np.ndarray | None = None,
     variant: str = "principled",
@@ -106,44 +165,80 @@ def node_outcome(
     order). ``accept_probs[i]`` is then the probability that the i-th draw is
     accepted.
     """
-    check_rule(rule, variant)
-    p = validate_distribution(p, name="p")
-    V = p.size
-    nb = neighbour_rows(neighbours, V, relax, variant)
+    x = check_node_inputs(p, children, rule=rule, relax=relax, neighbours=neighbours, q=q,
+                          variant=variant)
     if rule == "r2":
-        if q is None:
-            raise ValueError("rule r2 needs the draft distribution q")
-        q = validate_distribution(q, name="q", size=V)
-        if isinstance(children, (int, np.integer)) and not isinstance(children, bool):
-            return _r2_enumerated(p, q, int(children), nb, relax, variant)
-        return _r2_given(p, q, check_children(children, V), nb, relax, variant)
-    kids = check_children(children, V)
+        if x.kids is None:
+            return _r2_enumerated(x.p, x.q, x.m, x.nb, relax, variant)
+        return _r2_given(x.p, x.q, x.kids, x.nb, relax, variant)
     if rule == "r1":
-        return _r1(p, kids, nb, relax, variant)
-    return _r3(p, kids, nb, relax)
+        return _r1(x.p, x.kids, x.nb, relax, variant)
+    return _r3(x.p, x.kids, x.nb, relax)
 
 
-def _finish(accept: np.ndarray, tried: np.ndarray, emitted: np.ndarray, target: np.ndarray) -> NodeOutcome:
+def _finish(
+    accept: np.ndarray, tried: np.ndarray, emitted: np.ndarray, target: np.ndarray
+) -> NodeOutcome:
     reject = float(max(0.0, 1.0 - accept.sum()))
     return NodeOutcome(accept, reject, emitted, total_variation(emitted, target), tried)
 
 
-def _r1(p: np.ndarray, kids: np.ndarray, nb: np.ndarray, relax: Relax, variant: str) -> NodeOutcome:
+@dataclass(frozen=True)
+class R1Stage:
+    """One reached stage of the R1 walk (``index == m``: the final residual draw).
+
+    ``reach`` is the probability of testing child ``index``, ``accept`` its
+    acceptance probability given that, ``zeroed`` the tokens a rejection
+    removes (the child first, then its neighbours in table order),
+    ``merge_count`` J and ``merged`` C_J. ``residual`` is the walk's
+    unnormalised residual before the stage, of mass ``mass``; it is updated
+    in place when the walk resumes.
+    """
+
+    index: int
+    reach: float
+    accept: float
+    zeroed: np.ndarray
+    merge_count: int
+    merged: float
+    mass: float
+    residual: np.ndarray
+
+
+def r1_walk(
+    p: np.ndarray, kids: np.ndarray, nb: np.ndarray, relax: Relax, variant: str
+) -> Iterator[R1Stage]:
+    """The deterministic R1 walk: every stage reached with positive probability, in order.
+
+    R1 has a single path (reject child 1, reject child 2, ...); stage i is
+    reached with probability prod_{j<i} (1 - a_j). The last record
+    (``index == m``) is the residual draw, absent when some a_i = 1.
+    """
     r, Z, reach = p.copy(), 1.0, 1.0
+    for i, c in enumerate(kids):
+        a, zeroed, J, merged = r1_stage(r, Z, int(c), nb[c], relax, variant)
+        yield R1Stage(i, reach, a, zeroed, J, merged, Z, r)
+        reach *= 1.0 - a
+        if reach == 0.0:
+            return
+        Z = r1_reject(r, Z, zeroed)
+    yield R1Stage(kids.size, reach, 0.0, np.zeros(0, dtype=np.int64), 0, 0.0, Z, r)
+
+
+def _r1(p: np.ndarray, kids: np.ndarray, nb: np.ndarray, relax: Relax, variant: str) -> NodeOutcome:
     m = kids.size
     accept, tried = np.zeros(m), np.zeros(m)
     emitted = np.zeros_like(p)
-    for i, c in enumerate(kids):
-        tried[i] = reach
-        a, zeroed, _, _ = r1_stage(r, Z, int(c), nb[c], relax, variant)
-        accept[i] = reach * a
-        emitted[c] += reach * a
-        reach *= 1.0 - a
-        if reach == 0.0:
+    for st in r1_walk(p, kids, nb, relax, variant):
+        if st.index == m:
+            # Z is tracked by subtraction, so rounding can leave Z > 0 on an all-zero
+            # residual; the sampler's draw_token then draws uniformly, and so do we.
+            total = st.residual.sum()
+            emitted += st.reach * (st.residual / total if total > 0.0 else 1.0 / p.size)
             break
-        Z = r1_reject(r, Z, zeroed)
-    if reach > 0.0:
-        emitted += reach * (r / r.sum())
+        tried[st.index] = st.reach
+        accept[st.index] = st.reach * st.accept
+        emitted[kids[st.index]] += st.reach * st.accept
     return _finish(accept, tried, emitted, p)
 
 
@@ -164,56 +259,107 @@ def _r3(p: np.ndarray, kids: np.ndarray, nb: np.ndarray, relax: Relax) -> NodeOu
     return _finish(accept, tried, emitted, target)
 
 
-def _r2_given(
+@dataclass(frozen=True)
+class R2State:
+    """A state of the R2 walk with children drawn from q: about to make draw ``stage``.
+
+    ``weight`` is the probability of reaching it (draws so far and their
+    rejections), ``r`` the normalised residual target, ``qp`` the draft
+    residual q' (None when no draw is left: the node then emits from ``r``),
+    ``tokens`` the tokens q' can draw and ``accept`` their acceptance
+    probabilities.
+    """
+
+    stage: int
+    weight: float
+    r: np.ndarray
+    qp: np.ndarray | None
+    tokens: np.ndarray
+    accept: np.ndarray
+
+
+def r2_states(
+    p: np.ndarray, q: np.ndarray, m: int, nb: np.ndarray, relax: Relax, variant: str
+) -> Iterator[R2State]:
+    """Every state of the R2 walk reached with positive probability (depth first).
+
+    Enumerates the draw orders; refuses V > 12 or m > 4 (the count of orders
+    grows as V^m).
+    """
+    V = p.size
+    if V > R2_EXACT_MAX_V or m > R2_EXACT_MAX_M:
+        raise ValueError(
+            f"exact R2 enumerates draw orders only for V <= {R2_EXACT_MAX_V} and "
+            f"m <= {R2_EXACT_MAX_M} (got V = {V}, m = {m}); use simulate's Monte Carlo instead"
+        )
+    empty_i, empty_f = np.zeros(0, dtype=np.int64), np.zeros(0)
+
+    def walk(i: int, r: np.ndarray, drawn: list[int], w: float) -> Iterator[R2State]:
+        qp = draft_residual(q, np.array(drawn, dtype=np.int64)) if i < m else None
+        if qp is None:
+            yield R2State(i, w, r, None, empty_i, empty_f)
+            return
+        tokens = np.flatnonzero(qp > 0)
+        stages = [r2_stage(r, qp, int(c), nb[c], relax, variant) for c in tokens]
+        yield R2State(i, w, r, qp, tokens, np.array([a for a, _ in stages]))
+        for c, (a, r_next) in zip(tokens, stages, strict=True):
+            if a < 1.0:
+                yield from walk(i + 1, r_next, drawn + [int(c)], w * qp[c] * (1.0 - a))
+
+    yield from walk(0, p.copy(), [], 1.0)
+
+
+def r2_given_states(
     p: np.ndarray, q: np.ndarray, kids: np.ndarray, nb: np.ndarray, relax: Relax, variant: str
-) -> NodeOutcome:
+) -> Iterator[R2State]:
+    """The R2 walk conditional on the draw order ``kids``: one state per reached draw.
+
+    ``weight`` is the probability that draw i is tested given the order (the
+    earlier draws were rejected); the last state (``qp`` None) is the
+    residual draw, absent when some draw is accepted with probability 1.
+    """
     r, reach = p.copy(), 1.0
-    m = kids.size
-    accept, tried = np.zeros(m), np.zeros(m)
-    emitted = np.zeros_like(p)
     for i, c in enumerate(kids):
         qp = draft_residual(q, kids[:i])
         if qp is None or qp[c] <= 0:
             raise ValueError(f"child {int(c)} (draw {i}) has zero draft probability q'")
-        tried[i] = reach
-        a, r = r2_stage(r, qp, int(c), nb[c], relax, variant)
-        accept[i] = reach * a
-        emitted[c] += reach * a
+        a, r_next = r2_stage(r, qp, int(c), nb[c], relax, variant)
+        yield R2State(i, reach, r, qp, kids[i : i + 1], np.array([a]))
         reach *= 1.0 - a
         if reach == 0.0:
+            return
+        r = r_next
+    yield R2State(kids.size, reach, r, None, np.zeros(0, dtype=np.int64), np.zeros(0))
+
+
+def _r2_given(
+    p: np.ndarray, q: np.ndarray, kids: np.ndarray, nb: np.ndarray, relax: Relax, variant: str
+) -> NodeOutcome:
+    m = kids.size
+    accept, tried = np.zeros(m), np.zeros(m)
+    emitted = np.zeros_like(p)
+    for s in r2_given_states(p, q, kids, nb, relax, variant):
+        if s.qp is None:
+            emitted += s.weight * s.r
             break
-    if reach > 0.0:
-        emitted += reach * r
+        tried[s.stage] = s.weight
+        accept[s.stage] = s.weight * s.accept[0]
+        emitted[kids[s.stage]] += s.weight * s.accept[0]
     return _finish(accept, tried, emitted, p)
 
 
 def _r2_enumerated(
     p: np.ndarray, q: np.ndarray, m: int, nb: np.ndarray, relax: Relax, variant: str
 ) -> NodeOutcome:
-    V = p.size
-    if m < 0:
-        raise ValueError(f"number of drafted children must be >= 0, got {m}")
-    if V > R2_EXACT_MAX_V or m > R2_EXACT_MAX_M:
-        raise ValueError(
-            f"exact R2 enumerates draw orders only for V <= {R2_EXACT_MAX_V} and "
-            f"m <= {R2_EXACT_MAX_M} (got V = {V}, m = {m}); use simulate's Monte Carlo instead"
-        )
     accept, tried = np.zeros(m), np.zeros(m)
-    emitted = np.zeros(V)
-
-    def walk(i: int, r: np.ndarray, drawn: list[int], w: float) -> None:
-        qp = draft_residual(q, np.array(drawn, dtype=np.int64)) if i < m else None
-        if qp is None:
-            emitted[:] += w * r
-            return
-        tried[i] += w
-        for c in np.flatnonzero(qp > 0):
-            wc = w * qp[c]
-            a, r_next = r2_stage(r, qp, int(c), nb[c], relax, variant)
-            accept[i] += wc * a
+    emitted = np.zeros(p.size)
+    for s in r2_states(p, q, m, nb, relax, variant):
+        if s.qp is None:
+            emitted += s.weight * s.r
+            continue
+        tried[s.stage] += s.weight
+        for c, a in zip(s.tokens, s.accept, strict=True):
+            wc = s.weight * s.qp[c]
+            accept[s.stage] += wc * a
             emitted[c] += wc * a
-            if a < 1.0:
-                walk(i + 1, r_next, drawn + [int(c)], wc * (1.0 - a))
-
-    walk(0, p.copy(), [], 1.0)
     return _finish(accept, tried, emitted, p)
