@@ -364,6 +364,27 @@ def walk(parents, tokens, depths, n, cstart, cidx, p_rows, prow, q_rows, qrow, u
 
 # ---------------------------------------------------------------- exact outcomes
 @njit(cache=True)
+def _r1_tv_full(p, kids, accept, reach, mark, epoch, unif):
+    """TV of R1's emitted token from p, in O(V). A residual without mass emits a uniform token
+    (``draw_token`` on a zero vector)."""
+    V = p.shape[0]
+    m = kids.shape[0]
+    R = 0.0
+    for x in range(V):
+        R += r1_value(p, mark, epoch, unif, x)
+    tv = 0.0
+    for x in range(V):
+        em = 0.0
+        if reach > 0.0:
+            em = reach * r1_value(p, mark, epoch, unif, x) / R if R > 0.0 else reach / V
+        for i in range(m):
+            if kids[i] == x:
+                em += accept[i]
+        tv += abs(em - p[x])
+    return 0.5 * tv
+
+
+@njit(cache=True)
 def r1_node_exact(p, psum, kids, mark, seen, epoch, code, k, param, variant, nb, accept):
     """Exact R1 outcome at one node (``theory.verify._r1``): fills ``accept``; returns (TV, epoch).
 
@@ -390,19 +411,8 @@ def r1_node_exact(p, psum, kids, mark, seen, epoch, code, k, param, variant, nb,
         Z, epoch, unif = r1_reject(p, mark, epoch, unif, Z, x, J, nb, k, variant)
     if code == 0 or k == 0:
         return 0.0, epoch  # exact rule: the emitted token is distributed as p
-    V = p.shape[0]
-    if unif:  # degenerate residual: O(V)
-        R = 0.0
-        for x in range(V):
-            R += r1_value(p, mark, epoch, unif, x)
-        tv = 0.0
-        for x in range(V):
-            em = reach * r1_value(p, mark, epoch, unif, x) / R if reach > 0.0 else 0.0
-            for i in range(m):
-                if kids[i] == x:
-                    em += accept[i]
-            tv += abs(em - p[x])
-        return 0.5 * tv, epoch
+    if unif:  # degenerate residual
+        return _r1_tv_full(p, kids, accept, reach, mark, epoch, unif), epoch
     # touched tokens: the children and every token a rejection zeroed
     nt = m
     for i in range(m):
@@ -423,6 +433,8 @@ def r1_node_exact(p, psum, kids, mark, seen, epoch, code, k, param, variant, nb,
         r_touched += r1_value(p, mark, epoch, unif, touched[j])
     rest = psum - p_touched
     R = rest + r_touched
+    if reach > 0.0 and R < 1e-6:  # little residual mass: avoid cancellation in `rest`
+        return _r1_tv_full(p, kids, accept, reach, mark, epoch, unif), epoch
     scale = reach / R if reach > 0.0 else 0.0
     tv = abs(scale - 1.0) * max(rest, 0.0)
     for j in range(nt):
