@@ -27,7 +27,7 @@ from simulate.verify_kernels import draw_token
 from simulate.world_kernels import draft_row, ensure_state
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def safe_log(x):
     """log with log(0) = -inf."""
     if x > 0.0:
@@ -35,7 +35,7 @@ def safe_log(x):
     return -math.inf
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def top_m(values, lo, hi, m, out):
     """Indices in [lo, hi) of the m largest ``values`` (ties: lower index first), in rank order.
 
@@ -56,7 +56,7 @@ def top_m(values, lo, hi, m, out):
     return cnt
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def draws_without_replacement(q, u, m, qr, out):
     """``theory.draw_without_replacement``: up to m successive draws, ``u[i]`` for draw i."""
     for x in range(q.shape[0]):
@@ -77,7 +77,7 @@ def draws_without_replacement(q, u, m, qr, out):
     return cnt
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _expand(W, v, bparent, btoken, zs, hs, have, qrow, q_rows, nq, kbuf):
     ensure_state(W, v, bparent, btoken, zs, hs, have)
     draft_row(W, zs[v], hs[v], q_rows[nq], kbuf)
@@ -85,7 +85,7 @@ def _expand(W, v, bparent, btoken, zs, hs, have, qrow, q_rows, nq, kbuf):
     return nq + 1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def build_static(W, tparents, tranks, tdepths, draws, utree, bparent, btoken, bdepth, zs, hs, have, qrow,
                  q_rows, kbuf, scratch, parents, tokens, depths, buf_of):
     """Static tree from a template (``StaticTree.build``); returns (n, draft calls).
@@ -156,7 +156,7 @@ def build_static(W, tparents, tranks, tdepths, draws, utree, bparent, btoken, bd
     return n, calls
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, bparent, btoken, bdepth, zs,
                   hs, have, qrow, q_rows, kbuf, score, parents, tokens, depths, buf_of):
     """EAGLE-2 / DDD tree (``Eagle2Tree.build``); returns (n, draft calls)."""

@@ -7,9 +7,9 @@ import pytest
 
 from simulate.engine import run
 from simulate.rng import stream_key
+from simulate.trace import Sampling, TraceHeader, TraceStep, TraceWriter
 from simulate.world_kernels import draft_row, target_row
 from simulate.worlds import PRESETS, LatentParams, LatentWorld, StationaryWorld, TraceWorld, world_stats
-from simulate.trace import Sampling, TraceHeader, TraceStep, TraceWriter
 from theory import Relax, Tree, neighbour_table, sample_step
 
 
@@ -55,7 +55,8 @@ def test_world_validation():
         StationaryWorld(np.array([0.5, 0.6]), np.array([0.5, 0.5]))
 
 
-def _write_trace(path, rng, V=20, steps=6, relax=Relax.additive(4, 0.2)):
+def _write_trace(path, rng, V=20, steps=6, relax=None):
+    relax = relax or Relax.additive(4, 0.2)
     E = rng.standard_normal((V, 3))
     nb = neighbour_table(E, k_max=V - 1)
     header = TraceHeader(model="toy", checkpoint_sha256="0" * 64, vocab_size=V, codebook_sha256="1" * 64,
