@@ -250,21 +250,6 @@ class Block(nn.Module):
         return h + self.feed_forward(self.ffn_norm(h))
 
 
-def tree_attention_mask(parents: np.ndarray, nodes: np.ndarray, prefix_len: int, cache_len: int,
-                        device: torch.device | str | None = None) -> torch.Tensor:
-    """Boolean mask (len(nodes), cache_len): node v sees slots < prefix_len and prefix_len + a
-    for every ancestor a of v and v itself."""
-    parents = np.asarray(parents, dtype=np.int64)
-    mask = np.zeros((len(nodes), cache_len), dtype=bool)
-    mask[:, :prefix_len] = True
-    for i, v in enumerate(np.asarray(nodes, dtype=np.int64)):
-        a = int(v)
-        while a >= 0:
-            mask[i, prefix_len + a] = True
-            a = int(parents[a])
-    return torch.from_numpy(mask).to(device)
-
-
 def tree_depths(parents: np.ndarray) -> np.ndarray:
     """Depth of every node of a parent array in topological order (root = 0)."""
     parents = np.asarray(parents, dtype=np.int64)
@@ -345,53 +330,73 @@ class Transformer(nn.Module):
             layer.attention.kv_cache = KVCache(batch, self.cache_len, self.cfg.kv_heads, self.cfg.head_dim,
                                                dtype or p.dtype, p.device)
 
-    def forward_tree(self, x: torch.Tensor, parents: np.ndarray, nodes: np.ndarray,
-                     prefix_len: int) -> torch.Tensor:
+    def forward_tree(self, x: torch.Tensor, parents: np.ndarray, nodes: np.ndarray, prefix_len: int,
+                     slots: dict[int, int] | None = None) -> torch.Tensor:
         """Run tree nodes ``nodes`` (inputs ``x``: embeddings (B, n, dim)) over a cached prefix.
 
-        ``parents`` is the whole tree's parent array (topological order, root 0);
-        every ancestor of a node in ``nodes`` must be in ``nodes`` or processed by
-        an earlier call of the same step. Returns normed hidden states (B, n, dim).
+        ``parents`` is the (partial) tree's parent array, root 0. ``slots`` maps
+        processed nodes to cache slots relative to ``prefix_len`` and is
+        extended in place: new nodes take the next free slots in order (with a
+        fresh dict and ``nodes = 0..n-1``, node v sits in slot v). Every ancestor
+        of a node must be in ``nodes`` or already in ``slots``. Returns normed
+        hidden states (B, n, dim).
         """
-        return _run_tree(self.layers, self.norm, self.rope, self.cache_len, x, parents, nodes, prefix_len)
+        return run_tree(self.layers, self.norm, self.rope, self.cache_len, x, parents, nodes, prefix_len,
+                        {} if slots is None else slots)
 
-    def accept_path(self, prefix_len: int, path: np.ndarray | list[int]) -> int:
-        """Move the keys/values of accepted tree nodes ``path`` (root first) behind the prefix.
-
-        Returns the new prefix length ``prefix_len + len(path)``.
+    def accept_path(self, prefix_len: int, path_slots: np.ndarray | list[int]) -> int:
+        """Move the keys/values in slots ``path_slots`` (the accepted nodes, root first) behind the
+        prefix. Returns the new prefix length ``prefix_len + len(path_slots)``.
         """
-        return _accept(self.layers, prefix_len, path)
+        return move_accepted(self.layers, prefix_len, path_slots)
 
 
-def _run_tree(layers: nn.ModuleList, norm: nn.Module, rope: torch.Tensor, cache_len: int, x: torch.Tensor,
-              parents: np.ndarray, nodes: np.ndarray, prefix_len: int) -> torch.Tensor:
-    """Tree forward shared by the GPT and the EAGLE head (same cache layout)."""
-    nodes = np.asarray(nodes, dtype=np.int64)
+def run_tree(layers: nn.ModuleList, norm: nn.Module, rope: torch.Tensor, cache_len: int, x: torch.Tensor,
+             parents: np.ndarray, nodes: np.ndarray, prefix_len: int, slots: dict[int, int],
+             pos_offset: int = 0) -> torch.Tensor:
+    """Tree forward shared by the GPT and the EAGLE head (see :meth:`Transformer.forward_tree`).
+
+    Rotary position = pos_offset + prefix_len + depth (the EAGLE head's slot j
+    holds image token j, at position cls_token_num + j)."""
     if cache_len == 0:
         raise RuntimeError("no KV cache: call setup_cache first")
-    if prefix_len + len(parents) > cache_len:
-        raise ValueError(f"prefix {prefix_len} + tree of {len(parents)} nodes exceeds the cache {cache_len}")
-    positions = prefix_len + tree_depths(parents)[nodes]
+    parents = np.asarray(parents, dtype=np.int64)
+    nodes = np.asarray(nodes, dtype=np.int64)
+    for v in nodes.tolist():
+        if v in slots:
+            raise ValueError(f"tree node {v} was already processed in this step")
+        slots[v] = len(slots)
+    if prefix_len + len(slots) > cache_len:
+        raise ValueError(f"prefix {prefix_len} + {len(slots)} tree slots exceed the cache length {cache_len}")
+    positions = pos_offset + prefix_len + tree_depths(parents)[nodes]
     if positions.max() >= rope.shape[0]:
         raise ValueError(f"position {positions.max()} is past the last grid position {rope.shape[0] - 1}")
+    mask = np.zeros((nodes.size, cache_len), dtype=bool)
+    mask[:, :prefix_len] = True
+    for i, v in enumerate(nodes.tolist()):
+        while v >= 0:
+            if v not in slots:
+                raise ValueError(f"ancestor {v} of a tree node has not been processed")
+            mask[i, prefix_len + slots[v]] = True
+            v = int(parents[v])
     dev = x.device
-    mask = tree_attention_mask(parents, nodes, prefix_len, cache_len, dev)
-    slots = torch.as_tensor(prefix_len + nodes, device=dev)
+    slot_idx = torch.as_tensor([prefix_len + slots[v] for v in nodes.tolist()], device=dev)
     table = rope[torch.as_tensor(positions, device=dev)]
     h = x
     for layer in layers:
-        h = layer(h, table, slots, mask)
+        h = layer(h, table, slot_idx, torch.from_numpy(mask).to(dev))
     return norm(h)
 
 
-def _accept(layers: nn.ModuleList, prefix_len: int, path: np.ndarray | list[int]) -> int:
-    path = np.asarray(path, dtype=np.int64)
-    if path.size == 0 or path[0] != 0 or np.any(np.diff(path) <= 0):
-        raise ValueError(f"accepted path {path.tolist()} must start at the root and increase")
-    if np.any(path != np.arange(path.size)):
+def move_accepted(layers: nn.ModuleList, prefix_len: int, path_slots: np.ndarray | list[int]) -> int:
+    """Copy cache slots ``prefix_len + path_slots`` to ``prefix_len + 0, 1, ...`` in every layer."""
+    rel = np.asarray(path_slots, dtype=np.int64)
+    if rel.size == 0 or rel[0] != 0:
+        raise ValueError(f"accepted path slots {rel.tolist()} must start with the root's slot 0")
+    if np.any(rel != np.arange(rel.size)):
         dev = layers[0].attention.kv_cache.k.device
-        src = torch.as_tensor(prefix_len + path, device=dev)
-        dst = torch.arange(prefix_len, prefix_len + path.size, device=dev)
+        src = torch.as_tensor(prefix_len + rel, device=dev)
+        dst = torch.arange(prefix_len, prefix_len + rel.size, device=dev)
         for layer in layers:
             layer.attention.kv_cache.move(src, dst)
-    return prefix_len + int(path.size)
+    return prefix_len + int(rel.size)
