@@ -29,11 +29,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from reference.checkpoint import load_strict
 
 
 def find_multiple(n: int, k: int) -> int:
@@ -400,3 +403,16 @@ def move_accepted(layers: nn.ModuleList, prefix_len: int, path_slots: np.ndarray
         for layer in layers:
             layer.attention.kv_cache.move(src, dst)
     return prefix_len + int(rel.size)
+
+
+def load_gpt(path: str | Path, name: str, **overrides: object) -> Transformer:
+    """Build ``gpt_config(name, **overrides)`` and load an official LlamaGen c2i checkpoint strictly.
+
+    A ``freqs_cis`` tensor (stored by some LlamaGen versions) is accepted when its
+    shape matches this grid and head size; it is recomputed, not loaded.
+    """
+    cfg = gpt_config(name, **overrides)
+    model = Transformer(cfg)
+    rope_shape = (cfg.seq_len, cfg.head_dim // 2, 2)
+    load_strict(model, path, optional={"freqs_cis": rope_shape})
+    return model.eval()
