@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reference.checkpoint import load_strict
+from reference.checkpoint import load_state, read_state_dict
 
 
 def find_multiple(n: int, k: int) -> int:
@@ -412,7 +412,12 @@ def load_gpt(path: str | Path, name: str, **overrides: object) -> Transformer:
     shape matches this grid and head size; it is recomputed, not loaded.
     """
     cfg = gpt_config(name, **overrides)
+    state = read_state_dict(path)
+    emb = state.get("tok_embeddings.weight")
+    if emb is not None and emb.ndim == 2 and emb.shape[0] != cfg.vocab_size:
+        raise ValueError(f"vocabulary mismatch: checkpoint {path} has {emb.shape[0]} image tokens, the "
+                         f"codebook (--codebook-size) has {cfg.vocab_size}")
     model = Transformer(cfg)
     rope_shape = (cfg.seq_len, cfg.head_dim // 2, 2)
-    load_strict(model, path, optional={"freqs_cis": rope_shape})
+    load_state(model, state, optional={"freqs_cis": rope_shape}, source=f"checkpoint {path}")
     return model.eval()
