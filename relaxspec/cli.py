@@ -15,6 +15,7 @@ import sys
 # (subcommand, module providing add_parser)
 SUBCOMMANDS: list[tuple[str, str]] = [
     ("theory", "theory.cli"),
+    ("generate, replay, rescore", "reference.cli"),
 ]
 
 
