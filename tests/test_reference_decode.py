@@ -137,12 +137,11 @@ def test_trace_replays_exactly_and_rescores(tmp_path, models, rule: str, variant
         seq = [s for s in steps if s.sequence == c]
         emitted = np.concatenate([np.append(s.tokens[s.path[1:]], s.bonus) for s in seq])
         assert np.array_equal(emitted, r.tokens)
-    report = replay(tmp_path / "t")
+    report = replay(tmp_path / "t", require_simulate=True)
+    assert report.engines == ["theory", "simulate"]
     assert report.ok and report.steps == len(steps), report.mismatches[:3]
     score = rescore(tmp_path / "t", rule, relax, variant)
     assert 1.0 <= score["exact_tokens_per_step"] <= 4.0
-    if "simulate" in report.missing_engines:
-        pytest.xfail("simulate.verify_step is not on this branch yet: replayed through theory only")
 
 
 def test_rescoring_none_matches_the_tree_expectation(tmp_path, models) -> None:
