@@ -142,8 +142,8 @@ class Decoder:
 
     def _labels(self, label: int) -> torch.Tensor:
         cfg = self.target.cfg
-        if not 0 <= label < cfg.num_classes:
-            raise ValueError(f"class label {label} is out of range [0, {cfg.num_classes})")
+        if not 0 <= label < cfg.class_rows:  # label num_classes (the null class): unconditional
+            raise ValueError(f"class label {label} is out of range [0, {cfg.class_rows})")
         labels = [label, cfg.null_class] if self.settings.guided else [label]
         return torch.tensor(labels, device=self.device)
 

@@ -132,7 +132,7 @@ def gpt_config(name: str, **overrides: object) -> GPTConfig:
     if name not in SHAPES:
         raise ValueError(f"unknown GPT model {name!r}; expected one of {sorted(SHAPES)}")
     n_layer, n_head, dim = SHAPES[name]
-    cfg = GPTConfig(dim=dim, n_layer=n_layer, n_head=n_head)
+    cfg = GPTConfig(dim=dim, n_layer=n_layer, n_head=n_head, multiple_of=8 if dim < 64 else 256)
     return replace(cfg, **overrides)  # type: ignore[arg-type]
 
 
