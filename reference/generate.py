@@ -29,6 +29,7 @@ from tqdm import tqdm
 from reference.decode import Decoder, DecodeSettings, StepStats
 from reference.drafter import EagleDraftSession, EagleHead, GPTDraftSession
 from reference.model import load_gpt
+from reference.tree_policies import policy_from_spec
 from reference.vq import VQModel, save_png, to_uint8, vq_config
 from simulate.trace import Sampling, TraceHeader, TraceWriter, array_sha256, file_sha256
 from theory.neighbours import DEFAULT_K_MAX, load_neighbours
@@ -50,15 +51,6 @@ def parse_kv(text: str) -> dict[str, object]:
         except json.JSONDecodeError:
             out[key] = value
     return out
-
-
-def make_policy(tree: str, tree_args: dict[str, object], rule: str) -> tuple[object, int]:
-    """A tree builder from ``simulate.policies`` and the number of uniforms it consumes per step."""
-    try:
-        from simulate import policies  # type: ignore[attr-defined]
-    except ImportError as err:
-        raise ValueError(f"tree policy {tree!r} needs simulate.policies, which is not installed") from err
-    return policies.from_spec(tree, rule=rule, **tree_args)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -141,8 +133,8 @@ def run(args: argparse.Namespace) -> int:
         neighbours = load_neighbours(args.neighbours, args.codebook_size)
     elif args.trace or not relax.is_exact:
         neighbours = vq.neighbours(args.k_max, normalize=args.neighbours_normalized)
-    policy, n_uniforms = (None, 0) if args.tree == "ar" else make_policy(args.tree, parse_kv(args.tree_args),
-                                                                          args.rule)
+    policy, n_uniforms = (None, 0) if args.tree == "ar" else policy_from_spec(args.tree, args.rule,
+                                                                              **parse_kv(args.tree_args))
     settings = DecodeSettings(rule=args.rule, relax=relax, variant=args.variant, target_sampling=sampling,
                               draft_sampling=sampling, cfg_scale=args.cfg_scale,
                               logits_dtype=args.logits_dtype)
