@@ -19,6 +19,7 @@ import copy
 import csv
 import json
 import os
+import re
 from dataclasses import asdict, fields
 from pathlib import Path
 
@@ -40,9 +41,9 @@ PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float
 
 
 def parse_kv(text: str) -> dict[str, object]:
-    """``a=1,b=2.5,c=name`` -> dict (numbers parsed, JSON lists allowed)."""
+    """``a=1,b=2.5,c=name,d=[[0],[1]]`` -> dict (values parsed as JSON when they are JSON)."""
     out: dict[str, object] = {}
-    for part in filter(None, (s.strip() for s in text.split(","))):
+    for part in filter(None, (s.strip() for s in re.split(r",(?=\s*\w+=)", text))):
         key, sep, value = part.partition("=")
         if not sep or not key:
             raise ValueError(f"bad tree argument {part!r}; expected key=value")
