@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from reference.drafter import DraftSession
-from reference.model import Transformer
+from reference.model import Transformer, tree_depths
 from simulate.trace import LOGIT_DTYPES, Sampling, TraceStep, TraceWriter
 from theory.relax import Relax
 from theory.tree import Tree, sample_step
@@ -237,7 +237,7 @@ class Decoder:
             nodes = np.asarray(nodes, dtype=np.int64)
             seen.update(parents=parents, tokens=np.asarray(tokens, dtype=np.int64))
             seen["calls"] += 1
-            idx = np.flatnonzero(_depths(parents)[nodes] < max_depth)  # deeper nodes' children are pruned
+            idx = np.flatnonzero(tree_depths(parents)[nodes] < max_depth)  # deeper nodes' children are pruned
             out = np.full((nodes.size, self.vocab), 1.0 / self.vocab)
             if idx.size:
                 stored = self._stored(drafter.draft(parents, tokens, nodes[idx]))
@@ -259,13 +259,6 @@ class Decoder:
             return np.array([partial_index.get(final_keys[v], -1) for v in path], dtype=np.int64)
 
         return tree, int(getattr(built, "draft_calls", seen["calls"])), located, draft_rows
-
-
-def _depths(parents: np.ndarray) -> np.ndarray:
-    d = np.zeros(parents.size, dtype=np.int64)
-    for v in range(1, parents.size):
-        d[v] = d[parents[v]] + 1
-    return d
 
 
 def _token_paths(parents: np.ndarray, tokens: np.ndarray) -> list[tuple[int, ...]]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from reference.model import tree_depths
 from theory.sampler import draw_without_replacement
 from theory.tree import Tree, choices_to_parents
 
@@ -123,7 +124,7 @@ class EagleTree:
             calls += 1
             layer = [c for i, v in enumerate(beam) for c in expand(v, rows[i])]
         pool = np.arange(1, len(parents))
-        depth_of = _depths(np.array(parents))
+        depth_of = tree_depths(np.array(parents))
         best = sorted(pool, key=lambda v: (-scores[v], depth_of[v], v))[: self.total - 1]
         keep = np.zeros(len(parents), dtype=bool)
         keep[0] = True
@@ -133,13 +134,6 @@ class EagleTree:
                 keep[parents[v]] = True
                 v = parents[v]
         return BuiltTree(_subtree(np.array(parents), np.array(tokens), keep), calls)
-
-
-def _depths(parents: np.ndarray) -> np.ndarray:
-    d = np.zeros(parents.size, dtype=np.int64)
-    for v in range(1, parents.size):
-        d[v] = d[parents[v]] + 1
-    return d
 
 
 def _subtree(parents: np.ndarray, tokens: np.ndarray, keep: np.ndarray) -> Tree:
