@@ -85,5 +85,5 @@ def step_counter(step: np.int64, node: np.int64, purpose: np.int64) -> np.int64:
 
 def step_uniforms(seed: int, sequence: int, step: int, n_nodes: int, purpose: int) -> np.ndarray:
     """The uniforms ``u[v]`` (v < n_nodes) that a run's kernel draws for one step (float64)."""
-    key = stream_key(np.int64(seed), np.int64(sequence))
+    key = np.uint64(stream_key(np.int64(seed), np.int64(sequence)))
     return np.array([uniform(key, step_counter(step, v, purpose)) for v in range(n_nodes)])
