@@ -12,7 +12,8 @@ with one-node trees.
 
 Uniforms come from ``numpy.random.default_rng(SeedSequence([seed, sequence]))``,
 per step in this order: the policy's uniforms (R2's draws without
-replacement), then ``u_accept`` and ``u_draw`` (one per tree node).
+replacement: one per template node of the static tree), then ``u_accept`` and
+``u_draw`` (one per tree node).
 """
 
 from __future__ import annotations
@@ -36,10 +37,13 @@ DraftFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
 class TreePolicy(Protocol):
-    """What the decoder needs of a tree builder (``simulate.policies``)."""
+    """What the decoder needs of a tree builder (``simulate.policies.TreePolicy``)."""
 
-    def build(self, q_root: np.ndarray, draft: DraftFn, u: np.ndarray) -> Any:
-        """A built tree (``.tree``: ``theory.Tree``) from the root's draft distribution."""
+    supports_draws: bool
+
+    def build(self, q_root: np.ndarray, draft: DraftFn, u: np.ndarray | None = None) -> Any:
+        """A built tree (``.tree``: ``theory.Tree``, ``.draft_calls``) from the root's draft
+        distribution; ``u`` (one uniform per template node) ranks children by draws (R2)."""
         ...
 
 
@@ -111,8 +115,7 @@ class Decoder:
     """Generate images token by token (``drafter=None``) or speculatively with ``policy``."""
 
     def __init__(self, target: Transformer, settings: DecodeSettings, *, drafter: DraftSession | None = None,
-                 policy: TreePolicy | None = None, neighbours: np.ndarray | None = None,
-                 policy_uniforms: int = 0) -> None:
+                 policy: TreePolicy | None = None, neighbours: np.ndarray | None = None) -> None:
         if (drafter is None) != (policy is None):
             raise ValueError("speculative decoding needs both a drafter and a tree policy")
         if drafter is not None and getattr(drafter, "vocab_size", None) != target.cfg.vocab_size:
@@ -121,7 +124,9 @@ class Decoder:
         self.target, self.settings, self.drafter, self.policy = target, settings, drafter, policy
         self.vocab = target.cfg.vocab_size
         self.neighbours = neighbour_rows(neighbours, self.vocab, settings.relax, settings.variant)
-        self.policy_uniforms = policy_uniforms
+        if policy is not None and settings.rule == "r2" and not policy.supports_draws:
+            raise ValueError(f"rule r2 drafts children by draws without replacement: tree policy {policy} "
+                             "ranks by top-k only; use a static tree")
         self.device = next(target.parameters()).device
         batch = 2 if settings.guided else 1
         target.setup_cache(batch, settings.max_tree_nodes)
@@ -247,7 +252,7 @@ class Decoder:
                     out[j] = self._probs(stored[i], st.draft_sampling, "draft")
             return out
 
-        u = rng.random(self.policy_uniforms)
+        u = rng.random(self.policy.n_nodes) if st.rule == "r2" else None
         built = self.policy.build(q_root, draft, u)
         tree = _prune(built.tree, max_depth, root)
         final_keys = _token_paths(tree.parents, tree.tokens)

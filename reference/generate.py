@@ -30,8 +30,8 @@ from tqdm import tqdm
 from reference.decode import Decoder, DecodeSettings, StepStats
 from reference.drafter import EagleDraftSession, EagleHead, GPTDraftSession
 from reference.model import load_gpt
-from reference.tree_policies import policy_from_spec
 from reference.vq import VQModel, save_png, to_uint8, vq_config
+from simulate.policies import DDDTree, Eagle2Tree, StaticTree, TreePolicy
 from simulate.trace import Sampling, TraceHeader, TraceWriter, array_sha256, file_sha256
 from theory.neighbours import DEFAULT_K_MAX, load_neighbours
 from theory.relax import Relax
@@ -54,6 +54,26 @@ def parse_kv(text: str) -> dict[str, object]:
     return out
 
 
+def policy_from_spec(tree: str, **kw: object) -> TreePolicy:
+    """A ``simulate.policies`` tree builder by name: ``static`` (``choices``: ``mc_sim_7b_63``,
+    ``naive_extend_57`` or a JSON list of rank paths), ``eagle2`` (``top_k``, ``depth``,
+    ``total_tokens``; LANTERN's LlamaGen defaults 10, 4, 59) or ``ddd`` (``top_k``, ``max_calls``,
+    ``check_steps``, ``threshold``, ``total_tokens``; paper defaults 10, 11, [5, 7, 9], -0.3, 60)."""
+    try:
+        if tree == "static":
+            choices = kw.pop("choices", "naive_extend_57")
+            if kw:
+                raise TypeError(f"unexpected arguments {sorted(kw)}")
+            return StaticTree.builtin(choices) if isinstance(choices, str) else StaticTree(choices)
+        if tree == "eagle2":
+            return Eagle2Tree(**kw)  # type: ignore[arg-type]
+        if tree == "ddd":
+            return DDDTree(**kw)  # type: ignore[arg-type]
+    except TypeError as err:
+        raise ValueError(f"bad arguments for tree policy {tree!r}: {err}") from err
+    raise ValueError(f"unknown tree policy {tree!r}; expected one of {TREES}")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``generate`` options."""
     g = p.add_argument_group("models (local files only; nothing is downloaded)")
@@ -72,7 +92,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--classes", required=True, help="comma-separated class labels, e.g. 207,360")
     s.add_argument("--per-class", type=int, default=1, help="images per class")
     s.add_argument("--tree", choices=TREES, default="eagle2")
-    s.add_argument("--tree-args", default="", help="policy arguments, e.g. top_k=10,depth=4,total=59")
+    s.add_argument("--tree-args", default="", help="policy arguments, e.g. top_k=10,depth=4,total_tokens=59")
     s.add_argument("--rule", choices=("r1", "r2", "r3"), default="r1")
     s.add_argument("--relax", default="none",
                    help="none | additive:k=1000,delta=0.1 | multiplicative:k=1000,lam=2")
@@ -134,13 +154,11 @@ def run(args: argparse.Namespace) -> int:
         neighbours = load_neighbours(args.neighbours, args.codebook_size)
     elif args.trace or not relax.is_exact:
         neighbours = vq.neighbours(args.k_max, normalize=args.neighbours_normalized)
-    policy, n_uniforms = (None, 0) if args.tree == "ar" else policy_from_spec(args.tree, args.rule,
-                                                                              **parse_kv(args.tree_args))
+    policy = None if args.tree == "ar" else policy_from_spec(args.tree, **parse_kv(args.tree_args))
     settings = DecodeSettings(rule=args.rule, relax=relax, variant=args.variant, target_sampling=sampling,
                               draft_sampling=sampling, cfg_scale=args.cfg_scale,
                               logits_dtype=args.logits_dtype)
-    decoder = Decoder(target, settings, drafter=drafter, policy=policy, neighbours=neighbours,
-                      policy_uniforms=n_uniforms)
+    decoder = Decoder(target, settings, drafter=drafter, policy=policy, neighbours=neighbours)
 
     out = Path(args.out)
     (out / "images").mkdir(parents=True, exist_ok=True)

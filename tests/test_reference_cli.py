@@ -37,7 +37,7 @@ def gen_args(ckpts, out, *extra: str) -> list[str]:
 def test_generate_trace_replay_rescore_and_resume(tmp_path, ckpts, capsys) -> None:
     out = tmp_path / "run"
     args = gen_args(ckpts, out, "--classes", "0,2", "--per-class", "2", "--tree", "eagle2",
-                    "--tree-args", "top_k=3,depth=2,total=8", "--rule", "r1",
+                    "--tree-args", "top_k=3,depth=2,total_tokens=8", "--rule", "r1",
                     "--relax", "additive:k=3,delta=0.1", "--trace", "--draft-ckpt",
                     str(ckpts / "c2i_tiny_draft.pt"), "--draft-model", "GPT-tiny")
     assert main(args) == 0
@@ -97,6 +97,6 @@ def test_trained_eagle_head_drives_generation(tmp_path, ckpts) -> None:
                        "--codebook-size", "8", "--grid", "2", "--num-classes", "3", "--sequences", "16",
                        "--steps", "20", "--device", "cpu", "--out", str(head)]) == 0
     assert main(gen_args(ckpts, tmp_path / "e", "--classes", "0", "--tree", "ddd",
-                         "--tree-args", "top_k=2,max_calls=3,checks=[2]", "--eagle-ckpt", str(head),
-                         "--trace")) == 0
+                         "--tree-args", "top_k=2,max_calls=3,check_steps=[2],total_tokens=5",
+                         "--eagle-ckpt", str(head), "--trace")) == 0
     assert main(["replay", str(tmp_path / "e" / "trace")]) == 0

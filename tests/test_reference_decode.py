@@ -14,7 +14,7 @@ from scipy.stats import chi2
 from reference.decode import Decoder, DecodeSettings
 from reference.drafter import EagleDraftSession, EagleHead, GPTDraftSession
 from reference.replay import replay, rescore, rescore_steps
-from reference.tree_policies import EagleTree, StaticTree
+from simulate.policies import DDDTree, Eagle2Tree, StaticTree
 from simulate.trace import Sampling, TraceHeader, TraceWriter, read_trace
 from theory.distributions import logits_to_probs
 from theory.neighbours import neighbour_table
@@ -62,31 +62,29 @@ def make_decoder(models, rule: str, drafter: str, relax: Relax = Relax.none(), n
                  policy=None) -> Decoder:
     target, small, head = models
     session = GPTDraftSession(small) if drafter == "gpt" else EagleDraftSession(head, target)
-    policy = policy or StaticTree(CHOICES, sampled=rule == "r2")
+    policy = policy or StaticTree(CHOICES)
     st = DecodeSettings(rule=rule, relax=relax, cfg_scale=CFG, target_sampling=SAMPLING,
                         draft_sampling=SAMPLING)
-    return Decoder(target, st, drafter=session, policy=policy, neighbours=neighbours,
-                   policy_uniforms=policy.uniforms)
+    return Decoder(target, st, drafter=session, policy=policy, neighbours=neighbours)
 
 
 POLICIES = {
-    "static": lambda sampled: StaticTree(CHOICES, sampled=sampled),
-    "eagle2": lambda sampled: EagleTree(top_k=3, depth=2, total=8, sampled=sampled),
-    "ddd": lambda sampled: EagleTree(top_k=2, depth=3, total=6, sampled=sampled, checks=(2, 3),
-                                     threshold=-0.7),
+    "static": lambda: StaticTree(CHOICES),
+    "eagle2": lambda: Eagle2Tree(top_k=3, depth=2, total_tokens=8),
+    "ddd": lambda: DDDTree(top_k=2, max_calls=4, check_steps=(2, 3), threshold=-0.7, total_tokens=6),
 }
 
 
 @pytest.mark.parametrize("rule, drafter, tree", [
     ("r1", "gpt", "static"), ("r2", "gpt", "static"), ("r1", "eagle", "static"), ("r1", "gpt", "eagle2"),
-    ("r2", "eagle", "eagle2"), ("r1", "eagle", "ddd"), ("ar", None, None),
+    ("r1", "eagle", "eagle2"), ("r1", "eagle", "ddd"), ("ar", None, None),
 ])
 def test_speculative_sampling_is_lossless(models, rule: str, drafter: str | None, tree: str | None) -> None:
     seqs, probs = exact_sequence_probs(models[0], label=1)
     if rule == "ar":
         dec = Decoder(models[0], DecodeSettings(cfg_scale=CFG, target_sampling=SAMPLING))
     else:
-        dec = make_decoder(models, rule, drafter, policy=POLICIES[tree](rule == "r2"))
+        dec = make_decoder(models, rule, drafter, policy=POLICIES[tree]())
     samples = np.array([dec.generate(1, seed=7, sequence=i).tokens for i in range(1500)])
     ok, stat, limit = chi_square_ok(samples, seqs, probs)
     assert ok, f"chi-square {stat:.1f} >= {limit:.1f}"
@@ -97,7 +95,7 @@ def test_speculative_sampling_is_lossless(models, rule: str, drafter: str | None
 def test_greedy_speculative_decoding_returns_the_greedy_tokens(models, drafter: str, tree: str) -> None:
     target = models[0]
     ar = Decoder(target, DecodeSettings(rule="r3", cfg_scale=CFG, target_sampling=SAMPLING))
-    spec = make_decoder(models, "r3", drafter, policy=POLICIES[tree](False))
+    spec = make_decoder(models, "r3", drafter, policy=POLICIES[tree]())
     for label in range(3):
         want = ar.generate(label, seed=0).tokens
         got = spec.generate(label, seed=0)
