@@ -100,3 +100,17 @@ def test_trained_eagle_head_drives_generation(tmp_path, ckpts) -> None:
                          "--tree-args", "top_k=2,max_calls=3,check_steps=[2],total_tokens=5",
                          "--eagle-ckpt", str(head), "--trace")) == 0
     assert main(["replay", str(tmp_path / "e" / "trace")]) == 0
+
+
+def test_benchmark_without_cuda_says_so(capsys) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "decoder_bench.py"
+    spec = importlib.util.spec_from_file_location("decoder_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the benchmark measures instead")
+    assert bench.main(["--no-cpu"]) == 0
+    assert "no CUDA device" in capsys.readouterr().out

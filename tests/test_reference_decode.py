@@ -173,3 +173,20 @@ def test_rescoring_none_matches_the_tree_expectation(tmp_path, models) -> None:
         for v in range(1, tree.size):
             acc[v] = acc[tree.parents[v]] * p[tree.parents[v], tree.tokens[v]]
         assert e == pytest.approx(acc.sum(), rel=1e-12)
+
+
+def test_replay_reports_a_tampered_step(tmp_path, models) -> None:
+    dec = make_decoder(models, "r1", "gpt")
+    header = TraceHeader(model="tiny", checkpoint_sha256="0" * 64, vocab_size=8, codebook_sha256="0" * 64,
+                         rule="r1", relax="none", variant="principled", tree="static",
+                         target_sampling=SAMPLING, draft_sampling=SAMPLING, logits_dtype="float32")
+    with TraceWriter(tmp_path / "t", header) as w:
+        dec.generate(0, seed=4, sequence=0, trace=w)
+    chunk = next((tmp_path / "t").glob("chunk-*.npz"))
+    with np.load(chunk) as z:
+        data = dict(z)
+    data["bonus"][1] = (data["bonus"][1] + 1) % 8
+    np.savez(chunk, **data)
+    report = replay(tmp_path / "t")
+    assert len(report.mismatches) == 2  # theory and simulate both disagree with the record
+    assert "position" in report.mismatches[0]
