@@ -13,16 +13,29 @@ Public API
 - :func:`run` -> :class:`SimResult`.
 """
 
+from simulate.engine import SimResult, run
 from simulate.policies import BuiltTree, DDDTree, Eagle2Tree, StaticTree, TreePolicy
+from simulate.sequoia import SequoiaTree, measure_positional_acceptance
 from simulate.verify import StepExpectation, step_expectation, verify_step
+from simulate.worlds import PRESETS, LatentParams, LatentWorld, StationaryWorld, TraceWorld, world_stats
 
 __all__ = [
+    "PRESETS",
     "BuiltTree",
     "DDDTree",
     "Eagle2Tree",
+    "LatentParams",
+    "LatentWorld",
+    "SequoiaTree",
+    "SimResult",
     "StaticTree",
+    "StationaryWorld",
     "StepExpectation",
+    "TraceWorld",
     "TreePolicy",
+    "measure_positional_acceptance",
+    "run",
     "step_expectation",
     "verify_step",
+    "world_stats",
 ]

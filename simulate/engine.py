@@ -152,7 +152,7 @@ class SimResult:
 
 
 # ------------------------------------------------------------------ kernel
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps,
               threshold, max_nodes, max_buffer, n_q, rule, code, k, param, variant, nb, seq_len, seed,
               o_int, o_exp, o_tv, n_steps):
@@ -256,7 +256,7 @@ def _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tok
     n_steps[s] = step
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, error_model="numpy")
 def simulate_kernel(W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps,
                     threshold, max_nodes, max_buffer, n_q, rule, code, k, param, variant, nb, n_seq,
                     seq_len, seed, o_int, o_exp, o_tv, n_steps):

@@ -27,7 +27,7 @@ from simulate.verify_kernels import draw_token
 from simulate.world_kernels import draft_row, ensure_state
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def safe_log(x):
     """log with log(0) = -inf."""
     if x > 0.0:
@@ -35,7 +35,7 @@ def safe_log(x):
     return -math.inf
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def top_m(values, lo, hi, m, out):
     """Indices in [lo, hi) of the m largest ``values`` (ties: lower index first), in rank order.
 
@@ -56,7 +56,7 @@ def top_m(values, lo, hi, m, out):
     return cnt
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def draws_without_replacement(q, u, m, qr, out):
     """``theory.draw_without_replacement``: up to m successive draws, ``u[i]`` for draw i."""
     for x in range(q.shape[0]):
@@ -77,7 +77,7 @@ def draws_without_replacement(q, u, m, qr, out):
     return cnt
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _expand(W, v, bparent, btoken, zs, hs, have, qrow, q_rows, nq, kbuf):
     ensure_state(W, v, bparent, btoken, zs, hs, have)
     draft_row(W, zs[v], hs[v], q_rows[nq], kbuf)
@@ -85,7 +85,7 @@ def _expand(W, v, bparent, btoken, zs, hs, have, qrow, q_rows, nq, kbuf):
     return nq + 1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def build_static(W, tparents, tranks, tdepths, draws, utree, bparent, btoken, bdepth, zs, hs, have, qrow,
                  q_rows, kbuf, scratch, parents, tokens, depths, buf_of):
     """Static tree from a template (``StaticTree.build``); returns (n, draft calls).
@@ -156,7 +156,7 @@ def build_static(W, tparents, tranks, tdepths, draws, utree, bparent, btoken, bd
     return n, calls
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, bparent, btoken, bdepth, zs,
                   hs, have, qrow, q_rows, kbuf, score, parents, tokens, depths, buf_of):
     """EAGLE-2 / DDD tree (``Eagle2Tree.build``); returns (n, draft calls)."""
@@ -225,3 +225,81 @@ def build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, bpa
         depths[i + 1] = bdepth[b]
         buf_of[i + 1] = b
     return nk + 1, calls
+
+
+def kernel_draft(world, z0: np.ndarray, h0: np.uint64, temperature: float = 1.0):
+    """A ``draft(parents, tokens, nodes)`` callback backed by the world's in-kernel drafter.
+
+    With it, a policy's NumPy ``build`` sees exactly the q rows its Numba
+    builder computes (used to test the builders against each other)."""
+    from simulate.world_kernels import draft_row as _draft_row
+    from simulate.world_kernels import transition as _transition
+
+    W = world.kernel_world(float(temperature))
+    V = world.vocab_size
+
+    def state(parents, tokens, v):
+        if v == 0:
+            return z0, np.uint64(h0)
+        z, h = state(parents, tokens, int(parents[v]))
+        out = np.empty_like(z)
+        h2 = _transition(W[1], W[4], W[5][0], z, np.uint64(h), int(tokens[v]), out)
+        return out, np.uint64(h2)
+
+    def draft(parents, tokens, nodes):
+        rows = np.empty((len(nodes), V))
+        for i, v in enumerate(nodes):
+            z, h = state(parents, tokens, int(v)) if W[0] == 0 else (np.zeros(1), np.uint64(0))
+            _draft_row(W, z, np.uint64(h), rows[i], np.empty(V))
+        return rows
+
+    return draft
+
+
+def kernel_build(policy, world, z0: np.ndarray, h0: np.uint64, temperature: float = 1.0,
+                 u: np.ndarray | None = None):
+    """Build one tree with the policy's Numba builder from root state (z0, h0).
+
+    Returns ``(parents, tokens, q, draft_calls)`` with q the draft rows of the
+    final nodes (uniform where never expanded), as ``BuiltTree`` holds them."""
+    from simulate.policies import KIND_STATIC
+
+    ps = policy.kernel_spec()
+    W = world.kernel_world(float(temperature))
+    V = world.vocab_size
+    d = W[1].shape[0]
+    nbuf = ps.max_buffer
+    bparent = np.zeros(nbuf, dtype=np.int64)
+    btoken = np.zeros(nbuf, dtype=np.int64)
+    bdepth = np.zeros(nbuf, dtype=np.int64)
+    zs = np.zeros((nbuf, d))
+    hs = np.zeros(nbuf, dtype=np.uint64)
+    have = np.zeros(nbuf, dtype=np.bool_)
+    if W[0] == 0:
+        zs[0] = z0
+        hs[0] = np.uint64(h0)
+    have[0] = True
+    qrow = np.full(nbuf, -1, dtype=np.int64)
+    q_rows = np.empty((nbuf, V))
+    kbuf = np.empty(V)
+    parents = np.empty(ps.max_nodes, dtype=np.int64)
+    tokens = np.empty(ps.max_nodes, dtype=np.int64)
+    depths = np.empty(ps.max_nodes, dtype=np.int64)
+    buf_of = np.empty(ps.max_nodes, dtype=np.int64)
+    if ps.kind == KIND_STATIC:
+        tdepths = np.zeros(ps.parents.size, dtype=np.int64)
+        for v in range(1, ps.parents.size):
+            tdepths[v] = tdepths[ps.parents[v]] + 1
+        utree = np.zeros(ps.parents.size) if u is None else np.asarray(u, dtype=np.float64)
+        n, calls = build_static(W, ps.parents, ps.ranks, tdepths, u is not None, utree, bparent, btoken,
+                                bdepth, zs, hs, have, qrow, q_rows, kbuf, np.empty(V), parents, tokens,
+                                depths, buf_of)
+    else:
+        n, calls = build_dynamic(W, ps.top_k, ps.max_calls, ps.total_tokens, ps.check_steps, ps.threshold,
+                                 bparent, btoken, bdepth, zs, hs, have, qrow, q_rows, kbuf, np.zeros(nbuf),
+                                 parents, tokens, depths, buf_of)
+    q = np.full((n, V), 1.0 / V)
+    for v in range(n):
+        if qrow[buf_of[v]] >= 0:
+            q[v] = q_rows[qrow[buf_of[v]]]
+    return parents[:n].copy(), tokens[:n].copy(), q, int(calls)

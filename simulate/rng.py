@@ -36,7 +36,7 @@ U_TREE = 2
 N_PURPOSES = 4
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def fmix(x: np.uint64) -> np.uint64:
     """SplitMix64 finaliser: a bijective 64-bit mixer."""
     x = np.uint64(x)
@@ -45,26 +45,26 @@ def fmix(x: np.uint64) -> np.uint64:
     return x ^ (x >> _S31)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def combine(key: np.uint64, value: np.int64) -> np.uint64:
     """Key of a child stream: ``fmix(key + (value + 1) * GOLDEN)`` mixed once more."""
     return fmix(fmix(np.uint64(key) + (np.uint64(value) + _ONE) * GOLDEN))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def stream_key(seed: np.int64, index: np.int64) -> np.uint64:
     """Key of stream ``index`` of generator ``seed`` (e.g. one sequence of a run)."""
     return combine(fmix(np.uint64(seed) * GOLDEN + GOLDEN), index)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def uniform(key: np.uint64, counter: np.int64) -> float:
     """A uniform in [0, 1) with 53 random bits: draw ``counter`` of stream ``key``."""
     bits = fmix(np.uint64(key) + (np.uint64(counter) + _ONE) * GOLDEN)
     return float(bits >> _S11) * _TWO_M53
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def normals(key: np.uint64, out: np.ndarray) -> None:
     """Fill ``out`` with standard normals (Box-Muller on draws 0, 1, 2, ... of ``key``)."""
     n = out.shape[0]
@@ -77,7 +77,7 @@ def normals(key: np.uint64, out: np.ndarray) -> None:
             out[i + 1] = rad * math.sin(2.0 * math.pi * u2)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def step_counter(step: np.int64, node: np.int64, purpose: np.int64) -> np.int64:
     """Counter of the uniform that ``node`` spends for ``purpose`` at decoding ``step``."""
     return (step * np.int64(1 << 20) + node) * N_PURPOSES + purpose

@@ -31,7 +31,7 @@ VARIANT_CODES = {"principled": 0, "official": 1}
 
 
 # ---------------------------------------------------------------- R1 residual
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def r1_value(p, mark, epoch, unif, x):
     """r(x) of the implicit R1 residual."""
     if mark[x] == epoch:
@@ -41,7 +41,7 @@ def r1_value(p, mark, epoch, unif, x):
     return p[x]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def r1_merge(p, mark, epoch, unif, Z, x, nb, code, k, param):
     """``theory.relax.merge_count`` on the implicit residual: returns (J, C_J)."""
     if code == 0 or k == 0:
@@ -59,7 +59,7 @@ def r1_merge(p, mark, epoch, unif, Z, x, nb, code, k, param):
     return k, c
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def r1_accept_prob(rx, c, Z):
     """``min(1, (r(x) + C_J) / Z)`` (1 when Z <= 0), as in ``theory.stages.r1_stage``."""
     if Z > 0.0:
@@ -67,7 +67,7 @@ def r1_accept_prob(rx, c, Z):
     return 1.0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def zero_count(J, k, width, variant):
     """How many neighbours a rejection zeroes besides x (``theory.stages.zero_set``)."""
     if variant == 1 and J >= 1:
@@ -75,7 +75,7 @@ def zero_count(J, k, width, variant):
     return J
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def r1_reject(p, mark, epoch, unif, Z, x, J, nb, k, variant):
     """``theory.stages.r1_reject`` on the zero set of x: returns (Z, epoch, unif)."""
     removed = r1_value(p, mark, epoch, unif, x)
@@ -91,7 +91,7 @@ def r1_reject(p, mark, epoch, unif, Z, x, J, nb, k, variant):
     return Z, epoch, unif
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def r1_sample_node(p, kids, u_kids, mark, epoch, code, k, param, variant, nb):
     """Verify one node under R1 with the children's uniforms.
 
@@ -110,7 +110,7 @@ def r1_sample_node(p, kids, u_kids, mark, epoch, code, k, param, variant, nb):
     return -1, epoch, unif
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def r1_draw(p, mark, epoch, unif, u):
     """``theory.sampler.draw_token`` on the implicit R1 residual."""
     V = p.shape[0]
@@ -133,7 +133,7 @@ def r1_draw(p, mark, epoch, unif, u):
 
 
 # ---------------------------------------------------------------- plain rows
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def draw_token(r, u):
     """``theory.sampler.draw_token``: inverse CDF on a sequential cumulative sum."""
     V = r.shape[0]
@@ -154,7 +154,7 @@ def draw_token(r, u):
     return last
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def seqsum(a):
     """Sequential left-to-right sum (``theory.stages.seqsum``)."""
     s = 0.0
@@ -163,7 +163,7 @@ def seqsum(a):
     return s
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def argmax_row(p):
     """Index of the largest entry, lowest id among ties (``np.argmax``)."""
     best = 0
@@ -173,7 +173,7 @@ def argmax_row(p):
     return best
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def merge_row(r, total, x, nb, code, k, param):
     """``theory.relax.merge_count`` on an explicit row: (J, C_J)."""
     if code == 0 or k == 0:
@@ -192,7 +192,7 @@ def merge_row(r, total, x, nb, code, k, param):
 
 
 # ---------------------------------------------------------------- R2
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def r2_draft_residual(q, kids, i, qp):
     """``theory.stages.draft_residual`` of q without kids[:i], into ``qp``; False if no mass."""
     for x in range(q.shape[0]):
@@ -207,7 +207,7 @@ def r2_draft_residual(q, kids, i, qp):
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def r2_stage(r, qp, x, nb, code, k, param, variant, res):
     """``theory.stages.r2_stage``: acceptance of x; ``res`` gets the residual after a rejection."""
     V = r.shape[0]
@@ -237,7 +237,7 @@ def r2_stage(r, qp, x, nb, code, k, param, variant, res):
     return a
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def r2_sample_node(p, q, kids, u_kids, code, k, param, variant, nb, r, qp, res):
     """Verify one node under R2; returns the accepted child's index or -1 (``r`` = residual)."""
     for x in range(p.shape[0]):
@@ -254,7 +254,7 @@ def r2_sample_node(p, q, kids, u_kids, code, k, param, variant, nb, r, qp, res):
 
 
 # ---------------------------------------------------------------- R3
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def greedy_acceptable(p, top, x, nb, code, k, param):
     """``theory.stages.greedy_acceptable`` given ``top = argmax p``."""
     if x == top:
@@ -265,7 +265,7 @@ def greedy_acceptable(p, top, x, nb, code, k, param):
 
 
 # ---------------------------------------------------------------- trees
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def children_csr(parents, n, cstart, cidx):
     """Children of every node (increasing index) as CSR: cidx[cstart[v]:cstart[v+1]]."""
     for v in range(n + 1):
@@ -281,7 +281,7 @@ def children_csr(parents, n, cstart, cidx):
         fill[u] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def greedy_ok(parents, tokens, n, cstart, p_rows, prow, code, k, param, nb, ok, tops):
     """R3 acceptability of every node (root True, ``theory.tree.greedy_path``).
 
@@ -300,7 +300,7 @@ def greedy_ok(parents, tokens, n, cstart, p_rows, prow, code, k, param, nb, ok, 
         ok[v] = greedy_acceptable(p_rows[prow[u]], tops[u], tokens[v], nb, code, k, param)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def greedy_end(depths, n, ok):
     """End of the longest acceptable chain (first in node order among the deepest)."""
     best = 0
@@ -310,7 +310,7 @@ def greedy_end(depths, n, ok):
     return best
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def walk(parents, tokens, depths, n, cstart, cidx, p_rows, prow, q_rows, qrow, u_accept, u_draw,
          rule, code, k, param, variant, nb, mark, epoch, scratch, path):
     """One verification step (``theory.tree.sample_step``) on precomputed rows.
@@ -363,7 +363,28 @@ def walk(parents, tokens, depths, n, cstart, cidx, p_rows, prow, q_rows, qrow, u
 
 
 # ---------------------------------------------------------------- exact outcomes
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
+def _r1_tv_full(p, kids, accept, reach, mark, epoch, unif):
+    """TV of R1's emitted token from p, in O(V). A residual without mass emits a uniform token
+    (``draw_token`` on a zero vector)."""
+    V = p.shape[0]
+    m = kids.shape[0]
+    R = 0.0
+    for x in range(V):
+        R += r1_value(p, mark, epoch, unif, x)
+    tv = 0.0
+    for x in range(V):
+        em = 0.0
+        if reach > 0.0:
+            em = reach * r1_value(p, mark, epoch, unif, x) / R if R > 0.0 else reach / V
+        for i in range(m):
+            if kids[i] == x:
+                em += accept[i]
+        tv += abs(em - p[x])
+    return 0.5 * tv
+
+
+@njit(cache=True, error_model="numpy")
 def r1_node_exact(p, psum, kids, mark, seen, epoch, code, k, param, variant, nb, accept):
     """Exact R1 outcome at one node (``theory.verify._r1``): fills ``accept``; returns (TV, epoch).
 
@@ -390,19 +411,8 @@ def r1_node_exact(p, psum, kids, mark, seen, epoch, code, k, param, variant, nb,
         Z, epoch, unif = r1_reject(p, mark, epoch, unif, Z, x, J, nb, k, variant)
     if code == 0 or k == 0:
         return 0.0, epoch  # exact rule: the emitted token is distributed as p
-    V = p.shape[0]
-    if unif:  # degenerate residual: O(V)
-        R = 0.0
-        for x in range(V):
-            R += r1_value(p, mark, epoch, unif, x)
-        tv = 0.0
-        for x in range(V):
-            em = reach * r1_value(p, mark, epoch, unif, x) / R if reach > 0.0 else 0.0
-            for i in range(m):
-                if kids[i] == x:
-                    em += accept[i]
-            tv += abs(em - p[x])
-        return 0.5 * tv, epoch
+    if unif:  # degenerate residual
+        return _r1_tv_full(p, kids, accept, reach, mark, epoch, unif), epoch
     # touched tokens: the children and every token a rejection zeroed
     nt = m
     for i in range(m):
@@ -423,6 +433,8 @@ def r1_node_exact(p, psum, kids, mark, seen, epoch, code, k, param, variant, nb,
         r_touched += r1_value(p, mark, epoch, unif, touched[j])
     rest = psum - p_touched
     R = rest + r_touched
+    if reach > 0.0 and R < 1e-6:  # little residual mass: avoid cancellation in `rest`
+        return _r1_tv_full(p, kids, accept, reach, mark, epoch, unif), epoch
     scale = reach / R if reach > 0.0 else 0.0
     tv = abs(scale - 1.0) * max(rest, 0.0)
     for j in range(nt):
@@ -435,7 +447,7 @@ def r1_node_exact(p, psum, kids, mark, seen, epoch, code, k, param, variant, nb,
     return 0.5 * tv, epoch
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def r2_node_exact(p, q, kids, code, k, param, variant, nb, accept, r, qp, res):
     """Exact R2 acceptance given the draw order (``theory.verify._r2_given``): fills ``accept``."""
     for x in range(p.shape[0]):
@@ -456,7 +468,7 @@ def r2_node_exact(p, q, kids, code, k, param, variant, nb, accept, r, qp, res):
             r[x] = res[x]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def exact_step(parents, tokens, depths, n, cstart, cidx, p_rows, prow, psums, q_rows, qrow,
                rule, code, k, param, variant, nb, mark, seen, epoch, scratch, edge, reach):
     """Exact expectations of one step given the tree and rows.
@@ -520,7 +532,7 @@ def exact_step(parents, tokens, depths, n, cstart, cidx, p_rows, prow, psums, q_
     return total, etv, epoch
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def leaf_bonus(p_leaf, u, rule):
     """Bonus token at a leaf: a draw from p (R1, R2) or its argmax (R3)."""
     if rule == 3:
@@ -528,7 +540,7 @@ def leaf_bonus(p_leaf, u, rule):
     return draw_token(p_leaf, u)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def verify_tree(parents, tokens, depths, p_rows, q_rows, u_accept, u_draw, rule, code, k, param,
                 variant, nb):
     """A whole verification step on rows given for every node; returns (path, bonus)."""
@@ -549,7 +561,7 @@ def verify_tree(parents, tokens, depths, p_rows, q_rows, u_accept, u_draw, rule,
     return path[:m].copy(), bonus
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def exact_tree(parents, tokens, depths, p_rows, q_rows, rule, code, k, param, variant, nb):
     """Exact expectations of a step on rows given for every node: (E[tokens], E[TV], edge, reach)."""
     n = parents.shape[0]

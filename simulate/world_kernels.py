@@ -34,7 +34,7 @@ _MAGIC = 6755399441055744.0  # 1.5 * 2**52: adding it rounds to an integer in th
 _MAGIC_BITS = np.int64(np.array([_MAGIC]).view(np.int64)[0])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def normalise(z):
     """Scale ``z`` in place to unit Euclidean norm."""
     s = 0.0
@@ -45,7 +45,7 @@ def normalise(z):
         z[j] *= inv
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def softmax_rows(ET, bias, bmax, zb, out, kbuf):
     """``out = softmax(bias + E @ zb)`` over V, vectorised.
 
@@ -83,7 +83,7 @@ def softmax_rows(ET, bias, bmax, zb, out, kbuf):
         _exp_normalise(out, kbuf)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _exp_normalise(out, kbuf):
     V = out.shape[0]
     for x in range(V):
@@ -130,7 +130,7 @@ def _exp_normalise(out, kbuf):
     return s
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def transition(ET, fp, noise_key, z, h, x, z_out):
     """State after token x: normalise(rho z + (1 - rho) E_x + sigma xi); returns the new prefix hash.
 
@@ -147,7 +147,7 @@ def transition(ET, fp, noise_key, z, h, x, z_out):
     return h2
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def initial_state(ET, noise_key, seq_key, z_out):
     """A sequence's first state (uniform on the sphere) and prefix hash, keyed by the sequence."""
     h = combine(seq_key, np.int64(0x5EED))
@@ -156,7 +156,7 @@ def initial_state(ET, noise_key, seq_key, z_out):
     return h
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def ensure_state(W, v, bparent, btoken, zs, hs, have):
     """Compute the state of buffer node v (and any missing ancestors) from its parent chain."""
     if have[v] or W[0] != KIND_LATENT:
@@ -174,7 +174,7 @@ def ensure_state(W, v, bparent, btoken, zs, hs, have):
         have[w] = True
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def target_row(W, z, out, kbuf):
     """p at a node with state z (stationary: p_stat)."""
     if W[0] == KIND_STATIONARY:
@@ -187,7 +187,7 @@ def target_row(W, z, out, kbuf):
     softmax_rows(W[1], W[2], W[4][F_BMAX], zb, out, kbuf)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def draft_row(W, z, h, out, kbuf):
     """q at a node with state z and prefix hash h (stationary: q_stat).
 

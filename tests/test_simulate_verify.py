@@ -161,3 +161,24 @@ def test_verify_step_rejects_bad_input(table):
     with pytest.raises(ValueError, match="zero draft probability"):
         verify_step(tree, p, np.zeros(2), np.zeros(2), rule="r2", relax=Relax.none(), neighbours=None,
                     q_dists=q)
+
+
+def test_r1_exact_residual_without_mass():
+    """p sums to 1 - 1e-7 (valid): rejecting the only child zeroes every token while the tracked
+    mass Z stays 1e-7 > 0; the sampler then draws uniformly, and theory's exact law (fixed in this
+    branch: it divided by r.sum() = 0) and the kernel agree with it."""
+    p = np.array([0.1, 0.2, 0.7 - 1e-7])
+    nb = np.array([[1, 2], [0, 2], [0, 1]])
+    relax = Relax.additive(2, 1.0)
+    o = node_outcome(p, [0], rule="r1", relax=relax, neighbours=nb)
+    assert np.all(np.isfinite(o.emitted))
+    reach = 1.0 - o.accept_probs[0]
+    np.testing.assert_allclose(o.emitted, [o.accept_probs[0] + reach / 3, reach / 3, reach / 3])
+    tree = Tree(np.array([-1, 0]), np.array([0, 0]))
+    got = step_expectation(tree, np.tile(p, (2, 1)), rule="r1", relax=relax, neighbours=nb)
+    assert got.tv == pytest.approx(o.tv, rel=1e-9)
+    path, bonus = sample_step(tree, np.tile(p, (2, 1)), np.array([0.0, 0.9999999999]),
+                              np.array([0.5, 0.5]), rule="r1", relax=relax, neighbours=nb)
+    assert path == [0] and bonus == 1  # floor(0.5 * 3): the uniform draw
+    assert verify_step(tree, np.tile(p, (2, 1)), np.array([0.0, 0.9999999999]), np.array([0.5, 0.5]),
+                       rule="r1", relax=relax, neighbours=nb) == (path, bonus)
