@@ -12,7 +12,8 @@ Buffers (allocated once per sequence by the engine)::
     bparent, btoken, bdepth : int64[n_buffer]     buffer tree
     zs, hs, have            : world states (see simulate.world_kernels)
     qrow                    : int64[n_buffer]     row of q_rows holding q at the node, or -1
-    q_rows                  : float64[n_q, V]
+    q_rows                  : float64[n_q, V]     one row per expansion (keep_q), else one row reused
+    cmax                    : float64[n_chunks]   chunk maxima of the latest row (top-k pruning)
     score                   : float64[n_buffer]   path log-probabilities (dynamic trees)
 """
 
@@ -24,7 +25,7 @@ import numpy as np
 from numba import njit
 
 from simulate.verify_kernels import draw_token
-from simulate.world_kernels import draft_row, ensure_state
+from simulate.world_kernels import CHUNK, draft_exp, ensure_state, n_chunks, scale_row
 
 
 @njit(cache=True, error_model="numpy")
@@ -57,8 +58,38 @@ def top_m(values, lo, hi, m, out):
 
 
 @njit(cache=True, error_model="numpy")
-def draws_without_replacement(q, u, m, qr, out):
-    """``theory.draw_without_replacement``: up to m successive draws, ``u[i]`` for draw i."""
+def top_tokens(e, cmax, inv, m, out):
+    """:func:`top_m` on the row ``q = e * inv`` (each value rounded as ``scale_row`` rounds it).
+
+    ``cmax`` holds the chunk maxima of ``e`` (``simulate.world_kernels.CHUNK``
+    tokens each): rounding is monotone, so a chunk whose maximum times ``inv``
+    does not beat the current m-th value is skipped whole. Returns the count."""
+    V = e.shape[0]
+    vals = np.empty(max(m, 1))  # vals[i] = q[out[i]]
+    cnt = 0
+    for c in range(cmax.shape[0]):
+        if cnt == m and not cmax[c] * inv > vals[m - 1]:
+            continue
+        for x in range(c * CHUNK, min((c + 1) * CHUNK, V)):
+            vx = e[x] * inv
+            if cnt == m and not vx > vals[m - 1]:
+                continue
+            pos = cnt if cnt < m else m - 1
+            while pos > 0 and vx > vals[pos - 1]:
+                out[pos] = out[pos - 1]
+                vals[pos] = vals[pos - 1]
+                pos -= 1
+            out[pos] = x
+            vals[pos] = vx
+            if cnt < m:
+                cnt += 1
+    return cnt
+
+
+@njit(cache=True, error_model="numpy")
+def draws_without_replacement(q, u, m, qr, cum, out):
+    """``theory.draw_without_replacement``: up to m successive draws, ``u[i]`` for draw i (``qr``,
+    ``cum``: float64[V] scratch)."""
     for x in range(q.shape[0]):
         qr[x] = q[x]
     cnt = 0
@@ -70,7 +101,7 @@ def draws_without_replacement(q, u, m, qr, out):
                 break
         if not anymass:
             break
-        x = draw_token(qr, u[i])
+        x = draw_token(qr, u[i], cum)
         out[cnt] = x
         cnt += 1
         qr[x] = 0.0
@@ -78,23 +109,24 @@ def draws_without_replacement(q, u, m, qr, out):
 
 
 @njit(cache=True, error_model="numpy")
-def _expand(W, v, bparent, btoken, zs, hs, have, qrow, q_rows, nq, kbuf):
+def _expand(W, v, bparent, btoken, zs, hs, have, qrow, q_rows, slot, cmax):
+    """One drafter row at buffer node v into ``q_rows[slot]`` (unnormalised); returns its ``inv``."""
     ensure_state(W, v, bparent, btoken, zs, hs, have)
-    draft_row(W, zs[v], hs[v], q_rows[nq], kbuf)
-    qrow[v] = nq
-    return nq + 1
+    qrow[v] = slot
+    return draft_exp(W, zs[v], hs[v], q_rows[slot], cmax)
 
 
 @njit(cache=True, error_model="numpy")
-def build_static(W, tparents, tranks, tdepths, draws, utree, bparent, btoken, bdepth, zs, hs, have, qrow,
-                 q_rows, kbuf, scratch, parents, tokens, depths, buf_of):
+def build_static(W, tparents, tranks, tdepths, draws, keep_q, utree, bparent, btoken, bdepth, zs, hs, have,
+                 qrow, q_rows, cmax, scratch, parents, tokens, depths, buf_of):
     """Static tree from a template (``StaticTree.build``); returns (n, draft calls).
 
     ``draws``: rank children by draws without replacement with ``utree[w]``
-    drawing template node w (R2), else by top-rank. ``have[0]`` and the
-    root's state must be set by the caller."""
+    drawing template node w (R2; ``scratch``: float64 (2, V)), else by top-rank. ``keep_q``: leave every
+    expanded node's normalised q in its own row of ``q_rows`` (R2 verifies
+    with them), else reuse row 0. ``have[0]`` and the root's state must be
+    set by the caller."""
     nt = tparents.shape[0]
-    V = kbuf.shape[0]
     exists = np.zeros(nt, dtype=np.bool_)
     exists[0] = True
     haskids = np.zeros(nt, dtype=np.bool_)
@@ -108,7 +140,8 @@ def build_static(W, tparents, tranks, tdepths, draws, utree, bparent, btoken, bd
             haskids[tparents[w]] = True
             have[w] = False
         maxdepth = max(maxdepth, tdepths[w])
-    nq = _expand(W, 0, bparent, btoken, zs, hs, have, qrow, q_rows, 0, kbuf)
+    inv = _expand(W, 0, bparent, btoken, zs, hs, have, qrow, q_rows, 0, cmax)
+    nq = 1
     calls = 1
     kids = np.empty(nt, dtype=np.int64)
     chosen = np.empty(nt, dtype=np.int64)
@@ -121,13 +154,13 @@ def build_static(W, tparents, tranks, tdepths, draws, utree, bparent, btoken, bd
         if level == 0:
             break
         if d > 0:
-            for v in range(nt):
-                if tdepths[v] == d and exists[v] and haskids[v]:
-                    nq = _expand(W, v, bparent, btoken, zs, hs, have, qrow, q_rows, nq, kbuf)
             calls += 1
         for v in range(nt):
             if not (tdepths[v] == d and exists[v] and haskids[v]):
                 continue
+            if d > 0:
+                inv = _expand(W, v, bparent, btoken, zs, hs, have, qrow, q_rows, nq if keep_q else 0, cmax)
+                nq += 1
             m = 0
             for w in range(nt):  # children in rank order (ranks are 0..m-1)
                 if tparents[w] == v and w > 0:
@@ -135,11 +168,14 @@ def build_static(W, tparents, tranks, tdepths, draws, utree, bparent, btoken, bd
                     m += 1
             q = q_rows[qrow[v]]
             if draws:
+                scale_row(q, inv)
                 for i in range(m):
                     ukids[i] = utree[kids[i]]
-                got = draws_without_replacement(q, ukids, m, scratch, chosen)
+                got = draws_without_replacement(q, ukids, m, scratch[0], scratch[1], chosen)
             else:
-                got = top_m(q, 0, V, m, chosen)
+                got = top_tokens(q, cmax, inv, m, chosen)
+                if keep_q:
+                    scale_row(q, inv)
             for i in range(got):
                 exists[kids[i]] = True
                 btoken[kids[i]] = chosen[i]
@@ -157,28 +193,42 @@ def build_static(W, tparents, tranks, tdepths, draws, utree, bparent, btoken, bd
 
 
 @njit(cache=True, error_model="numpy")
-def build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, bparent, btoken, bdepth, zs,
-                  hs, have, qrow, q_rows, kbuf, score, parents, tokens, depths, buf_of):
-    """EAGLE-2 / DDD tree (``Eagle2Tree.build``); returns (n, draft calls)."""
-    V = kbuf.shape[0]
-    K = min(top_k, V)
-    qrow[0] = -1
-    nq = _expand(W, 0, bparent, btoken, zs, hs, have, qrow, q_rows, 0, kbuf)
-    calls = 1
-    sel = np.empty(max(K, total_tokens), dtype=np.int64)
-    got = top_m(q_rows[0], 0, V, K, sel)
-    nb = 1
+def _propose(q, cmax, inv, K, keep_q, b, nb, sel, bparent, btoken, bdepth, score, qrow, have):
+    """Add the top-K children of buffer node b (row ``q * inv``) to the pool from entry nb; returns
+    the new pool end. ``keep_q`` normalises the row afterwards."""
+    got = top_tokens(q, cmax, inv, K, sel)
     for r in range(got):
-        bparent[nb] = 0
+        bparent[nb] = b
         btoken[nb] = sel[r]
-        bdepth[nb] = 1
-        score[nb] = safe_log(q_rows[0][sel[r]])
+        bdepth[nb] = bdepth[b] + 1
+        score[nb] = score[b] + safe_log(q[sel[r]] * inv)
         qrow[nb] = -1
         have[nb] = False
         nb += 1
+    if keep_q:
+        scale_row(q, inv)
+    return nb
+
+
+@njit(cache=True, error_model="numpy")
+def build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, keep_q, bparent, btoken, bdepth,
+                  zs, hs, have, qrow, q_rows, cmax, score, parents, tokens, depths, buf_of):
+    """EAGLE-2 / DDD tree (``Eagle2Tree.build``); returns (n, draft calls).
+
+    ``keep_q`` as in :func:`build_static` (the rules that verify dynamic trees never read q)."""
+    V = q_rows.shape[1]
+    K = min(top_k, V)
+    qrow[0] = -1
+    bdepth[0] = 0
+    score[0] = 0.0
+    inv = _expand(W, 0, bparent, btoken, zs, hs, have, qrow, q_rows, 0, cmax)
+    nq = 1
+    calls = 1
+    sel = np.empty(max(K, total_tokens), dtype=np.int64)
+    nb = _propose(q_rows[0], cmax, inv, K, keep_q, 0, 1, sel, bparent, btoken, bdepth, score, qrow, have)
     beam = np.empty(K, dtype=np.int64)
-    nbeam = got
-    for r in range(got):
+    nbeam = nb - 1
+    for r in range(nbeam):
         beam[r] = 1 + r
     for call in range(2, max_calls + 1):
         check = False
@@ -191,22 +241,15 @@ def build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, bpa
                 s += math.exp(score[beam[i]])
             if safe_log(s) < threshold:
                 break
-        for i in range(nbeam):
-            nq = _expand(W, beam[i], bparent, btoken, zs, hs, have, qrow, q_rows, nq, kbuf)
         calls += 1
         start = nb
         for i in range(nbeam):
             b = beam[i]
-            q = q_rows[qrow[b]]
-            got = top_m(q, 0, V, K, sel)
-            for r in range(got):
-                bparent[nb] = b
-                btoken[nb] = sel[r]
-                bdepth[nb] = bdepth[b] + 1
-                score[nb] = score[b] + safe_log(q[sel[r]])
-                qrow[nb] = -1
-                have[nb] = False
-                nb += 1
+            slot = nq if keep_q else 0
+            inv = _expand(W, b, bparent, btoken, zs, hs, have, qrow, q_rows, slot, cmax)
+            nq += 1
+            nb = _propose(q_rows[slot], cmax, inv, K, keep_q, b, nb, sel, bparent, btoken, bdepth, score,
+                          qrow, have)
         nbeam = top_m(score, start, nb, K, beam)
     keep = np.empty(total_tokens - 1, dtype=np.int64)
     nk = top_m(score, 1, nb, total_tokens - 1, keep)
@@ -228,32 +271,13 @@ def build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, bpa
 
 
 def kernel_draft(world, z0: np.ndarray, h0: np.uint64, temperature: float = 1.0):
-    """A ``draft(parents, tokens, nodes)`` callback backed by the world's in-kernel drafter.
+    """A ``draft(parents, tokens, nodes)`` callback backed by the world's drafter, from root state (z0, h0).
 
     With it, a policy's NumPy ``build`` sees exactly the q rows its Numba
     builder computes (used to test the builders against each other)."""
-    from simulate.world_kernels import draft_row as _draft_row
-    from simulate.world_kernels import transition as _transition
+    from simulate.oracle import States, world_draft
 
-    W = world.kernel_world(float(temperature))
-    V = world.vocab_size
-
-    def state(parents, tokens, v):
-        if v == 0:
-            return z0, np.uint64(h0)
-        z, h = state(parents, tokens, int(parents[v]))
-        out = np.empty_like(z)
-        h2 = _transition(W[1], W[4], W[5][0], z, np.uint64(h), int(tokens[v]), out)
-        return out, np.uint64(h2)
-
-    def draft(parents, tokens, nodes):
-        rows = np.empty((len(nodes), V))
-        for i, v in enumerate(nodes):
-            z, h = state(parents, tokens, int(v)) if W[0] == 0 else (np.zeros(1), np.uint64(0))
-            _draft_row(W, z, np.uint64(h), rows[i], np.empty(V))
-        return rows
-
-    return draft
+    return world_draft(world, States(world, z0, np.uint64(h0)), temperature)
 
 
 def kernel_build(policy, world, z0: np.ndarray, h0: np.uint64, temperature: float = 1.0,
@@ -281,7 +305,7 @@ def kernel_build(policy, world, z0: np.ndarray, h0: np.uint64, temperature: floa
     have[0] = True
     qrow = np.full(nbuf, -1, dtype=np.int64)
     q_rows = np.empty((nbuf, V))
-    kbuf = np.empty(V)
+    cmax = np.empty(n_chunks(V))
     parents = np.empty(ps.max_nodes, dtype=np.int64)
     tokens = np.empty(ps.max_nodes, dtype=np.int64)
     depths = np.empty(ps.max_nodes, dtype=np.int64)
@@ -291,13 +315,13 @@ def kernel_build(policy, world, z0: np.ndarray, h0: np.uint64, temperature: floa
         for v in range(1, ps.parents.size):
             tdepths[v] = tdepths[ps.parents[v]] + 1
         utree = np.zeros(ps.parents.size) if u is None else np.asarray(u, dtype=np.float64)
-        n, calls = build_static(W, ps.parents, ps.ranks, tdepths, u is not None, utree, bparent, btoken,
-                                bdepth, zs, hs, have, qrow, q_rows, kbuf, np.empty(V), parents, tokens,
-                                depths, buf_of)
+        n, calls = build_static(W, ps.parents, ps.ranks, tdepths, u is not None, True, utree, bparent,
+                                btoken, bdepth, zs, hs, have, qrow, q_rows, cmax, np.empty((2, V)), parents,
+                                tokens, depths, buf_of)
     else:
         n, calls = build_dynamic(W, ps.top_k, ps.max_calls, ps.total_tokens, ps.check_steps, ps.threshold,
-                                 bparent, btoken, bdepth, zs, hs, have, qrow, q_rows, kbuf, np.zeros(nbuf),
-                                 parents, tokens, depths, buf_of)
+                                 True, bparent, btoken, bdepth, zs, hs, have, qrow, q_rows, cmax,
+                                 np.zeros(nbuf), parents, tokens, depths, buf_of)
     q = np.full((n, V), 1.0 / V)
     for v in range(n):
         if qrow[buf_of[v]] >= 0:

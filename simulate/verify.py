@@ -105,18 +105,23 @@ def verify_step(
     neighbours: np.ndarray | None,
     q_dists: np.ndarray | None = None,
     variant: str = "principled",
-) -> tuple[list[int], int]:
+    with_tv: bool = False,
+) -> tuple[list[int], int] | tuple[list[int], int, float]:
     """One verification step on a tree with explicit per-node uniforms (Numba).
 
     Parameters and return as :func:`theory.sample_step`: ``node_dists[v]``
     is p after node v, ``u_accept[v]`` / ``u_draw[v]`` node v's uniforms.
     Returns the accepted node path (starting at the root, node 0) and the
-    bonus token.
+    bonus token; ``with_tv=True`` adds the exact TV of the tokens emitted
+    (``SimResult.token_tv``: over the path's nodes that decided a token,
+    TV(law the node emits, its target); ``simulate.verify_kernels.path_tv``).
     """
     p, q, spec = _prepare(tree, node_dists, q_dists, rule, relax, neighbours, variant)
     ua = _uniforms(u_accept, tree.size, "u_accept")
     ud = _uniforms(u_draw, tree.size, "u_draw")
-    path, bonus = verify_tree(tree.parents, tree.tokens, tree.depths, p, q, ua, ud, *spec.args)
+    path, bonus, tv = verify_tree(tree.parents, tree.tokens, tree.depths, p, q, ua, ud, *spec.args)
+    if with_tv:
+        return [int(v) for v in path], int(bonus), float(tv)
     return [int(v) for v in path], int(bonus)
 
 

@@ -1,13 +1,21 @@
 """Numba kernels of the synthetic worlds: latent states and target / draft rows.
 
 A world is passed to kernels as a tuple ``W = (kind, ET, b, bq, fp, keys,
-p_stat, q_stat)``:
+p_stat, q_stat, ET32)``:
 
 - ``kind``: 0 latent-field world, 1 stationary world (p_stat / q_stat at every node);
-- ``ET``: (d, V) codebook, transposed (unit rows of E);
-- ``b`` / ``bq``: target / draft per-token biases, already divided by the temperature;
+- ``ET``: (d, V) float64 codebook, transposed (unit rows of E): the state transitions;
+- ``b`` / ``bq``: float32 target / draft per-token biases, already divided by the temperature;
 - ``fp``: float64 [beta/T, rho, sigma, beta_q/T, sigma_q, bmax, bqmax];
-- ``keys``: uint64 [transition-noise key, drafter-noise key].
+- ``keys``: uint64 [transition-noise key, drafter-noise key];
+- ``ET32``: ``ET`` rounded to float32: the rows' logits.
+
+Rows (the world's p and q) are defined by these kernels alone, and the NumPy
+side (``LatentWorld.target_probs`` / ``draft_probs``, the oracle) calls them:
+logits ``b + E (beta z)`` are evaluated in float32 (code dimension in order),
+exponentiated in float32 (:func:`row_exp`), and normalised in float64. The
+result agrees with the float64 formula to about 1e-5 relative (float32
+logits); rule arithmetic on the rows stays float64 and sequential.
 
 States live in per-step buffers indexed like the tree builder's nodes:
 ``zs[v]`` (unit vector), ``hs[v]`` (prefix hash), ``have[v]``.
@@ -27,11 +35,23 @@ N_FPARAMS = 7
 KIND_LATENT = 0
 KIND_STATIONARY = 1
 
-_INVLN2 = 1.4426950408889634
-_LN2HI = 6.93147180369123816490e-01
-_LN2LO = 1.90821492927058770002e-10
-_MAGIC = 6755399441055744.0  # 1.5 * 2**52: adding it rounds to an integer in the low mantissa bits
-_MAGIC_BITS = np.int64(np.array([_MAGIC]).view(np.int64)[0])
+BLOCK = 256  # tokens per block of the fused row pass (a block's logits stay in L1)
+CHUNK = 32  # tokens per chunk maximum (lets top-k selection skip most of a row)
+
+# float32 exp: Cody-Waite reduction y = k ln2 + r (|r| <= ln2 / 2), degree-7 Taylor polynomial
+# (truncation < 5e-9 relative), 2^k built in the exponent bits; branch-free, so LLVM vectorises it.
+_F = np.float32
+_INVLN2 = _F(1.4426950408889634)
+_LN2HI = _F(0.693145751953125)  # 16 significant bits: k * _LN2HI is exact for |k| < 256
+_LN2LO = _F(1.4286068203094172e-06)  # ln 2 - _LN2HI
+_MAGIC = _F(12582912.0)  # 1.5 * 2**23: adding it rounds to an integer in the low mantissa bits
+_MAGIC_BITS = np.int32(np.array([12582912.0], dtype=np.float32).view(np.int32)[0])
+_LOW = _F(-87.0)  # exp is 0 below here (2^k stays a normal float32 above)
+_C2, _C3, _C4 = _F(1 / 2), _F(1 / 6), _F(1 / 24)
+_C5, _C6, _C7 = _F(1 / 120), _F(1 / 720), _F(1 / 5040)
+_ONE = _F(1.0)
+_ZERO = _F(0.0)
+_LOOSE = 2.0**-28  # a shift this far above the largest logit (about 19.4 nats) is redone with the max
 
 
 @njit(cache=True, error_model="numpy")
@@ -46,88 +66,132 @@ def normalise(z):
 
 
 @njit(cache=True, error_model="numpy")
-def softmax_rows(ET, bias, bmax, zb, out, kbuf):
-    """``out = softmax(bias + E @ zb)`` over V, vectorised.
-
-    The shift is the upper bound |zb| + max(bias) (code vectors are unit), so
-    no max pass is needed; exp is a branch-free Cody-Waite reduction with a
-    degree-11 polynomial (relative error < 1e-14) that LLVM vectorises, and
-    the normaliser uses 8 independent partial sums. Falls back to the exact
-    max when the bound underflows everything.
-    """
-    V = bias.shape[0]
-    d = ET.shape[0]
-    zn = 0.0
-    for j in range(d):
-        zn += zb[j] * zb[j]
-    M = math.sqrt(zn) + bmax
-    for x in range(V):
-        out[x] = bias[x] - M
-    for j in range(d):
-        zj = zb[j]
-        row = ET[j]
-        for x in range(V):
-            out[x] += row[x] * zj
-    s = _exp_normalise(out, kbuf)
-    if not s > 1e-250:  # the bound was far above the max: shift by the true max
-        m = out[0]
-        for x in range(V):
-            out[x] = bias[x]
-            for j in range(d):
-                out[x] += ET[j, x] * zb[j]
-        m = out[0]
-        for x in range(1, V):
-            m = max(m, out[x])
-        for x in range(V):
-            out[x] -= m
-        _exp_normalise(out, kbuf)
+def _block_logits(ET, bias, M, zf, x0, n, acc):
+    """``acc[:n] = (bias - M) + E_0 z_0 + ... + E_{d-1} z_{d-1}`` for tokens x0..x0+n-1, in float32."""
+    bb = bias[x0:x0 + n]
+    for i in range(n):
+        acc[i] = bb[i] - M
+    for j in range(ET.shape[0]):
+        zj = zf[j]
+        row = ET[j, x0:x0 + n]
+        for i in range(n):
+            acc[i] += row[i] * zj
 
 
 @njit(cache=True, error_model="numpy")
-def _exp_normalise(out, kbuf):
-    V = out.shape[0]
-    for x in range(V):
-        y = max(out[x], -708.0)
+def _block_exp(acc, kb, ki, n):
+    """``acc[:n] = exp(acc)`` in float32, 0 below -87 (float32's range); ``kb`` / ``ki``: one scratch
+    buffer seen as float / int."""
+    for i in range(n):
+        y = max(acc[i], _LOW)
         kf = y * _INVLN2 + _MAGIC
         k = kf - _MAGIC
-        r = y - k * _LN2HI - k * _LN2LO
-        out[x] = 1.0 + r * (1.0 + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (
-            1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0 + r * (1.0 / 40320.0 + r * (
-                1.0 / 362880.0 + r * (1.0 / 3628800.0 + r * (1.0 / 39916800.0)))))))))))
-        kbuf[x] = kf
-    ki = kbuf.view(np.int64)
-    for x in range(V):
-        ki[x] = (ki[x] - _MAGIC_BITS + 1023) << 52
-    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
-    x = 0
-    while x + 8 <= V:
-        out[x] *= kbuf[x]
-        out[x + 1] *= kbuf[x + 1]
-        out[x + 2] *= kbuf[x + 2]
-        out[x + 3] *= kbuf[x + 3]
-        out[x + 4] *= kbuf[x + 4]
-        out[x + 5] *= kbuf[x + 5]
-        out[x + 6] *= kbuf[x + 6]
-        out[x + 7] *= kbuf[x + 7]
-        s0 += out[x]
-        s1 += out[x + 1]
-        s2 += out[x + 2]
-        s3 += out[x + 3]
-        s4 += out[x + 4]
-        s5 += out[x + 5]
-        s6 += out[x + 6]
-        s7 += out[x + 7]
-        x += 8
-    while x < V:
-        out[x] *= kbuf[x]
-        s0 += out[x]
-        x += 1
-    s = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
-    if s > 1e-250:
-        inv = 1.0 / s
-        for x in range(V):
-            out[x] *= inv
+        r = (y - k * _LN2HI) - k * _LN2LO
+        e = _ONE + r * (_ONE + r * (_C2 + r * (_C3 + r * (_C4 + r * (_C5 + r * (_C6 + r * _C7))))))
+        acc[i] = e if acc[i] >= _LOW else _ZERO
+        kb[i] = kf
+    for i in range(n):
+        ki[i] = (ki[i] - _MAGIC_BITS + np.int32(127)) << np.int32(23)
+    for i in range(n):
+        acc[i] *= kb[i]
+
+
+@njit(cache=True, error_model="numpy")
+def _exp_pass(ET, bias, M, zf, out, cmax):
+    """One fused pass: ``out = exp(logits - M)`` (float32 values stored as float64), the chunk
+    maxima ``cmax`` and the sum (BLOCK partial sums added in a fixed order)."""
+    V = bias.shape[0]
+    acc = np.empty(BLOCK, dtype=np.float32)
+    kb = np.empty(BLOCK, dtype=np.float32)
+    ki = kb.view(np.int32)
+    part = np.zeros(BLOCK)
+    for x0 in range(0, V, BLOCK):
+        n = min(BLOCK, V - x0)
+        _block_logits(ET, bias, M, zf, x0, n, acc)
+        _block_exp(acc, kb, ki, n)
+        o = out[x0:x0 + n]
+        for i in range(n):
+            e = np.float64(acc[i])
+            o[i] = e
+            part[i] += e
+        for c0 in range(0, n, CHUNK):
+            m = o[c0]
+            for i in range(c0 + 1, min(c0 + CHUNK, n)):
+                m = max(m, o[i])
+            cmax[(x0 + c0) // CHUNK] = m
+    s = 0.0
+    for i in range(BLOCK):
+        s += part[i]
     return s
+
+
+@njit(cache=True, error_model="numpy")
+def row_exp(ET, bias, bmax, zb, out, cmax):
+    """Unnormalised softmax row: ``out[x] = exp(l_x - M)``, ``l = bias + E zb`` in float32; returns its sum.
+
+    The shift M is the bound |zb| + max(bias) (code vectors are unit), so no max
+    pass is needed; when the largest term falls below 2^-28 the row is redone
+    with M = the largest logit, so every token within 67 nats of the largest
+    logit is represented and only tokens below e^-87 relative to the shift
+    (a mass under V e^-67 in all) are 0, as in a float32 softmax.
+    ``cmax[c]`` gets the largest entry of chunk c (tokens c CHUNK .. (c + 1)
+    CHUNK - 1).
+    """
+    d = ET.shape[0]
+    zf = np.empty(d, dtype=np.float32)
+    zn = 0.0
+    for j in range(d):
+        zn += zb[j] * zb[j]
+        zf[j] = np.float32(zb[j])
+    s = _exp_pass(ET, bias, np.float32(math.sqrt(zn) + bmax), zf, out, cmax)
+    top = cmax[0]
+    for c in range(1, cmax.shape[0]):
+        top = max(top, cmax[c])
+    if top >= _LOOSE:
+        return s
+    V = bias.shape[0]
+    acc = np.empty(BLOCK, dtype=np.float32)
+    M = np.float32(-np.inf)
+    for x0 in range(0, V, BLOCK):
+        n = min(BLOCK, V - x0)
+        _block_logits(ET, bias, np.float32(0.0), zf, x0, n, acc)
+        for i in range(n):
+            M = max(M, acc[i])
+    return _exp_pass(ET, bias, M, zf, out, cmax)
+
+
+@njit(cache=True, error_model="numpy")
+def scale_row(row, inv):
+    """``row *= inv`` in place; returns the sum of the result (BLOCK partial sums, fixed order)."""
+    V = row.shape[0]
+    part = np.zeros(BLOCK)
+    for x0 in range(0, V, BLOCK):
+        n = min(BLOCK, V - x0)
+        o = row[x0:x0 + n]
+        for i in range(n):
+            o[i] *= inv
+            part[i] += o[i]
+    s = 0.0
+    for i in range(BLOCK):
+        s += part[i]
+    return s
+
+
+@njit(cache=True, error_model="numpy")
+def chunk_maxima(row, cmax):
+    """``cmax[c]`` = the largest entry of chunk c of ``row`` (what :func:`row_exp` records)."""
+    V = row.shape[0]
+    for c0 in range(0, V, CHUNK):
+        m = row[c0]
+        for x in range(c0 + 1, min(c0 + CHUNK, V)):
+            m = max(m, row[x])
+        cmax[c0 // CHUNK] = m
+
+
+@njit(cache=True, error_model="numpy")
+def n_chunks(vocab_size):
+    """Length of the chunk-maximum buffer for a row over ``vocab_size`` tokens."""
+    return (vocab_size + CHUNK - 1) // CHUNK
 
 
 @njit(cache=True, error_model="numpy")
@@ -175,26 +239,32 @@ def ensure_state(W, v, bparent, btoken, zs, hs, have):
 
 
 @njit(cache=True, error_model="numpy")
-def target_row(W, z, out, kbuf):
-    """p at a node with state z (stationary: p_stat)."""
+def target_row(W, z, out, cmax):
+    """p at a node with state z (stationary: p_stat) into ``out``; returns its sum.
+
+    ``cmax`` is chunk scratch (:func:`n_chunks` entries)."""
     if W[0] == KIND_STATIONARY:
         out[:] = W[6]
-        return
+        return scale_row(out, 1.0)  # times 1.0: unchanged
     d = z.shape[0]
     zb = np.empty(d)
     for j in range(d):
         zb[j] = W[4][F_BETA] * z[j]
-    softmax_rows(W[1], W[2], W[4][F_BMAX], zb, out, kbuf)
+    s = row_exp(W[8], W[2], W[4][F_BMAX], zb, out, cmax)
+    return scale_row(out, 1.0 / s)
 
 
 @njit(cache=True, error_model="numpy")
-def draft_row(W, z, h, out, kbuf):
-    """q at a node with state z and prefix hash h (stationary: q_stat).
+def draft_exp(W, z, h, out, cmax):
+    """q at a node with state z and prefix hash h, unnormalised: q = ``out * inv``; returns ``inv``.
 
-    The drafter sees normalise(z + sigma_q xi_q), xi_q keyed by (drafter key, h)."""
+    ``cmax`` gets the chunk maxima of ``out``. The drafter sees
+    normalise(z + sigma_q xi_q), xi_q keyed by (drafter key, h). Stationary:
+    ``out`` = q_stat and inv = 1."""
     if W[0] == KIND_STATIONARY:
         out[:] = W[7]
-        return
+        chunk_maxima(out, cmax)
+        return 1.0
     d = z.shape[0]
     zq = np.empty(d)
     normals(combine(W[5][1], np.int64(h & np.uint64(0x7FFFFFFFFFFFFFFF))), zq)
@@ -203,4 +273,10 @@ def draft_row(W, z, h, out, kbuf):
     normalise(zq)
     for j in range(d):
         zq[j] *= W[4][F_BETA_Q]
-    softmax_rows(W[1], W[3], W[4][F_BQMAX], zq, out, kbuf)
+    return 1.0 / row_exp(W[8], W[3], W[4][F_BQMAX], zq, out, cmax)
+
+
+@njit(cache=True, error_model="numpy")
+def draft_row(W, z, h, out, cmax):
+    """q at a node (normalised) into ``out``: :func:`draft_exp` then the scaling."""
+    scale_row(out, draft_exp(W, z, h, out, cmax))

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from simulate.engine import run
-from simulate.rng import stream_key
+from simulate.rng import combine, normals, stream_key
 from simulate.trace import Sampling, TraceHeader, TraceStep, TraceWriter
-from simulate.world_kernels import draft_row, target_row
+from simulate.world_kernels import CHUNK, draft_row, n_chunks, row_exp, target_row
 from simulate.worlds import PRESETS, LatentParams, LatentWorld, StationaryWorld, TraceWorld, world_stats
 from theory import Relax, Tree, neighbour_table, sample_step
 
@@ -37,11 +37,43 @@ def test_prefix_keyed_states_and_rows():
     for T in (1.0, 0.5):
         W = w.kernel_world(T)
         p = np.empty(w.vocab_size)
-        target_row(W, a[0], p, np.empty(w.vocab_size))
-        np.testing.assert_allclose(p, w.target_probs(a[0], T), rtol=1e-12, atol=1e-300)
+        psum = target_row(W, a[0], p, np.empty(n_chunks(w.vocab_size)))
+        np.testing.assert_array_equal(p, w.target_probs(a[0], T))  # one implementation
+        assert psum == pytest.approx(1.0, abs=1e-12) and p.sum() == pytest.approx(1.0, abs=1e-12)
+        np.testing.assert_allclose(p, softmax64(w.prior + w.params.beta * (w.codebook @ a[0]), T), rtol=1e-4,
+                                   atol=1e-30)
         q = np.empty(w.vocab_size)
-        draft_row(W, a[0], np.uint64(a[1]), q, np.empty(w.vocab_size))
-        np.testing.assert_allclose(q, w.draft_probs(a[0], a[1], T), rtol=1e-12, atol=1e-300)
+        draft_row(W, a[0], np.uint64(a[1]), q, np.empty(n_chunks(w.vocab_size)))
+        np.testing.assert_array_equal(q, w.draft_probs(a[0], a[1], T))
+        xi = np.empty(w.params.dim)
+        normals(np.uint64(combine(w.keys[1], np.int64(np.uint64(a[1]) & np.uint64(0x7FFFFFFFFFFFFFFF)))), xi)
+        zq = a[0] + w.params.draft_sigma * xi
+        zq /= np.linalg.norm(zq)
+        np.testing.assert_allclose(q, softmax64(w.draft_prior + w.params.draft_beta * (w.codebook @ zq), T),
+                                   rtol=1e-4, atol=1e-30)
+
+
+def softmax64(logits, T):
+    """The world's rows as a float64 formula (the kernels evaluate logits and exp in float32)."""
+    e = np.exp(logits / T - (logits / T).max())
+    return e / e.sum()
+
+
+def test_row_exp_shift_and_chunks():
+    """A loose shift (the bound far above the largest logit) is redone with the max; chunk maxima
+    are the rows' maxima per CHUNK tokens; odd V (partial blocks and chunks) is handled."""
+    rng = np.random.default_rng(1)
+    for V in (7, 300, 1000):
+        ET = rng.standard_normal((3, V)).astype(np.float32)
+        b = rng.standard_normal(V).astype(np.float32)
+        zb = 4.0 * rng.standard_normal(3)
+        logits = b.astype(np.float64) + ET.astype(np.float64).T @ zb
+        for bmax in (float(b.max()), float(b.max()) + 60.0):  # the second bound is 60 nats loose
+            out, cmax = np.empty(V), np.empty(n_chunks(V))
+            s = row_exp(ET, b, bmax, zb, out, cmax)
+            assert out.max() >= 2.0**-28 and s == pytest.approx(out.sum(), rel=1e-12)
+            np.testing.assert_allclose(out / s, softmax64(logits, 1.0), rtol=1e-5, atol=1e-30)
+            np.testing.assert_array_equal(cmax, [out[c:c + CHUNK].max() for c in range(0, V, CHUNK)])
 
 
 def test_world_validation():
