@@ -13,7 +13,7 @@ Buffers (allocated once per sequence by the engine)::
     zs, hs, have            : world states (see simulate.world_kernels)
     qrow                    : int64[n_buffer]     row of q_rows holding q at the node, or -1
     q_rows                  : float64[n_q, V]     one row per expansion (keep_q), else one row reused
-    cmax                    : float64[n_chunks]   chunk maxima of the latest row (top-k pruning)
+    e, cmax                 : row scratch (``row_scratch``): the latest row unnormalised, its chunk maxima
     score                   : float64[n_buffer]   path log-probabilities (dynamic trees)
 """
 
@@ -25,7 +25,7 @@ import numpy as np
 from numba import njit
 
 from simulate.verify_kernels import draw_token
-from simulate.world_kernels import CHUNK, draft_exp, ensure_state, n_chunks, scale_row
+from simulate.world_kernels import KIND_STATIONARY, draft_exp, ensure_state, row_scratch, scale_into
 
 
 @njit(cache=True, error_model="numpy")
@@ -58,31 +58,45 @@ def top_m(values, lo, hi, m, out):
 
 
 @njit(cache=True, error_model="numpy")
-def top_tokens(e, cmax, inv, m, out):
-    """:func:`top_m` on the row ``q = e * inv`` (each value rounded as ``scale_row`` rounds it).
+def _insert(vx, x, m, cnt, out, vals):
+    """Insert token x of value vx into the ranked ``out[:cnt]`` / ``vals`` (value desc, then id asc,
+    keeping m); returns the new count."""
+    if cnt == m and not (vx > vals[m - 1] or (vx == vals[m - 1] and x < out[m - 1])):
+        return cnt
+    pos = cnt if cnt < m else m - 1
+    while pos > 0 and (vx > vals[pos - 1] or (vx == vals[pos - 1] and x < out[pos - 1])):
+        out[pos] = out[pos - 1]
+        vals[pos] = vals[pos - 1]
+        pos -= 1
+    out[pos] = x
+    vals[pos] = vx
+    return min(cnt + 1, m)
 
-    ``cmax`` holds the chunk maxima of ``e`` (``simulate.world_kernels.CHUNK``
-    tokens each): rounding is monotone, so a chunk whose maximum times ``inv``
-    does not beat the current m-th value is skipped whole. Returns the count."""
-    V = e.shape[0]
-    vals = np.empty(max(m, 1))  # vals[i] = q[out[i]]
+
+@njit(cache=True, error_model="numpy")
+def top_tokens(e, V, cmax, inv, m, out, vals):
+    """The m largest of q[x] = ``e[x] * inv`` (float64) over x < V, ties by lower id, in rank order
+    (``np.argsort(-q, kind="stable")[:m]``); ``vals`` gets their q. Returns the count.
+
+    ``cmax[c]`` bounds ``e`` on the chunk x = c mod NCH (``simulate.world_kernels``).
+    Rounding is monotone, so after scanning the m chunks with the largest
+    maxima only chunks whose maximum times ``inv`` reaches the m-th value so
+    far can still hold a winner; the ranking is by (value, id), so the scan
+    order does not matter."""
+    nch = cmax.shape[0]
+    chunks = np.empty(max(m, 1), dtype=np.int64)
+    nc = top_m(cmax, 0, nch, m, chunks)
+    done = np.zeros(nch, dtype=np.bool_)
     cnt = 0
-    for c in range(cmax.shape[0]):
-        if cnt == m and not cmax[c] * inv > vals[m - 1]:
-            continue
-        for x in range(c * CHUNK, min((c + 1) * CHUNK, V)):
-            vx = e[x] * inv
-            if cnt == m and not vx > vals[m - 1]:
-                continue
-            pos = cnt if cnt < m else m - 1
-            while pos > 0 and vx > vals[pos - 1]:
-                out[pos] = out[pos - 1]
-                vals[pos] = vals[pos - 1]
-                pos -= 1
-            out[pos] = x
-            vals[pos] = vx
-            if cnt < m:
-                cnt += 1
+    for i in range(nc):
+        c = chunks[i]
+        done[c] = True
+        for x in range(c, V, nch):
+            cnt = _insert(e[x] * inv, x, m, cnt, out, vals)
+    for c in range(nch):
+        if not done[c] and (cnt < m or cmax[c] * inv >= vals[m - 1]):
+            for x in range(c, V, nch):
+                cnt = _insert(e[x] * inv, x, m, cnt, out, vals)
     return cnt
 
 
@@ -109,23 +123,40 @@ def draws_without_replacement(q, u, m, qr, cum, out):
 
 
 @njit(cache=True, error_model="numpy")
-def _expand(W, v, bparent, btoken, zs, hs, have, qrow, q_rows, slot, cmax):
-    """One drafter row at buffer node v into ``q_rows[slot]`` (unnormalised); returns its ``inv``."""
+def _expand(W, v, bparent, btoken, zs, hs, have, qrow, q_rows, slot, e, cmax):
+    """One drafter row at buffer node v (q = ``e * inv``, or ``q_rows[slot]`` itself in a stationary
+    world; see ``draft_exp``); returns ``inv``."""
     ensure_state(W, v, bparent, btoken, zs, hs, have)
     qrow[v] = slot
-    return draft_exp(W, zs[v], hs[v], q_rows[slot], cmax)
+    return draft_exp(W, zs[v], hs[v], e, q_rows[slot], cmax)
+
+
+@njit(cache=True, error_model="numpy")
+def _top(W, e, row, cmax, inv, m, out, vals):
+    """:func:`top_tokens` on the row just expanded."""
+    if W[0] == KIND_STATIONARY:
+        return top_tokens(row, row.shape[0], cmax, inv, m, out, vals)
+    return top_tokens(e, row.shape[0], cmax, inv, m, out, vals)
+
+
+@njit(cache=True, error_model="numpy")
+def _keep(W, e, row, inv):
+    """Leave the normalised q in ``row`` (a stationary world's row already is)."""
+    if W[0] != KIND_STATIONARY:
+        scale_into(e, inv, row)
 
 
 @njit(cache=True, error_model="numpy")
 def build_static(W, tparents, tranks, tdepths, draws, keep_q, utree, bparent, btoken, bdepth, zs, hs, have,
-                 qrow, q_rows, cmax, scratch, parents, tokens, depths, buf_of):
+                 qrow, q_rows, e, cmax, scratch, parents, tokens, depths, buf_of):
     """Static tree from a template (``StaticTree.build``); returns (n, draft calls).
 
     ``draws``: rank children by draws without replacement with ``utree[w]``
-    drawing template node w (R2; ``scratch``: float64 (2, V)), else by top-rank. ``keep_q``: leave every
-    expanded node's normalised q in its own row of ``q_rows`` (R2 verifies
-    with them), else reuse row 0. ``have[0]`` and the root's state must be
-    set by the caller."""
+    drawing template node w (R2; ``scratch``: float64 (2, V)), else by
+    top-rank. ``keep_q``: leave every expanded node's normalised q in its own
+    row of ``q_rows`` (R2 verifies with them), else reuse row 0. ``e`` /
+    ``cmax``: row scratch (``row_scratch``). ``have[0]`` and the root's state
+    must be set by the caller."""
     nt = tparents.shape[0]
     exists = np.zeros(nt, dtype=np.bool_)
     exists[0] = True
@@ -140,11 +171,12 @@ def build_static(W, tparents, tranks, tdepths, draws, keep_q, utree, bparent, bt
             haskids[tparents[w]] = True
             have[w] = False
         maxdepth = max(maxdepth, tdepths[w])
-    inv = _expand(W, 0, bparent, btoken, zs, hs, have, qrow, q_rows, 0, cmax)
+    inv = _expand(W, 0, bparent, btoken, zs, hs, have, qrow, q_rows, 0, e, cmax)
     nq = 1
     calls = 1
     kids = np.empty(nt, dtype=np.int64)
     chosen = np.empty(nt, dtype=np.int64)
+    vals = np.empty(nt)
     ukids = np.empty(nt)
     for d in range(maxdepth):
         level = 0
@@ -159,7 +191,7 @@ def build_static(W, tparents, tranks, tdepths, draws, keep_q, utree, bparent, bt
             if not (tdepths[v] == d and exists[v] and haskids[v]):
                 continue
             if d > 0:
-                inv = _expand(W, v, bparent, btoken, zs, hs, have, qrow, q_rows, nq if keep_q else 0, cmax)
+                inv = _expand(W, v, bparent, btoken, zs, hs, have, qrow, q_rows, nq if keep_q else 0, e, cmax)
                 nq += 1
             m = 0
             for w in range(nt):  # children in rank order (ranks are 0..m-1)
@@ -168,14 +200,14 @@ def build_static(W, tparents, tranks, tdepths, draws, keep_q, utree, bparent, bt
                     m += 1
             q = q_rows[qrow[v]]
             if draws:
-                scale_row(q, inv)
+                _keep(W, e, q, inv)
                 for i in range(m):
                     ukids[i] = utree[kids[i]]
                 got = draws_without_replacement(q, ukids, m, scratch[0], scratch[1], chosen)
             else:
-                got = top_tokens(q, cmax, inv, m, chosen)
+                got = _top(W, e, q, cmax, inv, m, chosen, vals)
                 if keep_q:
-                    scale_row(q, inv)
+                    _keep(W, e, q, inv)
             for i in range(got):
                 exists[kids[i]] = True
                 btoken[kids[i]] = chosen[i]
@@ -193,39 +225,42 @@ def build_static(W, tparents, tranks, tdepths, draws, keep_q, utree, bparent, bt
 
 
 @njit(cache=True, error_model="numpy")
-def _propose(q, cmax, inv, K, keep_q, b, nb, sel, bparent, btoken, bdepth, score, qrow, have):
-    """Add the top-K children of buffer node b (row ``q * inv``) to the pool from entry nb; returns
-    the new pool end. ``keep_q`` normalises the row afterwards."""
-    got = top_tokens(q, cmax, inv, K, sel)
+def _propose(W, e, q, cmax, inv, K, keep_q, b, nb, sel, vals, bparent, btoken, bdepth, score, qrow, have):
+    """Add the top-K children of buffer node b (its row just expanded) to the pool from entry nb;
+    returns the new pool end. ``keep_q`` leaves the normalised row in ``q``."""
+    got = _top(W, e, q, cmax, inv, K, sel, vals)
     for r in range(got):
         bparent[nb] = b
         btoken[nb] = sel[r]
         bdepth[nb] = bdepth[b] + 1
-        score[nb] = score[b] + safe_log(q[sel[r]] * inv)
+        score[nb] = score[b] + safe_log(vals[r])
         qrow[nb] = -1
         have[nb] = False
         nb += 1
     if keep_q:
-        scale_row(q, inv)
+        _keep(W, e, q, inv)
     return nb
 
 
 @njit(cache=True, error_model="numpy")
 def build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, keep_q, bparent, btoken, bdepth,
-                  zs, hs, have, qrow, q_rows, cmax, score, parents, tokens, depths, buf_of):
+                  zs, hs, have, qrow, q_rows, e, cmax, score, parents, tokens, depths, buf_of):
     """EAGLE-2 / DDD tree (``Eagle2Tree.build``); returns (n, draft calls).
 
-    ``keep_q`` as in :func:`build_static` (the rules that verify dynamic trees never read q)."""
+    ``keep_q``, ``e``, ``cmax`` as in :func:`build_static` (the rules that verify dynamic trees
+    never read q)."""
     V = q_rows.shape[1]
     K = min(top_k, V)
     qrow[0] = -1
     bdepth[0] = 0
     score[0] = 0.0
-    inv = _expand(W, 0, bparent, btoken, zs, hs, have, qrow, q_rows, 0, cmax)
+    inv = _expand(W, 0, bparent, btoken, zs, hs, have, qrow, q_rows, 0, e, cmax)
     nq = 1
     calls = 1
     sel = np.empty(max(K, total_tokens), dtype=np.int64)
-    nb = _propose(q_rows[0], cmax, inv, K, keep_q, 0, 1, sel, bparent, btoken, bdepth, score, qrow, have)
+    vals = np.empty(K)
+    nb = _propose(W, e, q_rows[0], cmax, inv, K, keep_q, 0, 1, sel, vals, bparent, btoken, bdepth, score,
+                  qrow, have)
     beam = np.empty(K, dtype=np.int64)
     nbeam = nb - 1
     for r in range(nbeam):
@@ -246,10 +281,10 @@ def build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, kee
         for i in range(nbeam):
             b = beam[i]
             slot = nq if keep_q else 0
-            inv = _expand(W, b, bparent, btoken, zs, hs, have, qrow, q_rows, slot, cmax)
+            inv = _expand(W, b, bparent, btoken, zs, hs, have, qrow, q_rows, slot, e, cmax)
             nq += 1
-            nb = _propose(q_rows[slot], cmax, inv, K, keep_q, b, nb, sel, bparent, btoken, bdepth, score,
-                          qrow, have)
+            nb = _propose(W, e, q_rows[slot], cmax, inv, K, keep_q, b, nb, sel, vals, bparent, btoken, bdepth,
+                          score, qrow, have)
         nbeam = top_m(score, start, nb, K, beam)
     keep = np.empty(total_tokens - 1, dtype=np.int64)
     nk = top_m(score, 1, nb, total_tokens - 1, keep)
@@ -305,7 +340,7 @@ def kernel_build(policy, world, z0: np.ndarray, h0: np.uint64, temperature: floa
     have[0] = True
     qrow = np.full(nbuf, -1, dtype=np.int64)
     q_rows = np.empty((nbuf, V))
-    cmax = np.empty(n_chunks(V))
+    e, cmax = row_scratch(W)
     parents = np.empty(ps.max_nodes, dtype=np.int64)
     tokens = np.empty(ps.max_nodes, dtype=np.int64)
     depths = np.empty(ps.max_nodes, dtype=np.int64)
@@ -316,11 +351,11 @@ def kernel_build(policy, world, z0: np.ndarray, h0: np.uint64, temperature: floa
             tdepths[v] = tdepths[ps.parents[v]] + 1
         utree = np.zeros(ps.parents.size) if u is None else np.asarray(u, dtype=np.float64)
         n, calls = build_static(W, ps.parents, ps.ranks, tdepths, u is not None, True, utree, bparent,
-                                btoken, bdepth, zs, hs, have, qrow, q_rows, cmax, np.empty((2, V)), parents,
-                                tokens, depths, buf_of)
+                                btoken, bdepth, zs, hs, have, qrow, q_rows, e, cmax, np.empty((2, V)),
+                                parents, tokens, depths, buf_of)
     else:
         n, calls = build_dynamic(W, ps.top_k, ps.max_calls, ps.total_tokens, ps.check_steps, ps.threshold,
-                                 True, bparent, btoken, bdepth, zs, hs, have, qrow, q_rows, cmax,
+                                 True, bparent, btoken, bdepth, zs, hs, have, qrow, q_rows, e, cmax,
                                  np.zeros(nbuf), parents, tokens, depths, buf_of)
     q = np.full((n, V), 1.0 / V)
     for v in range(n):

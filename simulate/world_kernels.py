@@ -1,14 +1,15 @@
 """Numba kernels of the synthetic worlds: latent states and target / draft rows.
 
 A world is passed to kernels as a tuple ``W = (kind, ET, b, bq, fp, keys,
-p_stat, q_stat, ET32)``:
+p_stat, q_stat, T)``:
 
 - ``kind``: 0 latent-field world, 1 stationary world (p_stat / q_stat at every node);
 - ``ET``: (d, V) float64 codebook, transposed (unit rows of E): the state transitions;
-- ``b`` / ``bq``: float32 target / draft per-token biases, already divided by the temperature;
+- ``b`` / ``bq``: float32 target / draft per-token biases, already divided by the temperature,
+  padded to whole tiles (:func:`tile_bias`);
 - ``fp``: float64 [beta/T, rho, sigma, beta_q/T, sigma_q, bmax, bqmax];
 - ``keys``: uint64 [transition-noise key, drafter-noise key];
-- ``ET32``: ``ET`` rounded to float32: the rows' logits.
+- ``T``: the codebook as float32 tiles (:func:`tile_codebook`): the rows' logits.
 
 Rows (the world's p and q) are defined by these kernels alone, and the NumPy
 side (``LatentWorld.target_probs`` / ``draft_probs``, the oracle) calls them:
@@ -35,8 +36,10 @@ N_FPARAMS = 7
 KIND_LATENT = 0
 KIND_STATIONARY = 1
 
-BLOCK = 256  # tokens per block of the fused row pass (a block's logits stay in L1)
-CHUNK = 32  # tokens per chunk maximum (lets top-k selection skip most of a row)
+LANES = 16  # tokens per tile: a tile's logits are one AVX-512 float32 vector
+GROUP = 8  # code dimensions per register group (the tiled codebook pads d to a multiple)
+BLOCK = 256  # tokens per block of the fused row pass (a multiple of LANES); partial sums
+NCH = BLOCK  # chunk maxima: chunk c holds the tokens x with x % NCH == c (lets top-k skip most tokens)
 
 # float32 exp: Cody-Waite reduction y = k ln2 + r (|r| <= ln2 / 2), degree-7 Taylor polynomial
 # (truncation < 5e-9 relative), 2^k built in the exponent bits; branch-free, so LLVM vectorises it.
@@ -54,6 +57,24 @@ _ZERO = _F(0.0)
 _LOOSE = 2.0**-28  # a shift this far above the largest logit (about 19.4 nats) is redone with the max
 
 
+def tile_codebook(ET: np.ndarray) -> np.ndarray:
+    """The (d, V) codebook as float32 tiles ``T[t, j, l] = E[LANES t + l, j]``, shape
+    (ceil(V / LANES), GROUP ceil(d / GROUP), LANES), zero-padded (padding adds exact zeros)."""
+    d, V = ET.shape
+    nt, dg = -(-V // LANES), GROUP * -(-d // GROUP)
+    T = np.zeros((dg, nt * LANES), dtype=np.float32)
+    T[:d, :V] = ET
+    return np.ascontiguousarray(T.reshape(dg, nt, LANES).transpose(1, 0, 2))
+
+
+def tile_bias(b: np.ndarray) -> np.ndarray:
+    """Per-token biases as float32, padded to whole tiles with -inf (padding tokens get exp = 0)."""
+    V = b.shape[0]
+    out = np.full(-(-V // LANES) * LANES, -np.inf, dtype=np.float32)
+    out[:V] = b
+    return out
+
+
 @njit(cache=True, error_model="numpy")
 def normalise(z):
     """Scale ``z`` in place to unit Euclidean norm."""
@@ -66,59 +87,74 @@ def normalise(z):
 
 
 @njit(cache=True, error_model="numpy")
-def _block_logits(ET, bias, M, zf, x0, n, acc):
-    """``acc[:n] = (bias - M) + E_0 z_0 + ... + E_{d-1} z_{d-1}`` for tokens x0..x0+n-1, in float32."""
-    bb = bias[x0:x0 + n]
-    for i in range(n):
-        acc[i] = bb[i] - M
-    for j in range(ET.shape[0]):
-        zj = zf[j]
-        row = ET[j, x0:x0 + n]
-        for i in range(n):
-            acc[i] += row[i] * zj
+def _block_logits(T, bias, M, zf, t0, t1, acc):
+    """``acc`` = (bias - M) + E_0 z_0 + E_1 z_1 + ... for the tokens of tiles t0..t1-1, in float32,
+    code dimensions in order (one vector per tile and register group)."""
+    for t in range(t0, t1):
+        Et = T[t]
+        bb = bias[t * LANES:(t + 1) * LANES]
+        o = acc[(t - t0) * LANES:(t - t0 + 1) * LANES]
+        z0, z1, z2, z3, z4, z5, z6, z7 = zf[0], zf[1], zf[2], zf[3], zf[4], zf[5], zf[6], zf[7]
+        for lane in range(LANES):
+            a = bb[lane] - M
+            a += Et[0, lane] * z0
+            a += Et[1, lane] * z1
+            a += Et[2, lane] * z2
+            a += Et[3, lane] * z3
+            a += Et[4, lane] * z4
+            a += Et[5, lane] * z5
+            a += Et[6, lane] * z6
+            a += Et[7, lane] * z7
+            o[lane] = a
+        for g in range(GROUP, zf.shape[0], GROUP):
+            z0, z1, z2, z3 = zf[g], zf[g + 1], zf[g + 2], zf[g + 3]
+            z4, z5, z6, z7 = zf[g + 4], zf[g + 5], zf[g + 6], zf[g + 7]
+            for lane in range(LANES):
+                a = o[lane]
+                a += Et[g, lane] * z0
+                a += Et[g + 1, lane] * z1
+                a += Et[g + 2, lane] * z2
+                a += Et[g + 3, lane] * z3
+                a += Et[g + 4, lane] * z4
+                a += Et[g + 5, lane] * z5
+                a += Et[g + 6, lane] * z6
+                a += Et[g + 7, lane] * z7
+                o[lane] = a
 
 
 @njit(cache=True, error_model="numpy")
-def _block_exp(acc, kb, ki, n):
-    """``acc[:n] = exp(acc)`` in float32, 0 below -87 (float32's range); ``kb`` / ``ki``: one scratch
-    buffer seen as float / int."""
-    for i in range(n):
-        y = max(acc[i], _LOW)
-        kf = y * _INVLN2 + _MAGIC
-        k = kf - _MAGIC
-        r = (y - k * _LN2HI) - k * _LN2LO
-        e = _ONE + r * (_ONE + r * (_C2 + r * (_C3 + r * (_C4 + r * (_C5 + r * (_C6 + r * _C7))))))
-        acc[i] = e if acc[i] >= _LOW else _ZERO
-        kb[i] = kf
-    for i in range(n):
-        ki[i] = (ki[i] - _MAGIC_BITS + np.int32(127)) << np.int32(23)
-    for i in range(n):
-        acc[i] *= kb[i]
-
-
-@njit(cache=True, error_model="numpy")
-def _exp_pass(ET, bias, M, zf, out, cmax):
-    """One fused pass: ``out = exp(logits - M)`` (float32 values stored as float64), the chunk
-    maxima ``cmax`` and the sum (BLOCK partial sums added in a fixed order)."""
-    V = bias.shape[0]
+def _exp_pass(T, bias, M, zf, e, cmax):
+    """One fused pass, BLOCK tokens at a time: ``e = exp(logits - M)`` in float32 (0 below e^-87),
+    the chunk maxima ``cmax`` (float64) and the sum (BLOCK float64 partial sums, fixed order)."""
     acc = np.empty(BLOCK, dtype=np.float32)
     kb = np.empty(BLOCK, dtype=np.float32)
     ki = kb.view(np.int32)
     part = np.zeros(BLOCK)
-    for x0 in range(0, V, BLOCK):
-        n = min(BLOCK, V - x0)
-        _block_logits(ET, bias, M, zf, x0, n, acc)
-        _block_exp(acc, kb, ki, n)
-        o = out[x0:x0 + n]
+    cm = np.zeros(NCH, dtype=np.float32)
+    nt = T.shape[0]
+    for t0 in range(0, nt, BLOCK // LANES):
+        t1 = min(t0 + BLOCK // LANES, nt)
+        n = (t1 - t0) * LANES
+        _block_logits(T, bias, M, zf, t0, t1, acc)
         for i in range(n):
-            e = np.float64(acc[i])
-            o[i] = e
-            part[i] += e
-        for c0 in range(0, n, CHUNK):
-            m = o[c0]
-            for i in range(c0 + 1, min(c0 + CHUNK, n)):
-                m = max(m, o[i])
-            cmax[(x0 + c0) // CHUNK] = m
+            y0 = acc[i]
+            y = max(y0, _LOW)
+            kf = y * _INVLN2 + _MAGIC
+            k = kf - _MAGIC
+            r = (y - k * _LN2HI) - k * _LN2LO
+            p = _ONE + r * (_ONE + r * (_C2 + r * (_C3 + r * (_C4 + r * (_C5 + r * (_C6 + r * _C7))))))
+            acc[i] = p if y0 >= _LOW else _ZERO
+            kb[i] = kf
+        for i in range(n):
+            ki[i] = (ki[i] - _MAGIC_BITS + np.int32(127)) << np.int32(23)
+        o = e[t0 * LANES:t0 * LANES + n]
+        for i in range(n):
+            v = acc[i] * kb[i]
+            o[i] = v
+            cm[i] = max(cm[i], v)
+            part[i] += np.float64(v)
+    for c in range(NCH):
+        cmax[c] = np.float64(cm[c])
     s = 0.0
     for i in range(BLOCK):
         s += part[i]
@@ -126,50 +162,52 @@ def _exp_pass(ET, bias, M, zf, out, cmax):
 
 
 @njit(cache=True, error_model="numpy")
-def row_exp(ET, bias, bmax, zb, out, cmax):
-    """Unnormalised softmax row: ``out[x] = exp(l_x - M)``, ``l = bias + E zb`` in float32; returns its sum.
+def row_exp(T, bias, bmax, zb, e, cmax):
+    """Unnormalised softmax row of the tiled codebook ``T`` (:func:`tile_codebook`): returns its sum.
 
-    The shift M is the bound |zb| + max(bias) (code vectors are unit), so no max
-    pass is needed; when the largest term falls below 2^-28 the row is redone
-    with M = the largest logit, so every token within 67 nats of the largest
-    logit is represented and only tokens below e^-87 relative to the shift
-    (a mass under V e^-67 in all) are 0, as in a float32 softmax.
-    ``cmax[c]`` gets the largest entry of chunk c (tokens c CHUNK .. (c + 1)
-    CHUNK - 1).
+    ``e[x] = exp(l_x - M)`` (float32, padded to whole tiles with zeros) for
+    ``l = bias + E zb`` evaluated in float32, dimensions in order. The shift M
+    is the bound |zb| + max(bias) (code vectors are unit), so no max pass is
+    needed; when the largest term falls below 2^-28 the row is redone with M
+    = the largest logit, so every token within 67 nats of the largest logit
+    is represented and only tokens below e^-87 relative to the shift (a mass
+    under V e^-67 in all) are 0, as in a float32 softmax. ``cmax[c]`` gets
+    the largest ``e[x]`` over the tokens x = c mod NCH.
     """
-    d = ET.shape[0]
-    zf = np.empty(d, dtype=np.float32)
+    zf = np.zeros(T.shape[1], dtype=np.float32)
     zn = 0.0
-    for j in range(d):
+    for j in range(zb.shape[0]):
         zn += zb[j] * zb[j]
         zf[j] = np.float32(zb[j])
-    s = _exp_pass(ET, bias, np.float32(math.sqrt(zn) + bmax), zf, out, cmax)
+    s = _exp_pass(T, bias, np.float32(math.sqrt(zn) + bmax), zf, e, cmax)
     top = cmax[0]
-    for c in range(1, cmax.shape[0]):
+    for c in range(1, NCH):
         top = max(top, cmax[c])
     if top >= _LOOSE:
         return s
-    V = bias.shape[0]
     acc = np.empty(BLOCK, dtype=np.float32)
     M = np.float32(-np.inf)
-    for x0 in range(0, V, BLOCK):
-        n = min(BLOCK, V - x0)
-        _block_logits(ET, bias, np.float32(0.0), zf, x0, n, acc)
-        for i in range(n):
+    nt = T.shape[0]
+    for t0 in range(0, nt, BLOCK // LANES):
+        t1 = min(t0 + BLOCK // LANES, nt)
+        _block_logits(T, bias, _ZERO, zf, t0, t1, acc)
+        for i in range((t1 - t0) * LANES):
             M = max(M, acc[i])
-    return _exp_pass(ET, bias, M, zf, out, cmax)
+    return _exp_pass(T, bias, M, zf, e, cmax)
 
 
 @njit(cache=True, error_model="numpy")
-def scale_row(row, inv):
-    """``row *= inv`` in place; returns the sum of the result (BLOCK partial sums, fixed order)."""
-    V = row.shape[0]
+def scale_into(e, inv, out):
+    """``out[x] = e[x] * inv`` (in float64) for x < len(out); returns the sum of ``out``
+    (BLOCK partial sums, fixed order). ``e`` may be ``out`` itself."""
+    V = out.shape[0]
     part = np.zeros(BLOCK)
     for x0 in range(0, V, BLOCK):
         n = min(BLOCK, V - x0)
-        o = row[x0:x0 + n]
+        src = e[x0:x0 + n]
+        o = out[x0:x0 + n]
         for i in range(n):
-            o[i] *= inv
+            o[i] = np.float64(src[i]) * inv
             part[i] += o[i]
     s = 0.0
     for i in range(BLOCK):
@@ -179,19 +217,12 @@ def scale_row(row, inv):
 
 @njit(cache=True, error_model="numpy")
 def chunk_maxima(row, cmax):
-    """``cmax[c]`` = the largest entry of chunk c of ``row`` (what :func:`row_exp` records)."""
-    V = row.shape[0]
-    for c0 in range(0, V, CHUNK):
-        m = row[c0]
-        for x in range(c0 + 1, min(c0 + CHUNK, V)):
-            m = max(m, row[x])
-        cmax[c0 // CHUNK] = m
-
-
-@njit(cache=True, error_model="numpy")
-def n_chunks(vocab_size):
-    """Length of the chunk-maximum buffer for a row over ``vocab_size`` tokens."""
-    return (vocab_size + CHUNK - 1) // CHUNK
+    """``cmax[c]`` = the largest ``row[x]`` over x = c mod NCH (0 for an empty chunk), as
+    :func:`row_exp` records them."""
+    for c in range(NCH):
+        cmax[c] = 0.0
+    for x in range(row.shape[0]):
+        cmax[x % NCH] = max(cmax[x % NCH], row[x])
 
 
 @njit(cache=True, error_model="numpy")
@@ -239,31 +270,31 @@ def ensure_state(W, v, bparent, btoken, zs, hs, have):
 
 
 @njit(cache=True, error_model="numpy")
-def target_row(W, z, out, cmax):
-    """p at a node with state z (stationary: p_stat) into ``out``; returns its sum.
+def target_row(W, z, out, e, cmax):
+    """p at a node with state z (stationary: p_stat) into the float64 row ``out``; returns its sum.
 
-    ``cmax`` is chunk scratch (:func:`n_chunks` entries)."""
+    ``e`` (float32, whole tiles) and ``cmax`` (NCH) are scratch."""
     if W[0] == KIND_STATIONARY:
         out[:] = W[6]
-        return scale_row(out, 1.0)  # times 1.0: unchanged
+        return scale_into(out, 1.0, out)  # times 1.0: unchanged
     d = z.shape[0]
     zb = np.empty(d)
     for j in range(d):
         zb[j] = W[4][F_BETA] * z[j]
-    s = row_exp(W[8], W[2], W[4][F_BMAX], zb, out, cmax)
-    return scale_row(out, 1.0 / s)
+    return scale_into(e, 1.0 / row_exp(W[8], W[2], W[4][F_BMAX], zb, e, cmax), out)
 
 
 @njit(cache=True, error_model="numpy")
-def draft_exp(W, z, h, out, cmax):
-    """q at a node with state z and prefix hash h, unnormalised: q = ``out * inv``; returns ``inv``.
+def draft_exp(W, z, h, e, row, cmax):
+    """q at a node with state z and prefix hash h, unnormalised: returns ``inv``.
 
-    ``cmax`` gets the chunk maxima of ``out``. The drafter sees
-    normalise(z + sigma_q xi_q), xi_q keyed by (drafter key, h). Stationary:
-    ``out`` = q_stat and inv = 1."""
+    Latent world: q = ``e * inv`` (``e`` float32, whole tiles; :func:`row_exp`)
+    and ``row`` is untouched. Stationary world: ``row`` = q_stat (float64) and
+    inv = 1. ``cmax`` gets the chunk maxima of whichever holds q. The drafter
+    sees normalise(z + sigma_q xi_q), xi_q keyed by (drafter key, h)."""
     if W[0] == KIND_STATIONARY:
-        out[:] = W[7]
-        chunk_maxima(out, cmax)
+        row[:] = W[7]
+        chunk_maxima(row, cmax)
         return 1.0
     d = z.shape[0]
     zq = np.empty(d)
@@ -273,10 +304,18 @@ def draft_exp(W, z, h, out, cmax):
     normalise(zq)
     for j in range(d):
         zq[j] *= W[4][F_BETA_Q]
-    return 1.0 / row_exp(W[8], W[3], W[4][F_BQMAX], zq, out, cmax)
+    return 1.0 / row_exp(W[8], W[3], W[4][F_BQMAX], zq, e, cmax)
 
 
 @njit(cache=True, error_model="numpy")
-def draft_row(W, z, h, out, cmax):
-    """q at a node (normalised) into ``out``: :func:`draft_exp` then the scaling."""
-    scale_row(out, draft_exp(W, z, h, out, cmax))
+def draft_row(W, z, h, row, e, cmax):
+    """q at a node, normalised, into the float64 ``row``: :func:`draft_exp` then the scaling."""
+    inv = draft_exp(W, z, h, e, row, cmax)
+    if W[0] != KIND_STATIONARY:
+        scale_into(e, inv, row)
+
+
+@njit(cache=True, error_model="numpy")
+def row_scratch(W):
+    """Scratch a world's rows need: (float32 e of whole tiles, float64 chunk maxima)."""
+    return np.empty(W[8].shape[0] * LANES, dtype=np.float32), np.empty(NCH)

@@ -43,8 +43,10 @@ from simulate.world_kernels import (
     N_FPARAMS,
     draft_row,
     initial_state,
-    n_chunks,
+    row_scratch,
     target_row,
+    tile_bias,
+    tile_codebook,
     transition,
 )
 from theory.distributions import total_variation, validate_distribution
@@ -161,6 +163,7 @@ class LatentWorld(World):
                               fmix(np.uint64(params.seed) * np.uint64(2) + np.uint64(2))], dtype=np.uint64)
         self._tables: dict[int, np.ndarray] = {}
         self._kernel_worlds: dict[float, tuple] = {}
+        self._tiles = tile_codebook(self.ET)
 
     @classmethod
     def preset(cls, name: str, **overrides) -> LatentWorld:
@@ -205,8 +208,8 @@ class LatentWorld(World):
         key = float(temperature)
         if key not in self._kernel_worlds:
             p = self.params
-            b = (self.prior / temperature).astype(np.float32)
-            bq = (self.draft_prior / temperature).astype(np.float32)
+            b = tile_bias(self.prior / temperature)
+            bq = tile_bias(self.draft_prior / temperature)
             fp = np.zeros(N_FPARAMS)
             fp[F_BETA] = p.beta / temperature
             fp[F_RHO] = p.rho
@@ -216,8 +219,7 @@ class LatentWorld(World):
             fp[F_BMAX] = float(b.max())
             fp[F_BQMAX] = float(bq.max())
             dummy = np.zeros(1)
-            self._kernel_worlds[key] = (KIND_LATENT, self.ET, b, bq, fp, self.keys, dummy, dummy,
-                                        self.ET.astype(np.float32))
+            self._kernel_worlds[key] = (KIND_LATENT, self.ET, b, bq, fp, self.keys, dummy, dummy, self._tiles)
         return self._kernel_worlds[key]
 
     # ---- the world from Python: states and rows come from the kernels (one implementation)
@@ -235,14 +237,16 @@ class LatentWorld(World):
 
     def target_probs(self, z: np.ndarray, temperature: float = 1.0) -> np.ndarray:
         """p at state z (the kernel's row: ``simulate.world_kernels.target_row``)."""
+        W = self.kernel_world(temperature)
         out = np.empty(self.vocab_size)
-        target_row(self.kernel_world(temperature), z, out, np.empty(n_chunks(self.vocab_size)))
+        target_row(W, z, out, *row_scratch(W))
         return out
 
     def draft_probs(self, z: np.ndarray, h: np.uint64, temperature: float = 1.0) -> np.ndarray:
         """q at state z with prefix hash h (the kernel's row: ``simulate.world_kernels.draft_row``)."""
+        W = self.kernel_world(temperature)
         out = np.empty(self.vocab_size)
-        draft_row(self.kernel_world(temperature), z, np.uint64(h), out, np.empty(n_chunks(self.vocab_size)))
+        draft_row(W, z, np.uint64(h), out, *row_scratch(W))
         return out
 
     def __repr__(self) -> str:
@@ -276,7 +280,7 @@ class StationaryWorld(World):
         dummy = np.zeros((1, 1))
         return (KIND_STATIONARY, dummy, np.zeros(1, dtype=np.float32), np.zeros(1, dtype=np.float32),
                 np.zeros(N_FPARAMS), np.zeros(2, dtype=np.uint64), self._tempered(self.p, temperature),
-                self._tempered(self.q, temperature), np.zeros((1, 1), dtype=np.float32))
+                self._tempered(self.q, temperature), tile_codebook(np.zeros((1, 1))))
 
     def target_probs(self, z=None, temperature: float = 1.0) -> np.ndarray:
         """p (at any node)."""

@@ -8,7 +8,7 @@ import pytest
 from simulate.engine import run
 from simulate.rng import combine, normals, stream_key
 from simulate.trace import Sampling, TraceHeader, TraceStep, TraceWriter
-from simulate.world_kernels import CHUNK, draft_row, n_chunks, row_exp, target_row
+from simulate.world_kernels import NCH, draft_row, row_exp, row_scratch, target_row, tile_bias, tile_codebook
 from simulate.worlds import PRESETS, LatentParams, LatentWorld, StationaryWorld, TraceWorld, world_stats
 from theory import Relax, Tree, neighbour_table, sample_step
 
@@ -37,13 +37,13 @@ def test_prefix_keyed_states_and_rows():
     for T in (1.0, 0.5):
         W = w.kernel_world(T)
         p = np.empty(w.vocab_size)
-        psum = target_row(W, a[0], p, np.empty(n_chunks(w.vocab_size)))
+        psum = target_row(W, a[0], p, *row_scratch(W))
         np.testing.assert_array_equal(p, w.target_probs(a[0], T))  # one implementation
         assert psum == pytest.approx(1.0, abs=1e-12) and p.sum() == pytest.approx(1.0, abs=1e-12)
         np.testing.assert_allclose(p, softmax64(w.prior + w.params.beta * (w.codebook @ a[0]), T), rtol=1e-4,
                                    atol=1e-30)
         q = np.empty(w.vocab_size)
-        draft_row(W, a[0], np.uint64(a[1]), q, np.empty(n_chunks(w.vocab_size)))
+        draft_row(W, a[0], np.uint64(a[1]), q, *row_scratch(W))
         np.testing.assert_array_equal(q, w.draft_probs(a[0], a[1], T))
         xi = np.empty(w.params.dim)
         normals(np.uint64(combine(w.keys[1], np.int64(np.uint64(a[1]) & np.uint64(0x7FFFFFFFFFFFFFFF)))), xi)
@@ -61,19 +61,22 @@ def softmax64(logits, T):
 
 def test_row_exp_shift_and_chunks():
     """A loose shift (the bound far above the largest logit) is redone with the max; chunk maxima
-    are the rows' maxima per CHUNK tokens; odd V (partial blocks and chunks) is handled."""
+    are the rows' maxima over x = c mod NCH; any V and d (partial tiles, padded dimensions)."""
     rng = np.random.default_rng(1)
-    for V in (7, 300, 1000):
-        ET = rng.standard_normal((3, V)).astype(np.float32)
+    for V, d in ((7, 3), (300, 8), (1000, 11)):
+        ET = rng.standard_normal((d, V)).astype(np.float32)
         b = rng.standard_normal(V).astype(np.float32)
-        zb = 4.0 * rng.standard_normal(3)
+        zb = 4.0 * rng.standard_normal(d) / np.sqrt(d)
         logits = b.astype(np.float64) + ET.astype(np.float64).T @ zb
+        T, bias = tile_codebook(ET), tile_bias(b)
         for bmax in (float(b.max()), float(b.max()) + 60.0):  # the second bound is 60 nats loose
-            out, cmax = np.empty(V), np.empty(n_chunks(V))
-            s = row_exp(ET, b, bmax, zb, out, cmax)
-            assert out.max() >= 2.0**-28 and s == pytest.approx(out.sum(), rel=1e-12)
-            np.testing.assert_allclose(out / s, softmax64(logits, 1.0), rtol=1e-5, atol=1e-30)
-            np.testing.assert_array_equal(cmax, [out[c:c + CHUNK].max() for c in range(0, V, CHUNK)])
+            e, cmax = np.empty(bias.size, dtype=np.float32), np.empty(NCH)
+            s = row_exp(T, bias, bmax, zb, e, cmax)
+            assert e.max() >= 2.0**-28 and np.all(e[V:] == 0)
+            assert s == pytest.approx(e.astype(np.float64).sum(), rel=1e-12)
+            np.testing.assert_allclose(e[:V] / s, softmax64(logits, 1.0), rtol=1e-5, atol=1e-30)
+            want = [e[c::NCH].max() if c < e.size else 0.0 for c in range(NCH)]
+            np.testing.assert_array_equal(cmax, want)
 
 
 def test_world_validation():
