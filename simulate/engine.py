@@ -31,11 +31,18 @@ import numpy as np
 from numba import njit, prange
 
 from simulate.policies import KIND_STATIC, PolicySpec, TreePolicy
-from simulate.policy_kernels import build_dynamic, build_static
+from simulate.policy_kernels import EXPAND_BATCH, build_dynamic, build_static
 from simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_counter, stream_key, uniform
 from simulate.verify import RuleSpec
 from simulate.verify_kernels import children_csr, exact_step, leaf_bonus, path_tv, walk
-from simulate.world_kernels import ensure_state, initial_state, row_scratch, target_row, transition
+from simulate.world_kernels import (
+    ensure_state,
+    initial_state,
+    row_scratch,
+    target_row,
+    transition,
+    vocab_size,
+)
 from simulate.worlds import LatentWorld, StationaryWorld, TraceWorld, World
 from theory.relax import Relax
 
@@ -177,11 +184,11 @@ class SimResult:
 
 # ------------------------------------------------------------------ kernel
 @njit(cache=True, error_model="numpy")
-def _p_row(W, v, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, e, cmax, npr):
+def _p_row(W, v, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs, npr):
     """p at final node v into the next free row ``p_rows[npr]``; returns the next free row."""
     b = buf_of[v]
     ensure_state(W, b, bparent, btoken, zs, hs, have)
-    psums[v] = target_row(W, zs[b], p_rows[npr], e, cmax)
+    psums[v] = target_row(W, zs[b], p_rows[npr], es[0], cmaxs[0])
     prow[v] = npr
     return npr + 1
 
@@ -190,7 +197,7 @@ def _p_row(W, v, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, e, 
 def _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps,
               threshold, max_nodes, max_buffer, n_q, rule, code, k, param, variant, nb, exact, seq_len, seed,
               o_int, o_exp, o_tv, o_ttv, n_steps):
-    V = W[1].shape[1] if W[0] == 0 else W[6].shape[0]
+    V = vocab_size(W)
     d = W[1].shape[0]
     keep_q = rule == 2  # R2 verifies with q; R1 and R3 never read it after the build
     bparent = np.zeros(max_buffer, dtype=np.int64)
@@ -203,7 +210,7 @@ def _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tok
     score = np.zeros(max_buffer)
     q_rows = np.empty((n_q if keep_q else 1, V))
     p_rows = np.empty((max_nodes + 1, V))
-    e, cmax = row_scratch(W)
+    es, cmaxs = row_scratch(W, EXPAND_BATCH)
     scratch = np.empty((3, V))
     parents = np.empty(max_nodes, dtype=np.int64)
     tokens = np.empty(max_nodes, dtype=np.int64)
@@ -239,11 +246,11 @@ def _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tok
                 for w in range(nt):
                     utree[w] = uniform(key, step_counter(step, w, U_TREE))
             n, calls = build_static(W, tparents, tranks, tdepths, rule == 2, keep_q, utree, bparent, btoken,
-                                    bdepth, zs, hs, have, qrow, q_rows, e, cmax, scratch, parents, tokens,
+                                    bdepth, zs, hs, have, qrow, q_rows, es, cmaxs, scratch, parents, tokens,
                                     depths, buf_of)
         else:
             n, calls = build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, keep_q,
-                                     bparent, btoken, bdepth, zs, hs, have, qrow, q_rows, e, cmax,
+                                     bparent, btoken, bdepth, zs, hs, have, qrow, q_rows, es, cmaxs,
                                      score, parents, tokens, depths, buf_of)
         children_csr(parents, n, cstart, cidx)
         for v in range(n):
@@ -256,8 +263,8 @@ def _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tok
         if exact:  # p at every node with children, for theory's expectation of the step
             for v in range(n):
                 if cstart[v + 1] > cstart[v]:
-                    npr = _p_row(W, v, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, e, cmax,
-                                 npr)
+                    npr = _p_row(W, v, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es,
+                                 cmaxs, npr)
             e_tok, e_tv, epoch = exact_step(parents, tokens, depths, n, cstart, cidx, p_rows, prow, psums,
                                             q_rows, qrow_f, rule, code, k, param, variant, nb, mark, seen,
                                             epoch, scratch, edge, reach)
@@ -269,11 +276,13 @@ def _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tok
                                          scratch, path, state, ok, tops)
             if need < 0:
                 break
-            npr = _p_row(W, need, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, e, cmax, npr)
+            npr = _p_row(W, need, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,
+                         npr)
         end = path[m - 1]
         if bonus < 0:
             if prow[end] < 0:
-                npr = _p_row(W, end, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, e, cmax, npr)
+                npr = _p_row(W, end, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,
+                             npr)
             bonus = leaf_bonus(p_rows[prow[end]], ud[end], rule, scratch[0])
         t_tv, epoch = path_tv(parents, tokens, path, m, cstart, cidx, p_rows, prow, psums, rule, code, k,
                               param, variant, nb, mark, seen, epoch)

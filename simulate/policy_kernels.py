@@ -12,8 +12,8 @@ Buffers (allocated once per sequence by the engine)::
     bparent, btoken, bdepth : int64[n_buffer]     buffer tree
     zs, hs, have            : world states (see simulate.world_kernels)
     qrow                    : int64[n_buffer]     row of q_rows holding q at the node, or -1
-    q_rows                  : float64[n_q, V]     one row per expansion (keep_q), else one row reused
-    e, cmax                 : row scratch (``row_scratch``): the latest row unnormalised, its chunk maxima
+    q_rows                  : float64[n_q, V]     normalised q per expanded node (keep_q), else row 0 scratch
+    es, cmaxs               : row scratch (``row_scratch``): rows expanded together, unnormalised
     score                   : float64[n_buffer]   path log-probabilities (dynamic trees)
 """
 
@@ -25,7 +25,16 @@ import numpy as np
 from numba import njit
 
 from simulate.verify_kernels import draw_token
-from simulate.world_kernels import KIND_STATIONARY, draft_exp, ensure_state, row_scratch, scale_into
+from simulate.world_kernels import (
+    KIND_STATIONARY,
+    draft_exps,
+    ensure_state,
+    row_scratch,
+    scale_into,
+    vocab_size,
+)
+
+EXPAND_BATCH = 16  # drafter rows computed in one pass over the codebook (a beam, a tree level)
 
 
 @njit(cache=True, error_model="numpy")
@@ -123,39 +132,42 @@ def draws_without_replacement(q, u, m, qr, cum, out):
 
 
 @njit(cache=True, error_model="numpy")
-def _expand(W, v, bparent, btoken, zs, hs, have, qrow, q_rows, slot, e, cmax):
-    """One drafter row at buffer node v (q = ``e * inv``, or ``q_rows[slot]`` itself in a stationary
-    world; see ``draft_exp``); returns ``inv``."""
-    ensure_state(W, v, bparent, btoken, zs, hs, have)
-    qrow[v] = slot
-    return draft_exp(W, zs[v], hs[v], e, q_rows[slot], cmax)
+def _expand(W, nodes, bparent, btoken, zs, hs, have, es, cmaxs, invs):
+    """Drafter rows after the buffer nodes ``nodes``, in one pass over the codebook (row i of
+    ``es`` / ``cmaxs`` / ``invs`` for ``nodes[i]``; see ``draft_exps``)."""
+    for i in range(nodes.shape[0]):
+        ensure_state(W, nodes[i], bparent, btoken, zs, hs, have)
+    draft_exps(W, zs, hs, nodes, es, cmaxs, invs)
 
 
 @njit(cache=True, error_model="numpy")
-def _top(W, e, row, cmax, inv, m, out, vals):
-    """:func:`top_tokens` on the row just expanded."""
+def _top(W, es, cmaxs, invs, i, m, out, vals):
+    """:func:`top_tokens` on expanded row i."""
     if W[0] == KIND_STATIONARY:
-        return top_tokens(row, row.shape[0], cmax, inv, m, out, vals)
-    return top_tokens(e, row.shape[0], cmax, inv, m, out, vals)
+        return top_tokens(W[7], W[7].shape[0], cmaxs[i], invs[i], m, out, vals)
+    return top_tokens(es[i], vocab_size(W), cmaxs[i], invs[i], m, out, vals)
 
 
 @njit(cache=True, error_model="numpy")
-def _keep(W, e, row, inv):
-    """Leave the normalised q in ``row`` (a stationary world's row already is)."""
-    if W[0] != KIND_STATIONARY:
-        scale_into(e, inv, row)
+def _keep(W, es, invs, i, row):
+    """The normalised q of expanded row i into the float64 ``row``."""
+    if W[0] == KIND_STATIONARY:
+        row[:] = W[7]
+    else:
+        scale_into(es[i], invs[i], row)
 
 
 @njit(cache=True, error_model="numpy")
 def build_static(W, tparents, tranks, tdepths, draws, keep_q, utree, bparent, btoken, bdepth, zs, hs, have,
-                 qrow, q_rows, e, cmax, scratch, parents, tokens, depths, buf_of):
+                 qrow, q_rows, es, cmaxs, scratch, parents, tokens, depths, buf_of):
     """Static tree from a template (``StaticTree.build``); returns (n, draft calls).
 
     ``draws``: rank children by draws without replacement with ``utree[w]``
     drawing template node w (R2; ``scratch``: float64 (2, V)), else by
     top-rank. ``keep_q``: leave every expanded node's normalised q in its own
-    row of ``q_rows`` (R2 verifies with them), else reuse row 0. ``e`` /
-    ``cmax``: row scratch (``row_scratch``). ``have[0]`` and the root's state
+    row ``q_rows[qrow[v]]`` (R2 verifies with them), else ``qrow[v] = -1``.
+    A level's rows are computed ``len(es)`` at a time in one codebook pass
+    (``es`` / ``cmaxs``: ``row_scratch``). ``have[0]`` and the root's state
     must be set by the caller."""
     nt = tparents.shape[0]
     exists = np.zeros(nt, dtype=np.bool_)
@@ -171,46 +183,51 @@ def build_static(W, tparents, tranks, tdepths, draws, keep_q, utree, bparent, bt
             haskids[tparents[w]] = True
             have[w] = False
         maxdepth = max(maxdepth, tdepths[w])
-    inv = _expand(W, 0, bparent, btoken, zs, hs, have, qrow, q_rows, 0, e, cmax)
-    nq = 1
+    level = np.zeros(nt, dtype=np.int64)
+    invs = np.empty(es.shape[0])
+    _expand(W, level[:1], bparent, btoken, zs, hs, have, es, cmaxs, invs)  # the root
+    nq = 0
     calls = 1
     kids = np.empty(nt, dtype=np.int64)
     chosen = np.empty(nt, dtype=np.int64)
     vals = np.empty(nt)
     ukids = np.empty(nt)
     for d in range(maxdepth):
-        level = 0
+        nl = 0
         for v in range(nt):
             if tdepths[v] == d and exists[v] and haskids[v]:
-                level += 1
-        if level == 0:
+                level[nl] = v
+                nl += 1
+        if nl == 0:
             break
         if d > 0:
             calls += 1
-        for v in range(nt):
-            if not (tdepths[v] == d and exists[v] and haskids[v]):
-                continue
+        for b0 in range(0, nl, es.shape[0]):
+            cnt = min(es.shape[0], nl - b0)
             if d > 0:
-                inv = _expand(W, v, bparent, btoken, zs, hs, have, qrow, q_rows, nq if keep_q else 0, e, cmax)
-                nq += 1
-            m = 0
-            for w in range(nt):  # children in rank order (ranks are 0..m-1)
-                if tparents[w] == v and w > 0:
-                    kids[tranks[w]] = w
-                    m += 1
-            q = q_rows[qrow[v]]
-            if draws:
-                _keep(W, e, q, inv)
-                for i in range(m):
-                    ukids[i] = utree[kids[i]]
-                got = draws_without_replacement(q, ukids, m, scratch[0], scratch[1], chosen)
-            else:
-                got = _top(W, e, q, cmax, inv, m, chosen, vals)
+                _expand(W, level[b0:b0 + cnt], bparent, btoken, zs, hs, have, es, cmaxs, invs)
+            for i in range(cnt):
+                v = level[b0 + i]
+                m = 0
+                for w in range(nt):  # children in rank order (ranks are 0..m-1)
+                    if tparents[w] == v and w > 0:
+                        kids[tranks[w]] = w
+                        m += 1
+                q = q_rows[nq if keep_q else 0]
+                if draws or keep_q:
+                    _keep(W, es, invs, i, q)
                 if keep_q:
-                    _keep(W, e, q, inv)
-            for i in range(got):
-                exists[kids[i]] = True
-                btoken[kids[i]] = chosen[i]
+                    qrow[v] = nq
+                    nq += 1
+                if draws:
+                    for j in range(m):
+                        ukids[j] = utree[kids[j]]
+                    got = draws_without_replacement(q, ukids, m, scratch[0], scratch[1], chosen)
+                else:
+                    got = _top(W, es, cmaxs, invs, i, m, chosen, vals)
+                for j in range(got):
+                    exists[kids[j]] = True
+                    btoken[kids[j]] = chosen[j]
     n = 0
     index = np.full(nt, -1, dtype=np.int64)
     for w in range(nt):
@@ -225,10 +242,10 @@ def build_static(W, tparents, tranks, tdepths, draws, keep_q, utree, bparent, bt
 
 
 @njit(cache=True, error_model="numpy")
-def _propose(W, e, q, cmax, inv, K, keep_q, b, nb, sel, vals, bparent, btoken, bdepth, score, qrow, have):
-    """Add the top-K children of buffer node b (its row just expanded) to the pool from entry nb;
-    returns the new pool end. ``keep_q`` leaves the normalised row in ``q``."""
-    got = _top(W, e, q, cmax, inv, K, sel, vals)
+def _propose(W, es, cmaxs, invs, i, K, b, nb, sel, vals, bparent, btoken, bdepth, score, qrow, have):
+    """Add the top-K children of buffer node b (expanded row i) to the pool from entry nb; returns
+    the new pool end."""
+    got = _top(W, es, cmaxs, invs, i, K, sel, vals)
     for r in range(got):
         bparent[nb] = b
         btoken[nb] = sel[r]
@@ -237,31 +254,32 @@ def _propose(W, e, q, cmax, inv, K, keep_q, b, nb, sel, vals, bparent, btoken, b
         qrow[nb] = -1
         have[nb] = False
         nb += 1
-    if keep_q:
-        _keep(W, e, q, inv)
     return nb
 
 
 @njit(cache=True, error_model="numpy")
 def build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, keep_q, bparent, btoken, bdepth,
-                  zs, hs, have, qrow, q_rows, e, cmax, score, parents, tokens, depths, buf_of):
+                  zs, hs, have, qrow, q_rows, es, cmaxs, score, parents, tokens, depths, buf_of):
     """EAGLE-2 / DDD tree (``Eagle2Tree.build``); returns (n, draft calls).
 
-    ``keep_q``, ``e``, ``cmax`` as in :func:`build_static` (the rules that verify dynamic trees
-    never read q)."""
-    V = q_rows.shape[1]
-    K = min(top_k, V)
+    ``keep_q``, ``es``, ``cmaxs`` as in :func:`build_static` (the rules that verify dynamic
+    trees never read q); a beam's rows are computed in one codebook pass."""
+    K = min(top_k, vocab_size(W))
     qrow[0] = -1
     bdepth[0] = 0
     score[0] = 0.0
-    inv = _expand(W, 0, bparent, btoken, zs, hs, have, qrow, q_rows, 0, e, cmax)
-    nq = 1
+    beam = np.zeros(max(K, 1), dtype=np.int64)
+    invs = np.empty(es.shape[0])
+    _expand(W, beam[:1], bparent, btoken, zs, hs, have, es, cmaxs, invs)  # the root
     calls = 1
+    nq = 0
     sel = np.empty(max(K, total_tokens), dtype=np.int64)
     vals = np.empty(K)
-    nb = _propose(W, e, q_rows[0], cmax, inv, K, keep_q, 0, 1, sel, vals, bparent, btoken, bdepth, score,
-                  qrow, have)
-    beam = np.empty(K, dtype=np.int64)
+    nb = _propose(W, es, cmaxs, invs, 0, K, 0, 1, sel, vals, bparent, btoken, bdepth, score, qrow, have)
+    if keep_q:
+        _keep(W, es, invs, 0, q_rows[0])
+        qrow[0] = 0
+        nq = 1
     nbeam = nb - 1
     for r in range(nbeam):
         beam[r] = 1 + r
@@ -278,13 +296,17 @@ def build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, kee
                 break
         calls += 1
         start = nb
-        for i in range(nbeam):
-            b = beam[i]
-            slot = nq if keep_q else 0
-            inv = _expand(W, b, bparent, btoken, zs, hs, have, qrow, q_rows, slot, e, cmax)
-            nq += 1
-            nb = _propose(W, e, q_rows[slot], cmax, inv, K, keep_q, b, nb, sel, vals, bparent, btoken, bdepth,
-                          score, qrow, have)
+        for b0 in range(0, nbeam, es.shape[0]):
+            cnt = min(es.shape[0], nbeam - b0)
+            _expand(W, beam[b0:b0 + cnt], bparent, btoken, zs, hs, have, es, cmaxs, invs)
+            for i in range(cnt):
+                b = beam[b0 + i]
+                nb = _propose(W, es, cmaxs, invs, i, K, b, nb, sel, vals, bparent, btoken, bdepth, score,
+                              qrow, have)
+                if keep_q:
+                    _keep(W, es, invs, i, q_rows[nq])
+                    qrow[b] = nq
+                    nq += 1
         nbeam = top_m(score, start, nb, K, beam)
     keep = np.empty(total_tokens - 1, dtype=np.int64)
     nk = top_m(score, 1, nb, total_tokens - 1, keep)
@@ -340,7 +362,7 @@ def kernel_build(policy, world, z0: np.ndarray, h0: np.uint64, temperature: floa
     have[0] = True
     qrow = np.full(nbuf, -1, dtype=np.int64)
     q_rows = np.empty((nbuf, V))
-    e, cmax = row_scratch(W)
+    es, cmaxs = row_scratch(W, EXPAND_BATCH)
     parents = np.empty(ps.max_nodes, dtype=np.int64)
     tokens = np.empty(ps.max_nodes, dtype=np.int64)
     depths = np.empty(ps.max_nodes, dtype=np.int64)
@@ -351,11 +373,11 @@ def kernel_build(policy, world, z0: np.ndarray, h0: np.uint64, temperature: floa
             tdepths[v] = tdepths[ps.parents[v]] + 1
         utree = np.zeros(ps.parents.size) if u is None else np.asarray(u, dtype=np.float64)
         n, calls = build_static(W, ps.parents, ps.ranks, tdepths, u is not None, True, utree, bparent,
-                                btoken, bdepth, zs, hs, have, qrow, q_rows, e, cmax, np.empty((2, V)),
+                                btoken, bdepth, zs, hs, have, qrow, q_rows, es, cmaxs, np.empty((2, V)),
                                 parents, tokens, depths, buf_of)
     else:
         n, calls = build_dynamic(W, ps.top_k, ps.max_calls, ps.total_tokens, ps.check_steps, ps.threshold,
-                                 True, bparent, btoken, bdepth, zs, hs, have, qrow, q_rows, e, cmax,
+                                 True, bparent, btoken, bdepth, zs, hs, have, qrow, q_rows, es, cmaxs,
                                  np.zeros(nbuf), parents, tokens, depths, buf_of)
     q = np.full((n, V), 1.0 / V)
     for v in range(n):

@@ -87,113 +87,139 @@ def normalise(z):
 
 
 @njit(cache=True, error_model="numpy")
-def _block_logits(T, bias, M, zf, t0, t1, acc):
-    """``acc`` = (bias - M) + E_0 z_0 + E_1 z_1 + ... for the tokens of tiles t0..t1-1, in float32,
-    code dimensions in order (one vector per tile and register group)."""
+def _block_logits(T, bias, Ms, zfs, t0, t1, acc):
+    """``acc[s]`` = (bias - M_s) + E_0 z_s0 + E_1 z_s1 + ... for the tokens of tiles t0..t1-1 and
+    every state s, in float32, code dimensions in order (one vector per tile, state and register
+    group; a tile is read once for all states)."""
     for t in range(t0, t1):
         Et = T[t]
         bb = bias[t * LANES:(t + 1) * LANES]
-        o = acc[(t - t0) * LANES:(t - t0 + 1) * LANES]
-        z0, z1, z2, z3, z4, z5, z6, z7 = zf[0], zf[1], zf[2], zf[3], zf[4], zf[5], zf[6], zf[7]
-        for lane in range(LANES):
-            a = bb[lane] - M
-            a += Et[0, lane] * z0
-            a += Et[1, lane] * z1
-            a += Et[2, lane] * z2
-            a += Et[3, lane] * z3
-            a += Et[4, lane] * z4
-            a += Et[5, lane] * z5
-            a += Et[6, lane] * z6
-            a += Et[7, lane] * z7
-            o[lane] = a
-        for g in range(GROUP, zf.shape[0], GROUP):
-            z0, z1, z2, z3 = zf[g], zf[g + 1], zf[g + 2], zf[g + 3]
-            z4, z5, z6, z7 = zf[g + 4], zf[g + 5], zf[g + 6], zf[g + 7]
+        for s in range(zfs.shape[0]):
+            zf = zfs[s]
+            M = Ms[s]
+            o = acc[s, (t - t0) * LANES:(t - t0 + 1) * LANES]
+            z0, z1, z2, z3, z4, z5, z6, z7 = zf[0], zf[1], zf[2], zf[3], zf[4], zf[5], zf[6], zf[7]
             for lane in range(LANES):
-                a = o[lane]
-                a += Et[g, lane] * z0
-                a += Et[g + 1, lane] * z1
-                a += Et[g + 2, lane] * z2
-                a += Et[g + 3, lane] * z3
-                a += Et[g + 4, lane] * z4
-                a += Et[g + 5, lane] * z5
-                a += Et[g + 6, lane] * z6
-                a += Et[g + 7, lane] * z7
+                a = bb[lane] - M
+                a += Et[0, lane] * z0
+                a += Et[1, lane] * z1
+                a += Et[2, lane] * z2
+                a += Et[3, lane] * z3
+                a += Et[4, lane] * z4
+                a += Et[5, lane] * z5
+                a += Et[6, lane] * z6
+                a += Et[7, lane] * z7
                 o[lane] = a
+            for g in range(GROUP, zf.shape[0], GROUP):
+                z0, z1, z2, z3 = zf[g], zf[g + 1], zf[g + 2], zf[g + 3]
+                z4, z5, z6, z7 = zf[g + 4], zf[g + 5], zf[g + 6], zf[g + 7]
+                for lane in range(LANES):
+                    a = o[lane]
+                    a += Et[g, lane] * z0
+                    a += Et[g + 1, lane] * z1
+                    a += Et[g + 2, lane] * z2
+                    a += Et[g + 3, lane] * z3
+                    a += Et[g + 4, lane] * z4
+                    a += Et[g + 5, lane] * z5
+                    a += Et[g + 6, lane] * z6
+                    a += Et[g + 7, lane] * z7
+                    o[lane] = a
 
 
 @njit(cache=True, error_model="numpy")
-def _exp_pass(T, bias, M, zf, e, cmax):
-    """One fused pass, BLOCK tokens at a time: ``e = exp(logits - M)`` in float32 (0 below e^-87),
-    the chunk maxima ``cmax`` (float64) and the sum (BLOCK float64 partial sums, fixed order)."""
-    acc = np.empty(BLOCK, dtype=np.float32)
+def _exp_pass(T, bias, Ms, zfs, es, cmaxs, sums):
+    """One fused pass over the codebook, BLOCK tokens at a time, for every state s:
+    ``es[s] = exp(logits - M_s)`` in float32 (0 below e^-87), the chunk maxima ``cmaxs[s]``
+    (float64) and the sum ``sums[s]`` (BLOCK float64 partial sums, fixed order)."""
+    S = zfs.shape[0]
+    acc = np.empty((S, BLOCK), dtype=np.float32)
     kb = np.empty(BLOCK, dtype=np.float32)
     ki = kb.view(np.int32)
-    part = np.zeros(BLOCK)
-    cm = np.zeros(NCH, dtype=np.float32)
+    part = np.zeros((S, BLOCK))
+    cm = np.zeros((S, NCH), dtype=np.float32)
     nt = T.shape[0]
     for t0 in range(0, nt, BLOCK // LANES):
         t1 = min(t0 + BLOCK // LANES, nt)
         n = (t1 - t0) * LANES
-        _block_logits(T, bias, M, zf, t0, t1, acc)
-        for i in range(n):
-            y0 = acc[i]
-            y = max(y0, _LOW)
-            kf = y * _INVLN2 + _MAGIC
-            k = kf - _MAGIC
-            r = (y - k * _LN2HI) - k * _LN2LO
-            p = _ONE + r * (_ONE + r * (_C2 + r * (_C3 + r * (_C4 + r * (_C5 + r * (_C6 + r * _C7))))))
-            acc[i] = p if y0 >= _LOW else _ZERO
-            kb[i] = kf
-        for i in range(n):
-            ki[i] = (ki[i] - _MAGIC_BITS + np.int32(127)) << np.int32(23)
-        o = e[t0 * LANES:t0 * LANES + n]
-        for i in range(n):
-            v = acc[i] * kb[i]
-            o[i] = v
-            cm[i] = max(cm[i], v)
-            part[i] += np.float64(v)
-    for c in range(NCH):
-        cmax[c] = np.float64(cm[c])
-    s = 0.0
-    for i in range(BLOCK):
-        s += part[i]
-    return s
+        _block_logits(T, bias, Ms, zfs, t0, t1, acc)
+        for s in range(S):
+            ac = acc[s]
+            for i in range(n):
+                y0 = ac[i]
+                y = max(y0, _LOW)
+                kf = y * _INVLN2 + _MAGIC
+                k = kf - _MAGIC
+                r = (y - k * _LN2HI) - k * _LN2LO
+                p = _ONE + r * (_ONE + r * (_C2 + r * (_C3 + r * (_C4 + r * (_C5 + r * (_C6 + r * _C7))))))
+                ac[i] = p if y0 >= _LOW else _ZERO
+                kb[i] = kf
+            for i in range(n):
+                ki[i] = (ki[i] - _MAGIC_BITS + np.int32(127)) << np.int32(23)
+            o = es[s, t0 * LANES:t0 * LANES + n]
+            c = cm[s]
+            pa = part[s]
+            for i in range(n):
+                v = ac[i] * kb[i]
+                o[i] = v
+                c[i] = max(c[i], v)
+                pa[i] += np.float64(v)
+    for s in range(S):
+        for c in range(NCH):
+            cmaxs[s, c] = np.float64(cm[s, c])
+        total = 0.0
+        for i in range(BLOCK):
+            total += part[s, i]
+        sums[s] = total
+
+
+@njit(cache=True, error_model="numpy")
+def rows_exp(T, bias, bmax, zbs, es, cmaxs, sums):
+    """Unnormalised softmax rows of the tiled codebook ``T`` (:func:`tile_codebook`), one per state.
+
+    For state s (row s of ``zbs``): ``es[s, x] = exp(l_x - M)`` (float32,
+    padded to whole tiles with zeros) for ``l = bias + E zb_s`` evaluated in
+    float32, code dimensions in order; ``sums[s]`` its sum. The shift M is
+    the bound |zb_s| + max(bias) (code vectors are unit), so no max pass is
+    needed; a row whose largest term falls below 2^-28 is redone with M = its
+    largest logit, so every token within 67 nats of the largest logit is
+    represented and only tokens below e^-87 relative to the shift (a mass
+    under V e^-67 in all) are 0, as in a float32 softmax. ``cmaxs[s, c]``
+    gets the largest ``es[s, x]`` over the tokens x = c mod NCH. A state's
+    row does not depend on the other states.
+    """
+    S = zbs.shape[0]
+    zfs = np.zeros((S, T.shape[1]), dtype=np.float32)
+    Ms = np.empty(S, dtype=np.float32)
+    for s in range(S):
+        zn = 0.0
+        for j in range(zbs.shape[1]):
+            zn += zbs[s, j] * zbs[s, j]
+            zfs[s, j] = np.float32(zbs[s, j])
+        Ms[s] = np.float32(math.sqrt(zn) + bmax)
+    _exp_pass(T, bias, Ms, zfs, es, cmaxs, sums)
+    acc = np.empty((1, BLOCK), dtype=np.float32)
+    for s in range(S):
+        top = cmaxs[s, 0]
+        for c in range(1, NCH):
+            top = max(top, cmaxs[s, c])
+        if top >= _LOOSE:
+            continue
+        M = np.full(1, -np.inf, dtype=np.float32)
+        for t0 in range(0, T.shape[0], BLOCK // LANES):
+            t1 = min(t0 + BLOCK // LANES, T.shape[0])
+            _block_logits(T, bias, np.zeros(1, dtype=np.float32), zfs[s:s + 1], t0, t1, acc)
+            for i in range((t1 - t0) * LANES):
+                M[0] = max(M[0], acc[0, i])
+        _exp_pass(T, bias, M, zfs[s:s + 1], es[s:s + 1], cmaxs[s:s + 1], sums[s:s + 1])
 
 
 @njit(cache=True, error_model="numpy")
 def row_exp(T, bias, bmax, zb, e, cmax):
-    """Unnormalised softmax row of the tiled codebook ``T`` (:func:`tile_codebook`): returns its sum.
-
-    ``e[x] = exp(l_x - M)`` (float32, padded to whole tiles with zeros) for
-    ``l = bias + E zb`` evaluated in float32, dimensions in order. The shift M
-    is the bound |zb| + max(bias) (code vectors are unit), so no max pass is
-    needed; when the largest term falls below 2^-28 the row is redone with M
-    = the largest logit, so every token within 67 nats of the largest logit
-    is represented and only tokens below e^-87 relative to the shift (a mass
-    under V e^-67 in all) are 0, as in a float32 softmax. ``cmax[c]`` gets
-    the largest ``e[x]`` over the tokens x = c mod NCH.
-    """
-    zf = np.zeros(T.shape[1], dtype=np.float32)
-    zn = 0.0
-    for j in range(zb.shape[0]):
-        zn += zb[j] * zb[j]
-        zf[j] = np.float32(zb[j])
-    s = _exp_pass(T, bias, np.float32(math.sqrt(zn) + bmax), zf, e, cmax)
-    top = cmax[0]
-    for c in range(1, NCH):
-        top = max(top, cmax[c])
-    if top >= _LOOSE:
-        return s
-    acc = np.empty(BLOCK, dtype=np.float32)
-    M = np.float32(-np.inf)
-    nt = T.shape[0]
-    for t0 in range(0, nt, BLOCK // LANES):
-        t1 = min(t0 + BLOCK // LANES, nt)
-        _block_logits(T, bias, _ZERO, zf, t0, t1, acc)
-        for i in range((t1 - t0) * LANES):
-            M = max(M, acc[i])
-    return _exp_pass(T, bias, M, zf, e, cmax)
+    """:func:`rows_exp` for one state: fills ``e`` and ``cmax``, returns the row's sum."""
+    sums = np.empty(1)
+    rows_exp(T, bias, bmax, zb.reshape((1, zb.shape[0])), e.reshape((1, e.shape[0])),
+             cmax.reshape((1, cmax.shape[0])), sums)
+    return sums[0]
 
 
 @njit(cache=True, error_model="numpy")
@@ -270,10 +296,16 @@ def ensure_state(W, v, bparent, btoken, zs, hs, have):
 
 
 @njit(cache=True, error_model="numpy")
+def vocab_size(W):
+    """V of a kernel world."""
+    return W[1].shape[1] if W[0] == KIND_LATENT else W[6].shape[0]
+
+
+@njit(cache=True, error_model="numpy")
 def target_row(W, z, out, e, cmax):
     """p at a node with state z (stationary: p_stat) into the float64 row ``out``; returns its sum.
 
-    ``e`` (float32, whole tiles) and ``cmax`` (NCH) are scratch."""
+    ``e`` / ``cmax``: one row of :func:`row_scratch`."""
     if W[0] == KIND_STATIONARY:
         out[:] = W[6]
         return scale_into(out, 1.0, out)  # times 1.0: unchanged
@@ -285,37 +317,51 @@ def target_row(W, z, out, e, cmax):
 
 
 @njit(cache=True, error_model="numpy")
-def draft_exp(W, z, h, e, row, cmax):
-    """q at a node with state z and prefix hash h, unnormalised: returns ``inv``.
+def draft_exps(W, zs, hs, nodes, es, cmaxs, invs):
+    """q after each of the buffer nodes ``nodes`` (states ``zs[v]``, prefix hashes ``hs[v]``),
+    unnormalised, in one pass over the codebook.
 
-    Latent world: q = ``e * inv`` (``e`` float32, whole tiles; :func:`row_exp`)
-    and ``row`` is untouched. Stationary world: ``row`` = q_stat (float64) and
-    inv = 1. ``cmax`` gets the chunk maxima of whichever holds q. The drafter
-    sees normalise(z + sigma_q xi_q), xi_q keyed by (drafter key, h)."""
+    Latent world: q_i = ``es[i] * invs[i]`` (float32 rows of whole tiles,
+    :func:`rows_exp`); stationary world: q_i = q_stat (``W[7]``), invs[i] = 1.
+    ``cmaxs[i]`` gets the chunk maxima of q_i's values. The drafter sees
+    normalise(z + sigma_q xi_q), xi_q keyed by (drafter key, h)."""
+    cnt = nodes.shape[0]
     if W[0] == KIND_STATIONARY:
-        row[:] = W[7]
-        chunk_maxima(row, cmax)
-        return 1.0
-    d = z.shape[0]
-    zq = np.empty(d)
-    normals(combine(W[5][1], np.int64(h & np.uint64(0x7FFFFFFFFFFFFFFF))), zq)
-    for j in range(d):
-        zq[j] = z[j] + W[4][F_SIGMA_Q] * zq[j]
-    normalise(zq)
-    for j in range(d):
-        zq[j] *= W[4][F_BETA_Q]
-    return 1.0 / row_exp(W[8], W[3], W[4][F_BQMAX], zq, e, cmax)
+        for i in range(cnt):
+            chunk_maxima(W[7], cmaxs[i])
+            invs[i] = 1.0
+        return
+    d = zs.shape[1]
+    zq = np.empty((cnt, d))
+    for i in range(cnt):
+        v = nodes[i]
+        normals(combine(W[5][1], np.int64(hs[v] & np.uint64(0x7FFFFFFFFFFFFFFF))), zq[i])
+        for j in range(d):
+            zq[i, j] = zs[v, j] + W[4][F_SIGMA_Q] * zq[i, j]
+        normalise(zq[i])
+        for j in range(d):
+            zq[i, j] *= W[4][F_BETA_Q]
+    sums = np.empty(cnt)
+    rows_exp(W[8], W[3], W[4][F_BQMAX], zq, es[:cnt], cmaxs[:cnt], sums)
+    for i in range(cnt):
+        invs[i] = 1.0 / sums[i]
 
 
 @njit(cache=True, error_model="numpy")
 def draft_row(W, z, h, row, e, cmax):
-    """q at a node, normalised, into the float64 ``row``: :func:`draft_exp` then the scaling."""
-    inv = draft_exp(W, z, h, e, row, cmax)
-    if W[0] != KIND_STATIONARY:
-        scale_into(e, inv, row)
+    """q at a node with state z and prefix hash h, normalised, into the float64 ``row``
+    (:func:`draft_exps` then the scaling; ``e`` / ``cmax``: one row of :func:`row_scratch`)."""
+    if W[0] == KIND_STATIONARY:
+        row[:] = W[7]
+        return
+    inv = np.empty(1)
+    draft_exps(W, z.reshape((1, z.shape[0])), np.full(1, h, dtype=np.uint64), np.zeros(1, dtype=np.int64),
+               e.reshape((1, e.shape[0])), cmax.reshape((1, cmax.shape[0])), inv)
+    scale_into(e, inv[0], row)
 
 
 @njit(cache=True, error_model="numpy")
-def row_scratch(W):
-    """Scratch a world's rows need: (float32 e of whole tiles, float64 chunk maxima)."""
-    return np.empty(W[8].shape[0] * LANES, dtype=np.float32), np.empty(NCH)
+def row_scratch(W, n):
+    """Scratch for n rows of a world: (float32 (n, whole tiles) unnormalised rows, float64 (n, NCH)
+    chunk maxima)."""
+    return np.empty((n, W[8].shape[0] * LANES), dtype=np.float32), np.empty((n, NCH))

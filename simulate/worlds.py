@@ -239,14 +239,16 @@ class LatentWorld(World):
         """p at state z (the kernel's row: ``simulate.world_kernels.target_row``)."""
         W = self.kernel_world(temperature)
         out = np.empty(self.vocab_size)
-        target_row(W, z, out, *row_scratch(W))
+        es, cmaxs = row_scratch(W, 1)
+        target_row(W, z, out, es[0], cmaxs[0])
         return out
 
     def draft_probs(self, z: np.ndarray, h: np.uint64, temperature: float = 1.0) -> np.ndarray:
         """q at state z with prefix hash h (the kernel's row: ``simulate.world_kernels.draft_row``)."""
         W = self.kernel_world(temperature)
         out = np.empty(self.vocab_size)
-        draft_row(W, z, np.uint64(h), out, *row_scratch(W))
+        es, cmaxs = row_scratch(W, 1)
+        draft_row(W, z, np.uint64(h), out, es[0], cmaxs[0])
         return out
 
     def __repr__(self) -> str:

@@ -8,7 +8,16 @@ import pytest
 from simulate.engine import run
 from simulate.rng import combine, normals, stream_key
 from simulate.trace import Sampling, TraceHeader, TraceStep, TraceWriter
-from simulate.world_kernels import NCH, draft_row, row_exp, row_scratch, target_row, tile_bias, tile_codebook
+from simulate.world_kernels import (
+    NCH,
+    draft_row,
+    row_exp,
+    row_scratch,
+    rows_exp,
+    target_row,
+    tile_bias,
+    tile_codebook,
+)
 from simulate.worlds import PRESETS, LatentParams, LatentWorld, StationaryWorld, TraceWorld, world_stats
 from theory import Relax, Tree, neighbour_table, sample_step
 
@@ -37,13 +46,14 @@ def test_prefix_keyed_states_and_rows():
     for T in (1.0, 0.5):
         W = w.kernel_world(T)
         p = np.empty(w.vocab_size)
-        psum = target_row(W, a[0], p, *row_scratch(W))
+        es, cmaxs = row_scratch(W, 1)
+        psum = target_row(W, a[0], p, es[0], cmaxs[0])
         np.testing.assert_array_equal(p, w.target_probs(a[0], T))  # one implementation
         assert psum == pytest.approx(1.0, abs=1e-12) and p.sum() == pytest.approx(1.0, abs=1e-12)
         np.testing.assert_allclose(p, softmax64(w.prior + w.params.beta * (w.codebook @ a[0]), T), rtol=1e-4,
                                    atol=1e-30)
         q = np.empty(w.vocab_size)
-        draft_row(W, a[0], np.uint64(a[1]), q, *row_scratch(W))
+        draft_row(W, a[0], np.uint64(a[1]), q, es[0], cmaxs[0])
         np.testing.assert_array_equal(q, w.draft_probs(a[0], a[1], T))
         xi = np.empty(w.params.dim)
         normals(np.uint64(combine(w.keys[1], np.int64(np.uint64(a[1]) & np.uint64(0x7FFFFFFFFFFFFFFF)))), xi)
@@ -77,6 +87,14 @@ def test_row_exp_shift_and_chunks():
             np.testing.assert_allclose(e[:V] / s, softmax64(logits, 1.0), rtol=1e-5, atol=1e-30)
             want = [e[c::NCH].max() if c < e.size else 0.0 for c in range(NCH)]
             np.testing.assert_array_equal(cmax, want)
+            # several states in one codebook pass: each row as if computed alone
+            zbs = np.vstack([zb, 4.0 * rng.standard_normal((2, d)) / np.sqrt(d)])
+            es, cmaxs, sums = np.empty((3, bias.size), dtype=np.float32), np.empty((3, NCH)), np.empty(3)
+            rows_exp(T, bias, bmax, zbs, es, cmaxs, sums)
+            for i in range(3):
+                assert sums[i] == row_exp(T, bias, bmax, zbs[i], e, cmax)
+                np.testing.assert_array_equal(es[i], e)
+                np.testing.assert_array_equal(cmaxs[i], cmax)
 
 
 def test_world_validation():
