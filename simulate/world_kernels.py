@@ -9,7 +9,7 @@ p_stat, q_stat, T)``:
   padded to whole tiles (:func:`tile_bias`);
 - ``fp``: float64 [beta/T, rho, sigma, beta_q/T, sigma_q, bmax, bqmax];
 - ``keys``: uint64 [transition-noise key, drafter-noise key];
-- ``T``: the codebook as float32 tiles (:func:`tile_codebook`): the rows' logits.
+- ``T``: the codebook as padded float32 (:func:`tile_codebook`): the rows' logits.
 
 Rows (the world's p and q) are defined by these kernels alone, and the NumPy
 side (``LatentWorld.target_probs`` / ``draft_probs``, the oracle) calls them:
@@ -36,8 +36,8 @@ N_FPARAMS = 7
 KIND_LATENT = 0
 KIND_STATIONARY = 1
 
-LANES = 16  # tokens per tile: a tile's logits are one AVX-512 float32 vector
-GROUP = 8  # code dimensions per register group (the tiled codebook pads d to a multiple)
+LANES = 16  # rows are padded to a multiple of this many tokens (one AVX-512 float32 vector)
+GROUP = 8  # code dimensions per pass of the logits (the stored codebook pads d to a multiple)
 BLOCK = 256  # tokens per block of the fused row pass (a multiple of LANES); partial sums
 NCH = BLOCK  # chunk maxima: chunk c holds the tokens x with x % NCH == c (lets top-k skip most tokens)
 
@@ -58,17 +58,16 @@ _LOOSE = 2.0**-28  # a shift this far above the largest logit (about 19.4 nats) 
 
 
 def tile_codebook(ET: np.ndarray) -> np.ndarray:
-    """The (d, V) codebook as float32 tiles ``T[t, j, l] = E[LANES t + l, j]``, shape
-    (ceil(V / LANES), GROUP ceil(d / GROUP), LANES), zero-padded (padding adds exact zeros)."""
+    """The (d, V) codebook as float32 (GROUP ceil(d / GROUP), LANES ceil(V / LANES)), zero-padded
+    (padding adds exact zeros to the logits)."""
     d, V = ET.shape
-    nt, dg = -(-V // LANES), GROUP * -(-d // GROUP)
-    T = np.zeros((dg, nt * LANES), dtype=np.float32)
+    T = np.zeros((GROUP * -(-d // GROUP), -(-V // LANES) * LANES), dtype=np.float32)
     T[:d, :V] = ET
-    return np.ascontiguousarray(T.reshape(dg, nt, LANES).transpose(1, 0, 2))
+    return T
 
 
 def tile_bias(b: np.ndarray) -> np.ndarray:
-    """Per-token biases as float32, padded to whole tiles with -inf (padding tokens get exp = 0)."""
+    """Per-token biases as float32, padded like :func:`tile_codebook` with -inf (exp = 0)."""
     V = b.shape[0]
     out = np.full(-(-V // LANES) * LANES, -np.inf, dtype=np.float32)
     out[:V] = b
@@ -87,43 +86,44 @@ def normalise(z):
 
 
 @njit(cache=True, error_model="numpy")
-def _block_logits(T, bias, Ms, zfs, t0, t1, acc):
-    """``acc[s]`` = (bias - M_s) + E_0 z_s0 + E_1 z_s1 + ... for the tokens of tiles t0..t1-1 and
-    every state s, in float32, code dimensions in order (one vector per tile, state and register
-    group; a tile is read once for all states)."""
-    for t in range(t0, t1):
-        Et = T[t]
-        bb = bias[t * LANES:(t + 1) * LANES]
+def _block_logits(T, bias, Ms, zfs, x0, n, acc):
+    """``acc[s, :n]`` = (bias - M_s) + E_0 z_s0 + E_1 z_s1 + ... for tokens x0..x0+n-1 and every
+    state s, in float32, code dimensions in order (a block of the codebook is read once for all
+    states; eight dimensions per pass)."""
+    bb = bias[x0:x0 + n]
+    for g in range(0, T.shape[0], GROUP):
+        e0, e1, e2, e3 = T[g, x0:x0 + n], T[g + 1, x0:x0 + n], T[g + 2, x0:x0 + n], T[g + 3, x0:x0 + n]
+        e4, e5, e6, e7 = T[g + 4, x0:x0 + n], T[g + 5, x0:x0 + n], T[g + 6, x0:x0 + n], T[g + 7, x0:x0 + n]
         for s in range(zfs.shape[0]):
             zf = zfs[s]
-            M = Ms[s]
-            o = acc[s, (t - t0) * LANES:(t - t0 + 1) * LANES]
-            z0, z1, z2, z3, z4, z5, z6, z7 = zf[0], zf[1], zf[2], zf[3], zf[4], zf[5], zf[6], zf[7]
-            for lane in range(LANES):
-                a = bb[lane] - M
-                a += Et[0, lane] * z0
-                a += Et[1, lane] * z1
-                a += Et[2, lane] * z2
-                a += Et[3, lane] * z3
-                a += Et[4, lane] * z4
-                a += Et[5, lane] * z5
-                a += Et[6, lane] * z6
-                a += Et[7, lane] * z7
-                o[lane] = a
-            for g in range(GROUP, zf.shape[0], GROUP):
-                z0, z1, z2, z3 = zf[g], zf[g + 1], zf[g + 2], zf[g + 3]
-                z4, z5, z6, z7 = zf[g + 4], zf[g + 5], zf[g + 6], zf[g + 7]
-                for lane in range(LANES):
-                    a = o[lane]
-                    a += Et[g, lane] * z0
-                    a += Et[g + 1, lane] * z1
-                    a += Et[g + 2, lane] * z2
-                    a += Et[g + 3, lane] * z3
-                    a += Et[g + 4, lane] * z4
-                    a += Et[g + 5, lane] * z5
-                    a += Et[g + 6, lane] * z6
-                    a += Et[g + 7, lane] * z7
-                    o[lane] = a
+            z0, z1, z2, z3 = zf[g], zf[g + 1], zf[g + 2], zf[g + 3]
+            z4, z5, z6, z7 = zf[g + 4], zf[g + 5], zf[g + 6], zf[g + 7]
+            o = acc[s]
+            if g == 0:
+                M = Ms[s]
+                for i in range(n):
+                    a = bb[i] - M
+                    a += e0[i] * z0
+                    a += e1[i] * z1
+                    a += e2[i] * z2
+                    a += e3[i] * z3
+                    a += e4[i] * z4
+                    a += e5[i] * z5
+                    a += e6[i] * z6
+                    a += e7[i] * z7
+                    o[i] = a
+            else:
+                for i in range(n):
+                    a = o[i]
+                    a += e0[i] * z0
+                    a += e1[i] * z1
+                    a += e2[i] * z2
+                    a += e3[i] * z3
+                    a += e4[i] * z4
+                    a += e5[i] * z5
+                    a += e6[i] * z6
+                    a += e7[i] * z7
+                    o[i] = a
 
 
 @njit(cache=True, error_model="numpy")
@@ -137,11 +137,9 @@ def _exp_pass(T, bias, Ms, zfs, es, cmaxs, sums):
     ki = kb.view(np.int32)
     part = np.zeros((S, BLOCK))
     cm = np.zeros((S, NCH), dtype=np.float32)
-    nt = T.shape[0]
-    for t0 in range(0, nt, BLOCK // LANES):
-        t1 = min(t0 + BLOCK // LANES, nt)
-        n = (t1 - t0) * LANES
-        _block_logits(T, bias, Ms, zfs, t0, t1, acc)
+    for x0 in range(0, T.shape[1], BLOCK):
+        n = min(BLOCK, T.shape[1] - x0)
+        _block_logits(T, bias, Ms, zfs, x0, n, acc)
         for s in range(S):
             ac = acc[s]
             for i in range(n):
@@ -155,8 +153,8 @@ def _exp_pass(T, bias, Ms, zfs, es, cmaxs, sums):
                 kb[i] = kf
             for i in range(n):
                 ki[i] = (ki[i] - _MAGIC_BITS + np.int32(127)) << np.int32(23)
-            o = es[s, t0 * LANES:t0 * LANES + n]
-            c = cm[s]
+            o = es[s, x0:x0 + n]
+            c = cm[s, x0 % NCH:x0 % NCH + n]
             pa = part[s]
             for i in range(n):
                 v = ac[i] * kb[i]
@@ -174,7 +172,7 @@ def _exp_pass(T, bias, Ms, zfs, es, cmaxs, sums):
 
 @njit(cache=True, error_model="numpy")
 def rows_exp(T, bias, bmax, zbs, es, cmaxs, sums):
-    """Unnormalised softmax rows of the tiled codebook ``T`` (:func:`tile_codebook`), one per state.
+    """Unnormalised softmax rows of the padded codebook ``T`` (:func:`tile_codebook`), one per state.
 
     For state s (row s of ``zbs``): ``es[s, x] = exp(l_x - M)`` (float32,
     padded to whole tiles with zeros) for ``l = bias + E zb_s`` evaluated in
@@ -188,7 +186,7 @@ def rows_exp(T, bias, bmax, zbs, es, cmaxs, sums):
     row does not depend on the other states.
     """
     S = zbs.shape[0]
-    zfs = np.zeros((S, T.shape[1]), dtype=np.float32)
+    zfs = np.zeros((S, T.shape[0]), dtype=np.float32)
     Ms = np.empty(S, dtype=np.float32)
     for s in range(S):
         zn = 0.0
@@ -205,10 +203,10 @@ def rows_exp(T, bias, bmax, zbs, es, cmaxs, sums):
         if top >= _LOOSE:
             continue
         M = np.full(1, -np.inf, dtype=np.float32)
-        for t0 in range(0, T.shape[0], BLOCK // LANES):
-            t1 = min(t0 + BLOCK // LANES, T.shape[0])
-            _block_logits(T, bias, np.zeros(1, dtype=np.float32), zfs[s:s + 1], t0, t1, acc)
-            for i in range((t1 - t0) * LANES):
+        for x0 in range(0, T.shape[1], BLOCK):
+            n = min(BLOCK, T.shape[1] - x0)
+            _block_logits(T, bias, np.zeros(1, dtype=np.float32), zfs[s:s + 1], x0, n, acc)
+            for i in range(n):
                 M[0] = max(M[0], acc[0, i])
         _exp_pass(T, bias, M, zfs[s:s + 1], es[s:s + 1], cmaxs[s:s + 1], sums[s:s + 1])
 
@@ -364,4 +362,4 @@ def draft_row(W, z, h, row, e, cmax):
 def row_scratch(W, n):
     """Scratch for n rows of a world: (float32 (n, whole tiles) unnormalised rows, float64 (n, NCH)
     chunk maxima)."""
-    return np.empty((n, W[8].shape[0] * LANES), dtype=np.float32), np.empty((n, NCH))
+    return np.empty((n, W[8].shape[1]), dtype=np.float32), np.empty((n, NCH))
