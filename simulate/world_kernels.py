@@ -102,28 +102,18 @@ def _block_logits(T, bias, Ms, zfs, x0, n, acc):
             if g == 0:
                 M = Ms[s]
                 for i in range(n):
-                    a = bb[i] - M
-                    a += e0[i] * z0
-                    a += e1[i] * z1
-                    a += e2[i] * z2
-                    a += e3[i] * z3
-                    a += e4[i] * z4
-                    a += e5[i] * z5
-                    a += e6[i] * z6
-                    a += e7[i] * z7
-                    o[i] = a
-            else:
-                for i in range(n):
-                    a = o[i]
-                    a += e0[i] * z0
-                    a += e1[i] * z1
-                    a += e2[i] * z2
-                    a += e3[i] * z3
-                    a += e4[i] * z4
-                    a += e5[i] * z5
-                    a += e6[i] * z6
-                    a += e7[i] * z7
-                    o[i] = a
+                    o[i] = bb[i] - M
+            for i in range(n):
+                a = o[i]
+                a += e0[i] * z0
+                a += e1[i] * z1
+                a += e2[i] * z2
+                a += e3[i] * z3
+                a += e4[i] * z4
+                a += e5[i] * z5
+                a += e6[i] * z6
+                a += e7[i] * z7
+                o[i] = a
 
 
 @njit(cache=True, error_model="numpy")
