@@ -13,9 +13,10 @@ import numpy as np
 
 from simulate.verify_kernels import RULE_CODES, VARIANT_CODES, exact_tree, verify_tree
 from theory.distributions import validate_distribution
+from theory.neighbours import validate_neighbours
 from theory.relax import Relax
 from theory.tree import Tree
-from theory.verify import check_rule, neighbour_rows
+from theory.verify import check_rule
 
 
 @dataclass(frozen=True)
@@ -36,12 +37,14 @@ class RuleSpec:
         check_rule(rule, variant)
         if not isinstance(relax, Relax):
             raise ValueError(f"relax must be a theory.Relax, got {type(relax).__name__}")
-        nb = neighbour_rows(neighbours, vocab_size, relax, variant)
         if relax.is_exact:
             table = np.zeros((vocab_size, 0), dtype=np.int32)
-        else:
-            width = min(nb.shape[1], relax.k + 1 if variant == "official" else relax.k)
-            table = np.ascontiguousarray(nb[:, :width], dtype=np.int32)
+        else:  # as theory.verify.neighbour_rows, without converting the whole table (V x 1024) to int64
+            if neighbours is None:
+                raise ValueError(f"relaxation {relax} needs a neighbour table")
+            validate_neighbours(neighbours, vocab_size, relax.k)
+            width = min(neighbours.shape[1], relax.k + 1 if variant == "official" else relax.k)
+            table = np.ascontiguousarray(neighbours[:, :width], dtype=np.int32)
         return cls(RULE_CODES[rule], relax.code, relax.k, float(relax.param), VARIANT_CODES[variant], table)
 
     @property
