@@ -6,10 +6,10 @@ p_stat, q_stat, T)``:
 - ``kind``: 0 latent-field world, 1 stationary world (p_stat / q_stat at every node);
 - ``ET``: (d, V) float64 codebook, transposed (unit rows of E): the state transitions;
 - ``b`` / ``bq``: float32 target / draft per-token biases, already divided by the temperature,
-  padded to whole tiles (:func:`tile_bias`);
+  padded to a multiple of LANES tokens (:func:`pad_bias`);
 - ``fp``: float64 [beta/T, rho, sigma, beta_q/T, sigma_q, bmax, bqmax];
 - ``keys``: uint64 [transition-noise key, drafter-noise key];
-- ``T``: the codebook as padded float32 (:func:`tile_codebook`): the rows' logits.
+- ``T``: the codebook as padded float32 (:func:`pad_codebook`): the rows' logits.
 
 Rows (the world's p and q) are defined by these kernels alone, and the NumPy
 side (``LatentWorld.target_probs`` / ``draft_probs``, the oracle) calls them:
@@ -57,7 +57,7 @@ _ZERO = _F(0.0)
 _LOOSE = 2.0**-28  # a shift this far above the largest logit (about 19.4 nats) is redone with the max
 
 
-def tile_codebook(ET: np.ndarray) -> np.ndarray:
+def pad_codebook(ET: np.ndarray) -> np.ndarray:
     """The (d, V) codebook as float32 (GROUP ceil(d / GROUP), LANES ceil(V / LANES)), zero-padded
     (padding adds exact zeros to the logits)."""
     d, V = ET.shape
@@ -66,8 +66,8 @@ def tile_codebook(ET: np.ndarray) -> np.ndarray:
     return T
 
 
-def tile_bias(b: np.ndarray) -> np.ndarray:
-    """Per-token biases as float32, padded like :func:`tile_codebook` with -inf (exp = 0)."""
+def pad_bias(b: np.ndarray) -> np.ndarray:
+    """Per-token biases as float32, padded like :func:`pad_codebook` with -inf (exp = 0)."""
     V = b.shape[0]
     out = np.full(-(-V // LANES) * LANES, -np.inf, dtype=np.float32)
     out[:V] = b
@@ -162,10 +162,10 @@ def _exp_pass(T, bias, Ms, zfs, es, cmaxs, sums):
 
 @njit(cache=True, error_model="numpy")
 def rows_exp(T, bias, bmax, zbs, es, cmaxs, sums):
-    """Unnormalised softmax rows of the padded codebook ``T`` (:func:`tile_codebook`), one per state.
+    """Unnormalised softmax rows of the padded codebook ``T`` (:func:`pad_codebook`), one per state.
 
     For state s (row s of ``zbs``): ``es[s, x] = exp(l_x - M)`` (float32,
-    padded to whole tiles with zeros) for ``l = bias + E zb_s`` evaluated in
+    padded to a multiple of LANES tokens with zeros) for ``l = bias + E zb_s`` evaluated in
     float32, code dimensions in order; ``sums[s]`` its sum. The shift M is
     the bound |zb_s| + max(bias) (code vectors are unit), so no max pass is
     needed; a row whose largest term falls below 2^-28 is redone with M = its
@@ -309,7 +309,7 @@ def draft_exps(W, zs, hs, nodes, es, cmaxs, invs):
     """q after each of the buffer nodes ``nodes`` (states ``zs[v]``, prefix hashes ``hs[v]``),
     unnormalised, in one pass over the codebook.
 
-    Latent world: q_i = ``es[i] * invs[i]`` (float32 rows of whole tiles,
+    Latent world: q_i = ``es[i] * invs[i]`` (float32 rows, padded,
     :func:`rows_exp`); stationary world: q_i = q_stat (``W[7]``), invs[i] = 1.
     ``cmaxs[i]`` gets the chunk maxima of q_i's values. The drafter sees
     normalise(z + sigma_q xi_q), xi_q keyed by (drafter key, h)."""
@@ -350,6 +350,6 @@ def draft_row(W, z, h, row, e, cmax):
 
 @njit(cache=True, error_model="numpy")
 def row_scratch(W, n):
-    """Scratch for n rows of a world: (float32 (n, whole tiles) unnormalised rows, float64 (n, NCH)
+    """Scratch for n rows of a world: (float32 (n, padded V) unnormalised rows, float64 (n, NCH)
     chunk maxima)."""
     return np.empty((n, W[8].shape[1]), dtype=np.float32), np.empty((n, NCH))

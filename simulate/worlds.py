@@ -43,10 +43,10 @@ from simulate.world_kernels import (
     N_FPARAMS,
     draft_row,
     initial_state,
+    pad_bias,
+    pad_codebook,
     row_scratch,
     target_row,
-    tile_bias,
-    tile_codebook,
     transition,
 )
 from theory.distributions import total_variation, validate_distribution
@@ -163,7 +163,7 @@ class LatentWorld(World):
                               fmix(np.uint64(params.seed) * np.uint64(2) + np.uint64(2))], dtype=np.uint64)
         self._tables: dict[int, np.ndarray] = {}
         self._kernel_worlds: dict[float, tuple] = {}
-        self._tiles = tile_codebook(self.ET)
+        self._T = pad_codebook(self.ET)
 
     @classmethod
     def preset(cls, name: str, **overrides) -> LatentWorld:
@@ -208,8 +208,8 @@ class LatentWorld(World):
         key = float(temperature)
         if key not in self._kernel_worlds:
             p = self.params
-            b = tile_bias(self.prior / temperature)
-            bq = tile_bias(self.draft_prior / temperature)
+            b = pad_bias(self.prior / temperature)
+            bq = pad_bias(self.draft_prior / temperature)
             fp = np.zeros(N_FPARAMS)
             fp[F_BETA] = p.beta / temperature
             fp[F_RHO] = p.rho
@@ -219,7 +219,7 @@ class LatentWorld(World):
             fp[F_BMAX] = float(b.max())
             fp[F_BQMAX] = float(bq.max())
             dummy = np.zeros(1)
-            self._kernel_worlds[key] = (KIND_LATENT, self.ET, b, bq, fp, self.keys, dummy, dummy, self._tiles)
+            self._kernel_worlds[key] = (KIND_LATENT, self.ET, b, bq, fp, self.keys, dummy, dummy, self._T)
         return self._kernel_worlds[key]
 
     # ---- the world from Python: states and rows come from the kernels (one implementation)
@@ -282,7 +282,7 @@ class StationaryWorld(World):
         dummy = np.zeros((1, 1))
         return (KIND_STATIONARY, dummy, np.zeros(1, dtype=np.float32), np.zeros(1, dtype=np.float32),
                 np.zeros(N_FPARAMS), np.zeros(2, dtype=np.uint64), self._tempered(self.p, temperature),
-                self._tempered(self.q, temperature), tile_codebook(np.zeros((1, 1))))
+                self._tempered(self.q, temperature), pad_codebook(np.zeros((1, 1))))
 
     def target_probs(self, z=None, temperature: float = 1.0) -> np.ndarray:
         """p (at any node)."""

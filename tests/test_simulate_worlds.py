@@ -11,12 +11,12 @@ from simulate.trace import Sampling, TraceHeader, TraceStep, TraceWriter
 from simulate.world_kernels import (
     NCH,
     draft_row,
+    pad_bias,
+    pad_codebook,
     row_exp,
     row_scratch,
     rows_exp,
     target_row,
-    tile_bias,
-    tile_codebook,
 )
 from simulate.worlds import PRESETS, LatentParams, LatentWorld, StationaryWorld, TraceWorld, world_stats
 from theory import Relax, Tree, neighbour_table, sample_step
@@ -71,14 +71,14 @@ def softmax64(logits, T):
 
 def test_row_exp_shift_and_chunks():
     """A loose shift (the bound far above the largest logit) is redone with the max; chunk maxima
-    are the rows' maxima over x = c mod NCH; any V and d (partial tiles, padded dimensions)."""
+    are the rows' maxima over x = c mod NCH; any V and d (padded tokens and dimensions)."""
     rng = np.random.default_rng(1)
     for V, d in ((7, 3), (300, 8), (1000, 11)):
         ET = rng.standard_normal((d, V)).astype(np.float32)
         b = rng.standard_normal(V).astype(np.float32)
         zb = 4.0 * rng.standard_normal(d) / np.sqrt(d)
         logits = b.astype(np.float64) + ET.astype(np.float64).T @ zb
-        T, bias = tile_codebook(ET), tile_bias(b)
+        T, bias = pad_codebook(ET), pad_bias(b)
         for bmax in (float(b.max()), float(b.max()) + 60.0):  # the second bound is 60 nats loose
             e, cmax = np.empty(bias.size, dtype=np.float32), np.empty(NCH)
             s = row_exp(T, bias, bmax, zb, e, cmax)
