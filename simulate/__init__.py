@@ -10,7 +10,8 @@ Public API
   draft, u)`` returning a :class:`BuiltTree`.
 - Worlds (:mod:`simulate.worlds`): :class:`LatentWorld` (presets
   ``confident`` / ``ambiguous``), :class:`StationaryWorld`, :class:`TraceWorld`.
-- :func:`run` -> :class:`SimResult`.
+- :func:`run` -> :class:`SimResult` (p only where the walk goes;
+  ``exact_expectations=True`` adds theory's exact per-step expectations).
 """
 
 from simulate.engine import SimResult, run

@@ -3,18 +3,26 @@
 Each sequence s draws all its randomness from ``stream_key(seed, s)`` (the
 world's own noise is keyed by prefix), so results are identical for any
 thread count. Per step the engine builds the policy's tree with the world's
-drafter, computes p at every node with children, records theory's exact
-expectation of the step (E[tokens], TV bound), verifies with the node
-uniforms ``u_accept[v]`` / ``u_draw[v]`` (and ``u_tree[w]`` for R2's draws),
-and moves the world's state along the accepted path and the bonus token.
+drafter, verifies it with the node uniforms ``u_accept[v]`` / ``u_draw[v]``
+(and ``u_tree[w]`` for R2's draws), computing the target p only at the nodes
+the walk visits (the root, each accepted node, the node whose residual or
+bonus is drawn; R3: the nodes on acceptable chains), records the exact TV of
+the tokens emitted (theory's TV of each deciding node's emitted law), and
+moves the world's state along the accepted path and the bonus token.
+
+``run(..., exact_expectations=True)`` also computes p at every node with
+children and records theory's exact expectation of each step given its tree
+and state (E[tokens], E[TV]), the quantities the agreement-with-theory tests
+compare with; it costs about one extra softmax row per tree node.
 
 ``run(..., backend="numpy")`` runs the same loop through the readable NumPy
-oracle (the world's NumPy rows, ``policy.build`` and ``theory.sample_step`` /
+oracle (the world's rows, ``policy.build`` and ``theory.sample_step`` /
 ``theory.node_outcome``): it reproduces the Numba run's integer outcomes.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -23,11 +31,18 @@ import numpy as np
 from numba import njit, prange
 
 from simulate.policies import KIND_STATIC, PolicySpec, TreePolicy
-from simulate.policy_kernels import build_dynamic, build_static
+from simulate.policy_kernels import EXPAND_BATCH, build_dynamic, build_static
 from simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_counter, stream_key, uniform
 from simulate.verify import RuleSpec
-from simulate.verify_kernels import children_csr, exact_step, leaf_bonus, seqsum, walk
-from simulate.world_kernels import ensure_state, initial_state, target_row, transition
+from simulate.verify_kernels import children_csr, exact_step, leaf_bonus, path_tv, walk
+from simulate.world_kernels import (
+    ensure_state,
+    initial_state,
+    row_scratch,
+    target_row,
+    transition,
+    vocab_size,
+)
 from simulate.worlds import LatentWorld, StationaryWorld, TraceWorld, World
 from theory.relax import Relax
 
@@ -42,9 +57,12 @@ class SimResult:
     Per-step arrays (steps of sequence 0 first, then 1, ...): ``tokens``
     (accepted drafts + 1), ``tree_size`` (draft nodes, root excluded),
     ``tree_depth``, ``accepted_depth``, ``draft_calls``, ``root_choice``
-    (rank of the accepted root child, -1 if none), ``expected_tokens`` and
-    ``expected_tv`` (theory's exact E[tokens] and TV bound of the step given
-    its tree and state), ``sequence``.
+    (rank of the accepted root child, -1 if none), ``token_tv`` (the exact
+    TV of the step's emitted tokens: sum over the nodes that decided them of
+    TV(law the node emits, its target), see ``simulate.verify_kernels.path_tv``),
+    ``expected_tokens`` and ``expected_tv`` (theory's exact E[tokens] and
+    E[token_tv] given the step's tree and state; NaN unless the run had
+    ``exact_expectations=True``), ``sequence``.
     """
 
     world: str
@@ -62,11 +80,13 @@ class SimResult:
     accepted_depth: np.ndarray
     draft_calls: np.ndarray
     root_choice: np.ndarray
+    token_tv: np.ndarray
     expected_tokens: np.ndarray
     expected_tv: np.ndarray
     sequence: np.ndarray
-    seconds: float = 0.0
-    extra: dict = field(default_factory=dict)
+    exact_expectations: bool = False
+    seconds: float = 0.0  # wall-clock seconds of the decoding (validation and tables excluded)
+    extra: dict = field(default_factory=dict)  # run(): "cpu_seconds", the process's CPU time meanwhile
 
     @property
     def n_steps(self) -> int:
@@ -97,14 +117,21 @@ class SimResult:
         """Standard error of :attr:`mean_tokens_per_step` (sequences are the independent units)."""
         return self._ratio_se(self.tokens.astype(np.float64))
 
+    def _need_expectations(self, name: str) -> None:
+        if not self.exact_expectations:
+            raise ValueError(f"{name} needs theory's per-step expectations: "
+                             "run(..., exact_expectations=True)")
+
     @property
     def mean_expected_tokens(self) -> float:
-        """Theory's exact E[tokens | tree, state] averaged over the visited steps."""
+        """Theory's exact E[tokens | tree, state] over the visited steps (needs exact_expectations)."""
+        self._need_expectations("mean_expected_tokens")
         return float(self.expected_tokens.mean())
 
     @property
     def se_difference(self) -> float:
         """Standard error of mean(tokens - expected_tokens) (a martingale difference: mean 0)."""
+        self._need_expectations("se_difference")
         return self._ratio_se(self.tokens - self.expected_tokens)
 
     @property
@@ -129,13 +156,17 @@ class SimResult:
 
     @property
     def tv_bound_per_sequence(self) -> float:
-        """Mean over sequences of the summed step TV bounds: bounds TV(generated, target) per sequence."""
-        return float(self._per_sequence(self.expected_tv).mean())
+        """Mean over sequences of the summed ``token_tv``: estimates the bound on TV(generated, target).
+
+        docs/theory.md, Theorem 12: TV(law of a sequence, target) <= sum over
+        its tokens of E[TV(law of the node deciding the token, p)]; each
+        token's term is exact here, and its mean over sequences is unbiased."""
+        return float(self._per_sequence(self.token_tv).mean())
 
     @property
     def tv_bound_per_token(self) -> float:
-        """Summed step TV bounds per emitted token."""
-        return float(self.expected_tv.sum() / self.tokens.sum())
+        """Summed ``token_tv`` per emitted token."""
+        return float(self.token_tv.sum() / self.tokens.sum())
 
     def summary(self) -> dict[str, float]:
         """The scalar summaries (the CSV's result columns)."""
@@ -153,11 +184,22 @@ class SimResult:
 
 # ------------------------------------------------------------------ kernel
 @njit(cache=True, error_model="numpy")
+def _p_row(W, v, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs, npr):
+    """p at final node v into the next free row ``p_rows[npr]``; returns the next free row."""
+    b = buf_of[v]
+    ensure_state(W, b, bparent, btoken, zs, hs, have)
+    psums[v] = target_row(W, zs[b], p_rows[npr], es[0], cmaxs[0])
+    prow[v] = npr
+    return npr + 1
+
+
+@njit(cache=True, error_model="numpy")
 def _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps,
-              threshold, max_nodes, max_buffer, n_q, rule, code, k, param, variant, nb, seq_len, seed,
-              o_int, o_exp, o_tv, n_steps):
-    V = W[2].shape[0] if W[0] == 0 else W[6].shape[0]
+              threshold, max_nodes, max_buffer, n_q, rule, code, k, param, variant, nb, exact, seq_len, seed,
+              o_int, o_exp, o_tv, o_ttv, n_steps):
+    V = vocab_size(W)
     d = W[1].shape[0]
+    keep_q = rule == 2  # R2 verifies with q; R1 and R3 never read it after the build
     bparent = np.zeros(max_buffer, dtype=np.int64)
     btoken = np.zeros(max_buffer, dtype=np.int64)
     bdepth = np.zeros(max_buffer, dtype=np.int64)
@@ -166,9 +208,9 @@ def _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tok
     have = np.zeros(max_buffer, dtype=np.bool_)
     qrow = np.full(max_buffer, -1, dtype=np.int64)
     score = np.zeros(max_buffer)
-    q_rows = np.empty((n_q, V))
+    q_rows = np.empty((n_q if keep_q else 1, V))
     p_rows = np.empty((max_nodes + 1, V))
-    kbuf = np.empty(V)
+    es, cmaxs = row_scratch(W, EXPAND_BATCH)
     scratch = np.empty((3, V))
     parents = np.empty(max_nodes, dtype=np.int64)
     tokens = np.empty(max_nodes, dtype=np.int64)
@@ -186,6 +228,9 @@ def _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tok
     edge = np.empty(max_nodes)
     reach = np.empty(max_nodes)
     path = np.empty(max_nodes, dtype=np.int64)
+    state = np.zeros(2, dtype=np.int64)
+    ok = np.empty(max_nodes, dtype=np.bool_)
+    tops = np.empty(max_nodes, dtype=np.int64)
     mark = np.zeros(V, dtype=np.int64)
     seen = np.zeros(V, dtype=np.int64)
     epoch = 0
@@ -200,37 +245,47 @@ def _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tok
             if rule == 2:
                 for w in range(nt):
                     utree[w] = uniform(key, step_counter(step, w, U_TREE))
-            n, calls = build_static(W, tparents, tranks, tdepths, rule == 2, utree, bparent, btoken, bdepth,
-                                    zs, hs, have, qrow, q_rows, kbuf, scratch[0], parents, tokens, depths,
-                                    buf_of)
+            n, calls = build_static(W, tparents, tranks, tdepths, rule == 2, keep_q, utree, bparent, btoken,
+                                    bdepth, zs, hs, have, qrow, q_rows, es, cmaxs, scratch, parents, tokens,
+                                    depths, buf_of)
         else:
-            n, calls = build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, bparent,
-                                     btoken, bdepth, zs, hs, have, qrow, q_rows, kbuf, score, parents,
-                                     tokens, depths, buf_of)
+            n, calls = build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, keep_q,
+                                     bparent, btoken, bdepth, zs, hs, have, qrow, q_rows, es, cmaxs,
+                                     score, parents, tokens, depths, buf_of)
         children_csr(parents, n, cstart, cidx)
-        npr = 0
         for v in range(n):
             qrow_f[v] = qrow[buf_of[v]]
             prow[v] = -1
-            if cstart[v + 1] > cstart[v]:
-                b = buf_of[v]
-                ensure_state(W, b, bparent, btoken, zs, hs, have)
-                target_row(W, zs[b], p_rows[npr], kbuf)
-                prow[v] = npr
-                psums[v] = seqsum(p_rows[npr])
-                npr += 1
             ua[v] = uniform(key, step_counter(step, v, U_ACCEPT))
             ud[v] = uniform(key, step_counter(step, v, U_DRAW))
-        e_tok, e_tv, epoch = exact_step(parents, tokens, depths, n, cstart, cidx, p_rows, prow, psums, q_rows,
-                                        qrow_f, rule, code, k, param, variant, nb, mark, seen, epoch,
-                                        scratch, edge, reach)
-        m, bonus, epoch = walk(parents, tokens, depths, n, cstart, cidx, p_rows, prow, q_rows, qrow_f, ua,
-                               ud, rule, code, k, param, variant, nb, mark, epoch, scratch, path)
-        last = buf_of[path[m - 1]]
-        ensure_state(W, last, bparent, btoken, zs, hs, have)
+        npr = 0
+        e_tok, e_tv = math.nan, math.nan
+        if exact:  # p at every node with children, for theory's expectation of the step
+            for v in range(n):
+                if cstart[v + 1] > cstart[v]:
+                    npr = _p_row(W, v, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es,
+                                 cmaxs, npr)
+            e_tok, e_tv, epoch = exact_step(parents, tokens, depths, n, cstart, cidx, p_rows, prow, psums,
+                                            q_rows, qrow_f, rule, code, k, param, variant, nb, mark, seen,
+                                            epoch, scratch, edge, reach)
+        state[0] = 0
+        state[1] = 0
+        while True:  # the walk asks for p where it goes
+            m, bonus, epoch, need = walk(parents, tokens, depths, n, cstart, cidx, p_rows, prow, q_rows,
+                                         qrow_f, ua, ud, rule, code, k, param, variant, nb, mark, epoch,
+                                         scratch, path, state, ok, tops)
+            if need < 0:
+                break
+            npr = _p_row(W, need, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,
+                         npr)
+        end = path[m - 1]
         if bonus < 0:
-            target_row(W, zs[last], p_rows[npr], kbuf)
-            bonus = leaf_bonus(p_rows[npr], ud[path[m - 1]], rule)
+            if prow[end] < 0:
+                npr = _p_row(W, end, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,
+                             npr)
+            bonus = leaf_bonus(p_rows[prow[end]], ud[end], rule, scratch[0])
+        t_tv, epoch = path_tv(parents, tokens, path, m, cstart, cidx, p_rows, prow, psums, rule, code, k,
+                              param, variant, nb, mark, seen, epoch)
         depth = 0
         for v in range(n):
             depth = max(depth, depths[v])
@@ -245,8 +300,11 @@ def _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tok
         o_int[step, 5] = choice
         o_exp[step] = e_tok
         o_tv[step] = e_tv
+        o_ttv[step] = t_tv
         # the new root: state after the accepted path and the bonus token
+        last = buf_of[end]
         if W[0] == 0:
+            ensure_state(W, last, bparent, btoken, zs, hs, have)
             znew = np.empty(d)
             hs[0] = transition(W[1], W[4], W[5][0], zs[last], hs[last], bonus, znew)
             zs[0, :] = znew
@@ -258,13 +316,13 @@ def _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tok
 
 @njit(parallel=True, cache=True, error_model="numpy")
 def simulate_kernel(W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps,
-                    threshold, max_nodes, max_buffer, n_q, rule, code, k, param, variant, nb, n_seq,
-                    seq_len, seed, o_int, o_exp, o_tv, n_steps):
+                    threshold, max_nodes, max_buffer, n_q, rule, code, k, param, variant, nb, exact, n_seq,
+                    seq_len, seed, o_int, o_exp, o_tv, o_ttv, n_steps):
     """Decode ``n_seq`` sequences in parallel; per-step outputs (n_seq, seq_len, ...)."""
     for s in prange(n_seq):
         _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps,
-                  threshold, max_nodes, max_buffer, n_q, rule, code, k, param, variant, nb, seq_len, seed,
-                  o_int[s], o_exp[s], o_tv[s], n_steps)
+                  threshold, max_nodes, max_buffer, n_q, rule, code, k, param, variant, nb, exact, seq_len,
+                  seed, o_int[s], o_exp[s], o_tv[s], o_ttv[s], n_steps)
 
 
 # ------------------------------------------------------------------ Python layer
@@ -305,6 +363,7 @@ def run(
     seed: int = 0,
     threads: int | None = None,
     backend: str = "numba",
+    exact_expectations: bool = False,
 ) -> SimResult:
     """Decode ``n_sequences`` sequences of ``seq_len`` tokens with drafting and verification.
 
@@ -312,21 +371,28 @@ def run(
     whose recorded trees are re-verified). ``threads`` sets Numba's thread
     count (results do not depend on it). The last step of a sequence may
     overshoot ``seq_len``; its tokens all count (steps are the unit).
+    ``exact_expectations=True`` also records theory's exact per-step
+    expectations (``expected_tokens``, ``expected_tv``), which need p at
+    every node with children: slower, same outcomes. A trace replay always
+    records them.
     """
     _check_run_args(world, tree, rule, variant, n_sequences, seq_len, temperature, seed, threads, backend)
+    exact = bool(exact_expectations)
     if isinstance(world, TraceWorld):
         from simulate.replay import replay_trace
 
         return replay_trace(world, rule=rule, relax=relax, variant=variant)
     spec = RuleSpec.make(rule, relax, world.neighbours(relax.k) if not relax.is_exact else None,
                          world.vocab_size, variant)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if backend == "numpy":
-        out = _run_numpy(world, tree, spec, rule, relax, variant, n_sequences, seq_len, temperature, seed)
+        out = _run_numpy(world, tree, spec, rule, relax, variant, n_sequences, seq_len, temperature, seed,
+                         exact)
     else:
-        out = _run_numba(world, tree.kernel_spec(), spec, n_sequences, seq_len, temperature, seed, threads)
-    seconds = time.perf_counter() - t0
-    o_int, o_exp, o_tv, n_steps = out
+        out = _run_numba(world, tree.kernel_spec(), spec, n_sequences, seq_len, temperature, seed, threads,
+                         exact)
+    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
+    o_int, o_exp, o_tv, o_ttv, n_steps = out
     rows = [np.arange(n_steps[s]) for s in range(n_sequences)]
     def cat(a):
         return np.concatenate([a[s][rows[s]] for s in range(n_sequences)])
@@ -335,12 +401,19 @@ def run(
         world=world.name, tree=str(tree), rule=rule, relax=relax, variant=variant, temperature=temperature,
         n_sequences=int(n_sequences), seq_len=int(seq_len), seed=int(seed),
         **{f: ints[:, i].astype(np.int64) for i, f in enumerate(STEP_FIELDS)},
-        expected_tokens=cat(o_exp), expected_tv=cat(o_tv),
-        sequence=np.repeat(np.arange(n_sequences), n_steps), seconds=seconds,
+        token_tv=cat(o_ttv), expected_tokens=cat(o_exp), expected_tv=cat(o_tv),
+        sequence=np.repeat(np.arange(n_sequences), n_steps), exact_expectations=exact, seconds=seconds,
+        extra={"cpu_seconds": cpu_seconds},
     )
 
 
-def _run_numba(world, ps: PolicySpec, spec: RuleSpec, n_seq, seq_len, temperature, seed, threads):
+def _outputs(n_seq: int, seq_len: int) -> tuple:
+    """Per-step output buffers: ints, expected tokens, expected TV, token TV, step counts."""
+    return (np.zeros((n_seq, seq_len, len(STEP_FIELDS)), dtype=np.int64), np.full((n_seq, seq_len), np.nan),
+            np.full((n_seq, seq_len), np.nan), np.zeros((n_seq, seq_len)), np.zeros(n_seq, dtype=np.int64))
+
+
+def _run_numba(world, ps: PolicySpec, spec: RuleSpec, n_seq, seq_len, temperature, seed, threads, exact):
     W = world.kernel_world(float(temperature))
     n_q = ps.max_buffer  # rows of q: at most one per buffer node
     if ps.kind == KIND_STATIC:
@@ -355,33 +428,28 @@ def _run_numba(world, ps: PolicySpec, spec: RuleSpec, n_seq, seq_len, temperatur
     else:
         tdepths = np.zeros(0, dtype=np.int64)
         n_q = 1 + (ps.max_calls - 1) * min(ps.top_k, world.vocab_size)
-    o_int = np.zeros((n_seq, seq_len, len(STEP_FIELDS)), dtype=np.int64)
-    o_exp = np.zeros((n_seq, seq_len))
-    o_tv = np.zeros((n_seq, seq_len))
-    n_steps = np.zeros(n_seq, dtype=np.int64)
+    out = _outputs(n_seq, seq_len)
     old = numba.get_num_threads()
     try:
         if threads is not None:
             numba.set_num_threads(int(threads))
         simulate_kernel(W, ps.kind, ps.parents, ps.ranks, tdepths, ps.top_k, ps.max_calls, ps.total_tokens,
                         ps.check_steps, ps.threshold, ps.max_nodes, ps.max_buffer, max(n_q, 1), *spec.args,
-                        int(n_seq), int(seq_len), int(seed), o_int, o_exp, o_tv, n_steps)
+                        exact, int(n_seq), int(seq_len), int(seed), *out)
     finally:
         numba.set_num_threads(old)
-    return o_int, o_exp, o_tv, n_steps
+    return out
 
 
-def _run_numpy(world, tree, spec, rule, relax, variant, n_seq, seq_len, temperature, seed):
+def _run_numpy(world, tree, spec, rule, relax, variant, n_seq, seq_len, temperature, seed, exact):
     from simulate.oracle import oracle_sequence
 
-    o_int = np.zeros((n_seq, seq_len, len(STEP_FIELDS)), dtype=np.int64)
-    o_exp = np.zeros((n_seq, seq_len))
-    o_tv = np.zeros((n_seq, seq_len))
-    n_steps = np.zeros(n_seq, dtype=np.int64)
+    out = _outputs(n_seq, seq_len)
+    o_int, o_exp, o_tv, o_ttv, n_steps = out
     for s in range(n_seq):
         n_steps[s] = oracle_sequence(world, tree, rule, relax, variant, spec.neighbours, seq_len, temperature,
-                                     seed, s, o_int[s], o_exp[s], o_tv[s])
-    return o_int, o_exp, o_tv, n_steps
+                                     seed, s, exact, o_int[s], o_exp[s], o_tv[s], o_ttv[s])
+    return out
 
 
 __all__ = ["SimResult", "run", "LatentWorld", "StationaryWorld"]

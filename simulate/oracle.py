@@ -1,9 +1,10 @@
 """The readable NumPy oracle of one simulated sequence (``run(..., backend="numpy")``).
 
-The same loop as the Numba engine, written with the world's NumPy rows,
-the policies' NumPy ``build`` (with the world as draft callback),
-``theory.sample_step`` and ``theory.node_outcome``. States come from the
-world's transition (shared with the kernel: it defines the world).
+The same loop as the Numba engine, written with the world's rows, the
+policies' NumPy ``build`` (with the world as draft callback),
+``theory.sample_step`` and ``theory.node_outcome``. States and rows come from
+the world's kernels (one implementation defines the world); everything the
+rules and policies decide is NumPy and theory.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from theory.tree import Tree, greedy_path, sample_step
 from theory.verify import node_outcome
 
 
-class _States:
+class States:
     """World states of the nodes of one step's (partial) trees, memoised by token path."""
 
     def __init__(self, world, z0, h0):
@@ -43,7 +44,7 @@ def _token_path(parents: np.ndarray, tokens: np.ndarray, v: int) -> tuple[int, .
 class _LazyRows:
     """p at the nodes of a tree, computed when first read."""
 
-    def __init__(self, tree: Tree, states: _States, world, temperature: float):
+    def __init__(self, tree: Tree, states: States, world, temperature: float):
         self.tree, self.states, self.world, self.T = tree, states, world, temperature
         self.rows: dict[int, np.ndarray] = {}
 
@@ -55,14 +56,39 @@ class _LazyRows:
         return self.rows[v]
 
 
+def world_draft(world, states: States, temperature: float):
+    """The ``draft(parents, tokens, nodes)`` callback of ``policy.build``: the world's q after each node."""
+
+    def draft(parents, tokens, nodes):
+        return np.array([world.draft_probs(*states.at(_token_path(parents, tokens, int(v))), temperature)
+                         for v in nodes])
+
+    return draft
+
+
+def _greedy_tv(tree: Tree, p: _LazyRows, path: list[int]) -> float:
+    """R3: 1 per accepted child that is not the argmax of its parent's p."""
+    return sum(1.0 for a, b in zip(path[:-1], path[1:], strict=True)
+               if tree.tokens[b] != int(np.argmax(p[a])))
+
+
+def _node_tv(tree: Tree, p: _LazyRows, u: int, rule: str, relax: Relax, variant: str,
+             nb: np.ndarray) -> float:
+    """TV of the token node u emits from p_u (R1: ``theory.node_outcome``; R2: 0 or NaN)."""
+    if relax.is_exact:
+        return 0.0
+    if rule == "r2":
+        return np.nan
+    return node_outcome(p[u], tree.tokens[tree.children(u)], rule=rule, relax=relax, neighbours=nb,
+                        variant=variant).tv
+
+
 def _exact(tree: Tree, p: _LazyRows, q: np.ndarray, rule: str, relax: Relax, variant: str,
            nb: np.ndarray) -> tuple[float, float]:
     """E[tokens] and the TV bound of the step, from theory's exact node outcomes."""
     if rule == "r3":
         path = greedy_path(tree, p, nb, relax)
-        tv = sum(1.0 for a, b in zip(path[:-1], path[1:], strict=True)
-                 if tree.tokens[b] != int(np.argmax(p[a])))
-        return 1.0 + float(tree.depths[path[-1]]), tv
+        return 1.0 + float(tree.depths[path[-1]]), _greedy_tv(tree, p, path)
     reach = np.ones(tree.size)
     tvs = np.zeros(tree.size)
     table = nb if nb.shape[1] else None
@@ -84,9 +110,20 @@ def _exact(tree: Tree, p: _LazyRows, q: np.ndarray, rule: str, relax: Relax, var
     return 1.0 + float(reach[1:].sum()), tv
 
 
-def oracle_sequence(world, policy, rule, relax, variant, nb, seq_len, temperature, seed, s, o_int, o_exp,
-                    o_tv) -> int:
-    """Decode sequence ``s`` like the Numba engine; fills the per-step rows and returns the step count."""
+def _path_tv(tree: Tree, p: _LazyRows, path: list[int], rule: str, relax: Relax, variant: str,
+             nb: np.ndarray) -> float:
+    """TV of the tokens the step emitted: the nodes on the path that decided one (those with children)."""
+    if rule == "r3":
+        return _greedy_tv(tree, p, path)
+    return float(sum(_node_tv(tree, p, u, rule, relax, variant, nb) for u in path
+                     if tree.children(u).size > 0))
+
+
+def oracle_sequence(world, policy, rule, relax, variant, nb, seq_len, temperature, seed, s, exact, o_int,
+                    o_exp, o_tv, o_ttv) -> int:
+    """Decode sequence ``s`` like the Numba engine; fills the per-step rows and returns the step count.
+
+    p is read only where the walk (or, with ``exact``, theory's expectation) needs it."""
     key = np.uint64(stream_key(np.int64(seed), np.int64(s)))
     if isinstance(world, LatentWorld):
         z, h = world.initial(key)
@@ -95,31 +132,27 @@ def oracle_sequence(world, policy, rule, relax, variant, nb, seq_len, temperatur
     nb64 = nb.astype(np.int64)
     pos = step = 0
     while pos < seq_len:
-        states = _States(world, z, h)
-
-        def draft(parents, tokens, nodes, states=states):
-            return np.array([world.draft_probs(*states.at(_token_path(parents, tokens, int(v))), temperature)
-                             for v in nodes])
-
+        states = States(world, z, h)
         u_tree = None
         if rule == "r2":
             n_t = policy.n_nodes
             u_tree = np.array([uniform(key, step_counter(step, w, U_TREE)) for w in range(n_t)])
-        built = policy.build(world.draft_probs(z, h, temperature), draft, u_tree)
+        built = policy.build(world.draft_probs(z, h, temperature), world_draft(world, states, temperature),
+                             u_tree)
         tree = built.tree
         n = tree.size
         ua = np.array([uniform(key, step_counter(step, v, U_ACCEPT)) for v in range(n)])
         ud = np.array([uniform(key, step_counter(step, v, U_DRAW)) for v in range(n)])
         p = _LazyRows(tree, states, world, temperature)
-        e_tok, e_tv = _exact(tree, p, built.q, rule, relax, variant, nb64)
+        if exact:
+            o_exp[step], o_tv[step] = _exact(tree, p, built.q, rule, relax, variant, nb64)
         path, bonus = sample_step(tree, p, ua, ud, rule=rule, relax=relax, neighbours=nb64,
                                   q_dists=built.q if rule == "r2" else None, variant=variant)
         m = len(path)
         root_kids = tree.children(0)
         o_int[step] = (m, n - 1, tree.depth, m - 1, built.draft_calls,
                        int(np.flatnonzero(root_kids == path[1])[0]) if m > 1 else -1)
-        o_exp[step] = e_tok
-        o_tv[step] = e_tv
+        o_ttv[step] = _path_tv(tree, p, path, rule, relax, variant, nb64)
         z_end, h_end = states.at(_token_path(tree.parents, tree.tokens, path[-1]))
         if isinstance(world, LatentWorld):
             z, h = world.advance(z_end, h_end, bonus)

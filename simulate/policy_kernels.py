@@ -12,7 +12,8 @@ Buffers (allocated once per sequence by the engine)::
     bparent, btoken, bdepth : int64[n_buffer]     buffer tree
     zs, hs, have            : world states (see simulate.world_kernels)
     qrow                    : int64[n_buffer]     row of q_rows holding q at the node, or -1
-    q_rows                  : float64[n_q, V]
+    q_rows                  : float64[n_q, V]     normalised q per expanded node (keep_q), else row 0 scratch
+    es, cmaxs               : row scratch (``row_scratch``): rows expanded together, unnormalised
     score                   : float64[n_buffer]   path log-probabilities (dynamic trees)
 """
 
@@ -24,7 +25,16 @@ import numpy as np
 from numba import njit
 
 from simulate.verify_kernels import draw_token
-from simulate.world_kernels import draft_row, ensure_state
+from simulate.world_kernels import (
+    KIND_STATIONARY,
+    draft_exps,
+    ensure_state,
+    row_scratch,
+    scale_into,
+    vocab_size,
+)
+
+EXPAND_BATCH = 16  # drafter rows computed in one pass over the codebook (a beam, a tree level)
 
 
 @njit(cache=True, error_model="numpy")
@@ -57,8 +67,52 @@ def top_m(values, lo, hi, m, out):
 
 
 @njit(cache=True, error_model="numpy")
-def draws_without_replacement(q, u, m, qr, out):
-    """``theory.draw_without_replacement``: up to m successive draws, ``u[i]`` for draw i."""
+def _insert(vx, x, m, cnt, out, vals):
+    """Insert token x of value vx into the ranked ``out[:cnt]`` / ``vals`` (value desc, then id asc,
+    keeping m); returns the new count."""
+    if cnt == m and not (vx > vals[m - 1] or (vx == vals[m - 1] and x < out[m - 1])):
+        return cnt
+    pos = cnt if cnt < m else m - 1
+    while pos > 0 and (vx > vals[pos - 1] or (vx == vals[pos - 1] and x < out[pos - 1])):
+        out[pos] = out[pos - 1]
+        vals[pos] = vals[pos - 1]
+        pos -= 1
+    out[pos] = x
+    vals[pos] = vx
+    return min(cnt + 1, m)
+
+
+@njit(cache=True, error_model="numpy")
+def top_tokens(e, V, cmax, inv, m, out, vals):
+    """The m largest of q[x] = ``e[x] * inv`` (float64) over x < V, ties by lower id, in rank order
+    (``np.argsort(-q, kind="stable")[:m]``); ``vals`` gets their q. Returns the count.
+
+    ``cmax[c]`` bounds ``e`` on the chunk x = c mod NCH (``simulate.world_kernels``).
+    Rounding is monotone, so after scanning the m chunks with the largest
+    maxima only chunks whose maximum times ``inv`` reaches the m-th value so
+    far can still hold a winner; the ranking is by (value, id), so the scan
+    order does not matter."""
+    nch = cmax.shape[0]
+    chunks = np.empty(max(m, 1), dtype=np.int64)
+    nc = top_m(cmax, 0, nch, m, chunks)
+    done = np.zeros(nch, dtype=np.bool_)
+    cnt = 0
+    for i in range(nc):
+        c = chunks[i]
+        done[c] = True
+        for x in range(c, V, nch):
+            cnt = _insert(e[x] * inv, x, m, cnt, out, vals)
+    for c in range(nch):
+        if not done[c] and (cnt < m or cmax[c] * inv >= vals[m - 1]):
+            for x in range(c, V, nch):
+                cnt = _insert(e[x] * inv, x, m, cnt, out, vals)
+    return cnt
+
+
+@njit(cache=True, error_model="numpy")
+def draws_without_replacement(q, u, m, qr, cum, out):
+    """``theory.draw_without_replacement``: up to m successive draws, ``u[i]`` for draw i (``qr``,
+    ``cum``: float64[V] scratch)."""
     for x in range(q.shape[0]):
         qr[x] = q[x]
     cnt = 0
@@ -70,7 +124,7 @@ def draws_without_replacement(q, u, m, qr, out):
                 break
         if not anymass:
             break
-        x = draw_token(qr, u[i])
+        x = draw_token(qr, u[i], cum)
         out[cnt] = x
         cnt += 1
         qr[x] = 0.0
@@ -78,23 +132,44 @@ def draws_without_replacement(q, u, m, qr, out):
 
 
 @njit(cache=True, error_model="numpy")
-def _expand(W, v, bparent, btoken, zs, hs, have, qrow, q_rows, nq, kbuf):
-    ensure_state(W, v, bparent, btoken, zs, hs, have)
-    draft_row(W, zs[v], hs[v], q_rows[nq], kbuf)
-    qrow[v] = nq
-    return nq + 1
+def _expand(W, nodes, bparent, btoken, zs, hs, have, es, cmaxs, invs):
+    """Drafter rows after the buffer nodes ``nodes``, in one pass over the codebook (row i of
+    ``es`` / ``cmaxs`` / ``invs`` for ``nodes[i]``; see ``draft_exps``)."""
+    for i in range(nodes.shape[0]):
+        ensure_state(W, nodes[i], bparent, btoken, zs, hs, have)
+    draft_exps(W, zs, hs, nodes, es, cmaxs, invs)
 
 
 @njit(cache=True, error_model="numpy")
-def build_static(W, tparents, tranks, tdepths, draws, utree, bparent, btoken, bdepth, zs, hs, have, qrow,
-                 q_rows, kbuf, scratch, parents, tokens, depths, buf_of):
+def _top(W, es, cmaxs, invs, i, m, out, vals):
+    """:func:`top_tokens` on expanded row i."""
+    if W[0] == KIND_STATIONARY:
+        return top_tokens(W[7], W[7].shape[0], cmaxs[i], invs[i], m, out, vals)
+    return top_tokens(es[i], vocab_size(W), cmaxs[i], invs[i], m, out, vals)
+
+
+@njit(cache=True, error_model="numpy")
+def _keep(W, es, invs, i, row):
+    """The normalised q of expanded row i into the float64 ``row``."""
+    if W[0] == KIND_STATIONARY:
+        row[:] = W[7]
+    else:
+        scale_into(es[i], invs[i], row)
+
+
+@njit(cache=True, error_model="numpy")
+def build_static(W, tparents, tranks, tdepths, draws, keep_q, utree, bparent, btoken, bdepth, zs, hs, have,
+                 qrow, q_rows, es, cmaxs, scratch, parents, tokens, depths, buf_of):
     """Static tree from a template (``StaticTree.build``); returns (n, draft calls).
 
     ``draws``: rank children by draws without replacement with ``utree[w]``
-    drawing template node w (R2), else by top-rank. ``have[0]`` and the
-    root's state must be set by the caller."""
+    drawing template node w (R2; ``scratch``: float64 (2, V)), else by
+    top-rank. ``keep_q``: leave every expanded node's normalised q in its own
+    row ``q_rows[qrow[v]]`` (R2 verifies with them), else ``qrow[v] = -1``.
+    A level's rows are computed ``len(es)`` at a time in one codebook pass
+    (``es`` / ``cmaxs``: ``row_scratch``). ``have[0]`` and the root's state
+    must be set by the caller."""
     nt = tparents.shape[0]
-    V = kbuf.shape[0]
     exists = np.zeros(nt, dtype=np.bool_)
     exists[0] = True
     haskids = np.zeros(nt, dtype=np.bool_)
@@ -108,41 +183,51 @@ def build_static(W, tparents, tranks, tdepths, draws, utree, bparent, btoken, bd
             haskids[tparents[w]] = True
             have[w] = False
         maxdepth = max(maxdepth, tdepths[w])
-    nq = _expand(W, 0, bparent, btoken, zs, hs, have, qrow, q_rows, 0, kbuf)
+    level = np.zeros(nt, dtype=np.int64)
+    invs = np.empty(es.shape[0])
+    _expand(W, level[:1], bparent, btoken, zs, hs, have, es, cmaxs, invs)  # the root
+    nq = 0
     calls = 1
     kids = np.empty(nt, dtype=np.int64)
     chosen = np.empty(nt, dtype=np.int64)
+    vals = np.empty(nt)
     ukids = np.empty(nt)
     for d in range(maxdepth):
-        level = 0
+        nl = 0
         for v in range(nt):
             if tdepths[v] == d and exists[v] and haskids[v]:
-                level += 1
-        if level == 0:
+                level[nl] = v
+                nl += 1
+        if nl == 0:
             break
         if d > 0:
-            for v in range(nt):
-                if tdepths[v] == d and exists[v] and haskids[v]:
-                    nq = _expand(W, v, bparent, btoken, zs, hs, have, qrow, q_rows, nq, kbuf)
             calls += 1
-        for v in range(nt):
-            if not (tdepths[v] == d and exists[v] and haskids[v]):
-                continue
-            m = 0
-            for w in range(nt):  # children in rank order (ranks are 0..m-1)
-                if tparents[w] == v and w > 0:
-                    kids[tranks[w]] = w
-                    m += 1
-            q = q_rows[qrow[v]]
-            if draws:
-                for i in range(m):
-                    ukids[i] = utree[kids[i]]
-                got = draws_without_replacement(q, ukids, m, scratch, chosen)
-            else:
-                got = top_m(q, 0, V, m, chosen)
-            for i in range(got):
-                exists[kids[i]] = True
-                btoken[kids[i]] = chosen[i]
+        for b0 in range(0, nl, es.shape[0]):
+            cnt = min(es.shape[0], nl - b0)
+            if d > 0:
+                _expand(W, level[b0:b0 + cnt], bparent, btoken, zs, hs, have, es, cmaxs, invs)
+            for i in range(cnt):
+                v = level[b0 + i]
+                m = 0
+                for w in range(nt):  # children in rank order (ranks are 0..m-1)
+                    if tparents[w] == v and w > 0:
+                        kids[tranks[w]] = w
+                        m += 1
+                q = q_rows[nq if keep_q else 0]
+                if draws or keep_q:
+                    _keep(W, es, invs, i, q)
+                if keep_q:
+                    qrow[v] = nq
+                    nq += 1
+                if draws:
+                    for j in range(m):
+                        ukids[j] = utree[kids[j]]
+                    got = draws_without_replacement(q, ukids, m, scratch[0], scratch[1], chosen)
+                else:
+                    got = _top(W, es, cmaxs, invs, i, m, chosen, vals)
+                for j in range(got):
+                    exists[kids[j]] = True
+                    btoken[kids[j]] = chosen[j]
     n = 0
     index = np.full(nt, -1, dtype=np.int64)
     for w in range(nt):
@@ -157,28 +242,46 @@ def build_static(W, tparents, tranks, tdepths, draws, utree, bparent, btoken, bd
 
 
 @njit(cache=True, error_model="numpy")
-def build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, bparent, btoken, bdepth, zs,
-                  hs, have, qrow, q_rows, kbuf, score, parents, tokens, depths, buf_of):
-    """EAGLE-2 / DDD tree (``Eagle2Tree.build``); returns (n, draft calls)."""
-    V = kbuf.shape[0]
-    K = min(top_k, V)
-    qrow[0] = -1
-    nq = _expand(W, 0, bparent, btoken, zs, hs, have, qrow, q_rows, 0, kbuf)
-    calls = 1
-    sel = np.empty(max(K, total_tokens), dtype=np.int64)
-    got = top_m(q_rows[0], 0, V, K, sel)
-    nb = 1
+def _propose(W, es, cmaxs, invs, i, K, b, nb, sel, vals, bparent, btoken, bdepth, score, qrow, have):
+    """Add the top-K children of buffer node b (expanded row i) to the pool from entry nb; returns
+    the new pool end."""
+    got = _top(W, es, cmaxs, invs, i, K, sel, vals)
     for r in range(got):
-        bparent[nb] = 0
+        bparent[nb] = b
         btoken[nb] = sel[r]
-        bdepth[nb] = 1
-        score[nb] = safe_log(q_rows[0][sel[r]])
+        bdepth[nb] = bdepth[b] + 1
+        score[nb] = score[b] + safe_log(vals[r])
         qrow[nb] = -1
         have[nb] = False
         nb += 1
-    beam = np.empty(K, dtype=np.int64)
-    nbeam = got
-    for r in range(got):
+    return nb
+
+
+@njit(cache=True, error_model="numpy")
+def build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, keep_q, bparent, btoken, bdepth,
+                  zs, hs, have, qrow, q_rows, es, cmaxs, score, parents, tokens, depths, buf_of):
+    """EAGLE-2 / DDD tree (``Eagle2Tree.build``); returns (n, draft calls).
+
+    ``keep_q``, ``es``, ``cmaxs`` as in :func:`build_static` (the rules that verify dynamic
+    trees never read q); a beam's rows are computed in one codebook pass."""
+    K = min(top_k, vocab_size(W))
+    qrow[0] = -1
+    bdepth[0] = 0
+    score[0] = 0.0
+    beam = np.zeros(max(K, 1), dtype=np.int64)
+    invs = np.empty(es.shape[0])
+    _expand(W, beam[:1], bparent, btoken, zs, hs, have, es, cmaxs, invs)  # the root
+    calls = 1
+    nq = 0
+    sel = np.empty(max(K, total_tokens), dtype=np.int64)
+    vals = np.empty(K)
+    nb = _propose(W, es, cmaxs, invs, 0, K, 0, 1, sel, vals, bparent, btoken, bdepth, score, qrow, have)
+    if keep_q:
+        _keep(W, es, invs, 0, q_rows[0])
+        qrow[0] = 0
+        nq = 1
+    nbeam = nb - 1
+    for r in range(nbeam):
         beam[r] = 1 + r
     for call in range(2, max_calls + 1):
         check = False
@@ -191,22 +294,19 @@ def build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, bpa
                 s += math.exp(score[beam[i]])
             if safe_log(s) < threshold:
                 break
-        for i in range(nbeam):
-            nq = _expand(W, beam[i], bparent, btoken, zs, hs, have, qrow, q_rows, nq, kbuf)
         calls += 1
         start = nb
-        for i in range(nbeam):
-            b = beam[i]
-            q = q_rows[qrow[b]]
-            got = top_m(q, 0, V, K, sel)
-            for r in range(got):
-                bparent[nb] = b
-                btoken[nb] = sel[r]
-                bdepth[nb] = bdepth[b] + 1
-                score[nb] = score[b] + safe_log(q[sel[r]])
-                qrow[nb] = -1
-                have[nb] = False
-                nb += 1
+        for b0 in range(0, nbeam, es.shape[0]):
+            cnt = min(es.shape[0], nbeam - b0)
+            _expand(W, beam[b0:b0 + cnt], bparent, btoken, zs, hs, have, es, cmaxs, invs)
+            for i in range(cnt):
+                b = beam[b0 + i]
+                nb = _propose(W, es, cmaxs, invs, i, K, b, nb, sel, vals, bparent, btoken, bdepth, score,
+                              qrow, have)
+                if keep_q:
+                    _keep(W, es, invs, i, q_rows[nq])
+                    qrow[b] = nq
+                    nq += 1
         nbeam = top_m(score, start, nb, K, beam)
     keep = np.empty(total_tokens - 1, dtype=np.int64)
     nk = top_m(score, 1, nb, total_tokens - 1, keep)
@@ -228,32 +328,13 @@ def build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, bpa
 
 
 def kernel_draft(world, z0: np.ndarray, h0: np.uint64, temperature: float = 1.0):
-    """A ``draft(parents, tokens, nodes)`` callback backed by the world's in-kernel drafter.
+    """A ``draft(parents, tokens, nodes)`` callback backed by the world's drafter, from root state (z0, h0).
 
     With it, a policy's NumPy ``build`` sees exactly the q rows its Numba
     builder computes (used to test the builders against each other)."""
-    from simulate.world_kernels import draft_row as _draft_row
-    from simulate.world_kernels import transition as _transition
+    from simulate.oracle import States, world_draft
 
-    W = world.kernel_world(float(temperature))
-    V = world.vocab_size
-
-    def state(parents, tokens, v):
-        if v == 0:
-            return z0, np.uint64(h0)
-        z, h = state(parents, tokens, int(parents[v]))
-        out = np.empty_like(z)
-        h2 = _transition(W[1], W[4], W[5][0], z, np.uint64(h), int(tokens[v]), out)
-        return out, np.uint64(h2)
-
-    def draft(parents, tokens, nodes):
-        rows = np.empty((len(nodes), V))
-        for i, v in enumerate(nodes):
-            z, h = state(parents, tokens, int(v)) if W[0] == 0 else (np.zeros(1), np.uint64(0))
-            _draft_row(W, z, np.uint64(h), rows[i], np.empty(V))
-        return rows
-
-    return draft
+    return world_draft(world, States(world, z0, np.uint64(h0)), temperature)
 
 
 def kernel_build(policy, world, z0: np.ndarray, h0: np.uint64, temperature: float = 1.0,
@@ -281,7 +362,7 @@ def kernel_build(policy, world, z0: np.ndarray, h0: np.uint64, temperature: floa
     have[0] = True
     qrow = np.full(nbuf, -1, dtype=np.int64)
     q_rows = np.empty((nbuf, V))
-    kbuf = np.empty(V)
+    es, cmaxs = row_scratch(W, EXPAND_BATCH)
     parents = np.empty(ps.max_nodes, dtype=np.int64)
     tokens = np.empty(ps.max_nodes, dtype=np.int64)
     depths = np.empty(ps.max_nodes, dtype=np.int64)
@@ -291,13 +372,13 @@ def kernel_build(policy, world, z0: np.ndarray, h0: np.uint64, temperature: floa
         for v in range(1, ps.parents.size):
             tdepths[v] = tdepths[ps.parents[v]] + 1
         utree = np.zeros(ps.parents.size) if u is None else np.asarray(u, dtype=np.float64)
-        n, calls = build_static(W, ps.parents, ps.ranks, tdepths, u is not None, utree, bparent, btoken,
-                                bdepth, zs, hs, have, qrow, q_rows, kbuf, np.empty(V), parents, tokens,
-                                depths, buf_of)
+        n, calls = build_static(W, ps.parents, ps.ranks, tdepths, u is not None, True, utree, bparent,
+                                btoken, bdepth, zs, hs, have, qrow, q_rows, es, cmaxs, np.empty((2, V)),
+                                parents, tokens, depths, buf_of)
     else:
         n, calls = build_dynamic(W, ps.top_k, ps.max_calls, ps.total_tokens, ps.check_steps, ps.threshold,
-                                 bparent, btoken, bdepth, zs, hs, have, qrow, q_rows, kbuf, np.zeros(nbuf),
-                                 parents, tokens, depths, buf_of)
+                                 True, bparent, btoken, bdepth, zs, hs, have, qrow, q_rows, es, cmaxs,
+                                 np.zeros(nbuf), parents, tokens, depths, buf_of)
     q = np.full((n, V), 1.0 / V)
     for v in range(n):
         if qrow[buf_of[v]] >= 0:

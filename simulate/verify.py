@@ -13,9 +13,10 @@ import numpy as np
 
 from simulate.verify_kernels import RULE_CODES, VARIANT_CODES, exact_tree, verify_tree
 from theory.distributions import validate_distribution
+from theory.neighbours import validate_neighbours
 from theory.relax import Relax
 from theory.tree import Tree
-from theory.verify import check_rule, neighbour_rows
+from theory.verify import check_rule
 
 
 @dataclass(frozen=True)
@@ -36,12 +37,14 @@ class RuleSpec:
         check_rule(rule, variant)
         if not isinstance(relax, Relax):
             raise ValueError(f"relax must be a theory.Relax, got {type(relax).__name__}")
-        nb = neighbour_rows(neighbours, vocab_size, relax, variant)
         if relax.is_exact:
             table = np.zeros((vocab_size, 0), dtype=np.int32)
-        else:
-            width = min(nb.shape[1], relax.k + 1 if variant == "official" else relax.k)
-            table = np.ascontiguousarray(nb[:, :width], dtype=np.int32)
+        else:  # as theory.verify.neighbour_rows, without converting the whole table (V x 1024) to int64
+            if neighbours is None:
+                raise ValueError(f"relaxation {relax} needs a neighbour table")
+            validate_neighbours(neighbours, vocab_size, relax.k)
+            width = min(neighbours.shape[1], relax.k + 1 if variant == "official" else relax.k)
+            table = np.ascontiguousarray(neighbours[:, :width], dtype=np.int32)
         return cls(RULE_CODES[rule], relax.code, relax.k, float(relax.param), VARIANT_CODES[variant], table)
 
     @property
@@ -105,18 +108,23 @@ def verify_step(
     neighbours: np.ndarray | None,
     q_dists: np.ndarray | None = None,
     variant: str = "principled",
-) -> tuple[list[int], int]:
+    with_tv: bool = False,
+) -> tuple[list[int], int] | tuple[list[int], int, float]:
     """One verification step on a tree with explicit per-node uniforms (Numba).
 
     Parameters and return as :func:`theory.sample_step`: ``node_dists[v]``
     is p after node v, ``u_accept[v]`` / ``u_draw[v]`` node v's uniforms.
     Returns the accepted node path (starting at the root, node 0) and the
-    bonus token.
+    bonus token; ``with_tv=True`` adds the exact TV of the tokens emitted
+    (``SimResult.token_tv``: over the path's nodes that decided a token,
+    TV(law the node emits, its target); ``simulate.verify_kernels.path_tv``).
     """
     p, q, spec = _prepare(tree, node_dists, q_dists, rule, relax, neighbours, variant)
     ua = _uniforms(u_accept, tree.size, "u_accept")
     ud = _uniforms(u_draw, tree.size, "u_draw")
-    path, bonus = verify_tree(tree.parents, tree.tokens, tree.depths, p, q, ua, ud, *spec.args)
+    path, bonus, tv = verify_tree(tree.parents, tree.tokens, tree.depths, p, q, ua, ud, *spec.args)
+    if with_tv:
+        return [int(v) for v in path], int(bonus), float(tv)
     return [int(v) for v in path], int(bonus)
 
 

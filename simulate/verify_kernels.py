@@ -111,47 +111,55 @@ def r1_sample_node(p, kids, u_kids, mark, epoch, code, k, param, variant, nb):
 
 
 @njit(cache=True, error_model="numpy")
-def r1_draw(p, mark, epoch, unif, u):
-    """``theory.sampler.draw_token`` on the implicit R1 residual."""
+def first_above(cum, t):
+    """Smallest x with ``cum[x] > t`` for a non-decreasing ``cum`` (its length if none): binary search."""
+    lo, hi = 0, cum.shape[0]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if cum[mid] > t:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@njit(cache=True, error_model="numpy")
+def r1_draw(p, mark, epoch, unif, u, cum):
+    """``theory.sampler.draw_token`` on the implicit R1 residual (``cum``: float64[V] scratch)."""
     V = p.shape[0]
     total = 0.0
     for x in range(V):
         total += r1_value(p, mark, epoch, unif, x)
+        cum[x] = total
     if total <= 0.0:
         return min(int(u * V), V - 1)
-    t = u * total
-    acc = 0.0
-    last = -1
-    for x in range(V):
-        rx = r1_value(p, mark, epoch, unif, x)
-        acc += rx
-        if acc > t:
+    x = first_above(cum, u * total)
+    if x < V:
+        return x
+    for x in range(V - 1, -1, -1):  # u * total rounded up to total: the last token with mass
+        if r1_value(p, mark, epoch, unif, x) > 0.0:
             return x
-        if rx > 0.0:
-            last = x
-    return last
+    return -1
 
 
 # ---------------------------------------------------------------- plain rows
 @njit(cache=True, error_model="numpy")
-def draw_token(r, u):
-    """``theory.sampler.draw_token``: inverse CDF on a sequential cumulative sum."""
+def draw_token(r, u, cum):
+    """``theory.sampler.draw_token``: inverse CDF on a sequential cumulative sum (``cum``: float64[V])."""
     V = r.shape[0]
     total = 0.0
     for x in range(V):
         total += r[x]
+        cum[x] = total
     if total <= 0.0:
         return min(int(u * V), V - 1)
-    t = u * total
-    acc = 0.0
-    last = -1
-    for x in range(V):
-        acc += r[x]
-        if acc > t:
-            return x
+    x = first_above(cum, u * total)
+    if x < V:
+        return x
+    for x in range(V - 1, -1, -1):  # u * total rounded up to total: the last token with mass
         if r[x] > 0.0:
-            last = x
-    return last
+            return x
+    return -1
 
 
 @njit(cache=True, error_model="numpy")
@@ -282,22 +290,39 @@ def children_csr(parents, n, cstart, cidx):
 
 
 @njit(cache=True, error_model="numpy")
-def greedy_ok(parents, tokens, n, cstart, p_rows, prow, code, k, param, nb, ok, tops):
-    """R3 acceptability of every node (root True, ``theory.tree.greedy_path``).
+def child_tokens(tokens, cstart, cidx, u):
+    """Tokens of u's children in order."""
+    lo, hi = cstart[u], cstart[u + 1]
+    kids = np.empty(hi - lo, dtype=np.int64)
+    for j in range(hi - lo):
+        kids[j] = tokens[cidx[lo + j]]
+    return kids
 
-    ``tops[u]`` gets argmax p_u for every acceptable node with children (else -1);
-    rows of nodes under an unacceptable parent are never read."""
-    ok[0] = True
-    for u in range(n):
-        tops[u] = -1
-    for v in range(1, n):
+
+@njit(cache=True, error_model="numpy")
+def greedy_ok(parents, tokens, n, p_rows, prow, code, k, param, nb, ok, tops, start):
+    """R3 acceptability of nodes ``start..n-1`` (root True, ``theory.tree.greedy_path``); resumable.
+
+    ``start = 1`` begins (``ok[0] = True``, ``tops[:] = -1``). ``tops[u]`` gets
+    argmax p_u for every acceptable node with children; rows of nodes under an
+    unacceptable parent are never read. Returns n when done, or the node v
+    whose parent's row is missing (``prow[parents[v]] < 0``): call again
+    with ``start = v`` once it is there."""
+    if start == 1:
+        ok[0] = True
+        for u in range(n):
+            tops[u] = -1
+    for v in range(start, n):
         u = parents[v]
         if not ok[u]:
             ok[v] = False
             continue
         if tops[u] < 0:
+            if prow[u] < 0:
+                return v
             tops[u] = argmax_row(p_rows[prow[u]])
         ok[v] = greedy_acceptable(p_rows[prow[u]], tops[u], tokens[v], nb, code, k, param)
+    return n
 
 
 @njit(cache=True, error_model="numpy")
@@ -312,20 +337,28 @@ def greedy_end(depths, n, ok):
 
 @njit(cache=True, error_model="numpy")
 def walk(parents, tokens, depths, n, cstart, cidx, p_rows, prow, q_rows, qrow, u_accept, u_draw,
-         rule, code, k, param, variant, nb, mark, epoch, scratch, path):
-    """One verification step (``theory.tree.sample_step``) on precomputed rows.
+         rule, code, k, param, variant, nb, mark, epoch, scratch, path, state, ok, tops):
+    """One verification step (``theory.tree.sample_step``) on the rows computed so far; resumable.
 
-    ``p_rows[prow[v]]`` must hold p_v for every node with children (and
-    ``q_rows[qrow[v]]`` q_v for R2). Fills ``path`` and returns
-    ``(path_len, bonus, epoch)``; ``bonus = -1`` means the walk ended at the
-    leaf ``path[path_len - 1]`` and the bonus is drawn from (R3: is the argmax
-    of) that leaf's p with ``u_draw[leaf]``, which the caller computes.
-    ``scratch`` is (3, V) float64 scratch for R2.
+    p_v is read from ``p_rows[prow[v]]`` (and q_v from ``q_rows[qrow[v]]``
+    for R2) only where the walk needs it: the root, each accepted node and
+    (R3) every node on an acceptable chain. Where ``prow[v] < 0`` the walk
+    returns ``need = v``; the caller computes the row, sets ``prow[v]`` and
+    calls again with the same ``state``, ``path``, ``ok``, ``tops`` (int64[2]
+    ``state`` = [path length so far, R3's next node]: zeros to start).
+
+    Returns ``(path_len, bonus, epoch, need)``; with ``need = -1`` the walk is
+    done and ``path[:path_len]`` holds the accepted path. ``bonus = -1``
+    means it ended at the leaf ``path[path_len - 1]`` and the bonus is drawn
+    from (R3: is the argmax of) that leaf's p with ``u_draw[leaf]``, which
+    the caller computes. ``scratch`` is (3, V) float64; R3's ``ok`` / ``tops``
+    hold one entry per node (``tops[u]`` = argmax p_u where read).
     """
     if rule == 3:
-        tops = np.empty(n, dtype=np.int64)
-        ok = np.empty(n, dtype=np.bool_)
-        greedy_ok(parents, tokens, n, cstart, p_rows, prow, code, k, param, nb, ok, tops)
+        v = greedy_ok(parents, tokens, n, p_rows, prow, code, k, param, nb, ok, tops, max(state[1], 1))
+        state[1] = v
+        if v < n:
+            return 0, -1, epoch, parents[v]
         end = greedy_end(depths, n, ok)
         m = depths[end] + 1
         v = end
@@ -333,33 +366,37 @@ def walk(parents, tokens, depths, n, cstart, cidx, p_rows, prow, q_rows, qrow, u
             path[i] = v
             v = parents[v]
         if cstart[end + 1] > cstart[end]:
-            return m, tops[end], epoch
-        return m, -1, epoch
-    m = 1
-    path[0] = 0
-    u = 0
+            return m, tops[end], epoch, -1
+        return m, -1, epoch, -1
+    if state[0] == 0:
+        path[0] = 0
+        state[0] = 1
+    m = state[0]
     while True:
+        u = path[m - 1]
         lo, hi = cstart[u], cstart[u + 1]
         if hi == lo:
-            return m, -1, epoch
-        kids = np.empty(hi - lo, dtype=np.int64)
+            return m, -1, epoch, -1
+        if prow[u] < 0:
+            return m, -1, epoch, u
+        kids = child_tokens(tokens, cstart, cidx, u)
         ukids = np.empty(hi - lo)
         for j in range(hi - lo):
-            kids[j] = tokens[cidx[lo + j]]
             ukids[j] = u_accept[cidx[lo + j]]
         p = p_rows[prow[u]]
         if rule == 1:
             i, epoch, unif = r1_sample_node(p, kids, ukids, mark, epoch, code, k, param, variant, nb)
             if i < 0:
-                return m, r1_draw(p, mark, epoch, unif, u_draw[u]), epoch
+                return m, r1_draw(p, mark, epoch, unif, u_draw[u], scratch[0]), epoch, -1
         else:
             i = r2_sample_node(p, q_rows[qrow[u]], kids, ukids, code, k, param, variant, nb,
                                scratch[0], scratch[1], scratch[2])
             if i < 0:
-                return m, draw_token(scratch[0], u_draw[u]), epoch
+                return m, draw_token(scratch[0], u_draw[u], scratch[1]), epoch, -1
         u = cidx[lo + i]
         path[m] = u
         m += 1
+        state[0] = m
 
 
 # ---------------------------------------------------------------- exact outcomes
@@ -469,16 +506,52 @@ def r2_node_exact(p, q, kids, code, k, param, variant, nb, accept, r, qp, res):
 
 
 @njit(cache=True, error_model="numpy")
+def path_tv(parents, tokens, path, m, cstart, cidx, p_rows, prow, psums, rule, code, k, param, variant, nb,
+            mark, seen, epoch):
+    """TV of the tokens one step emitted, from the nodes that decided them; returns (TV, epoch).
+
+    Each node on the accepted path with children decided one token (the next
+    accepted child, or its residual draw); a leaf's bonus is a draw from p
+    (TV 0). Sums TV(law the node emits, its target) over those nodes, exact
+    (``theory.node_outcome(...).tv``): R1 by :func:`r1_node_exact`; R3 1 per
+    accepted child that is not argmax p of its parent; R2 0 with ``none``,
+    else NaN (exact only averaged over draw orders). Reads p only on the path.
+    """
+    if rule == 3:
+        tv = 0.0
+        for i in range(m - 1):
+            if tokens[path[i + 1]] != argmax_row(p_rows[prow[path[i]]]):
+                tv += 1.0
+        return tv, epoch
+    if code == 0 or k == 0:
+        return 0.0, epoch
+    if rule == 2:
+        return math.nan, epoch
+    tv = 0.0
+    for i in range(m):
+        u = path[i]
+        if cstart[u + 1] == cstart[u]:
+            continue
+        kids = child_tokens(tokens, cstart, cidx, u)
+        acc = np.empty(kids.shape[0])
+        tv_u, epoch = r1_node_exact(p_rows[prow[u]], psums[u], kids, mark, seen, epoch, code, k, param,
+                                    variant, nb, acc)
+        tv += tv_u
+    return tv, epoch
+
+
+@njit(cache=True, error_model="numpy")
 def exact_step(parents, tokens, depths, n, cstart, cidx, p_rows, prow, psums, q_rows, qrow,
                rule, code, k, param, variant, nb, mark, seen, epoch, scratch, edge, reach):
-    """Exact expectations of one step given the tree and rows.
+    """Exact expectations of one step given the tree and rows (p at every node with children).
 
     Fills ``edge[v]`` = P(v accepted | parent reached) and ``reach[v]`` =
     P(v on the accepted path). Returns ``(E[tokens], E[TV bound], epoch)``:
     E[tokens] = 1 + sum of reach over non-root nodes (R3: 1 + greedy depth);
     the TV bound is sum over internal nodes u of reach[u] * TV_u, the TV of
     the token u emits from p_u (R3: from the greedy point mass; R2: NaN when
-    relaxed, since it is exact only averaged over draw orders).
+    relaxed, since it is exact only averaged over draw orders): the
+    expectation of :func:`path_tv` given the tree and state.
     """
     edge[0] = 1.0
     reach[0] = 1.0
@@ -486,31 +559,29 @@ def exact_step(parents, tokens, depths, n, cstart, cidx, p_rows, prow, psums, q_
     if rule == 3:
         tops = np.empty(n, dtype=np.int64)
         ok = np.empty(n, dtype=np.bool_)
-        greedy_ok(parents, tokens, n, cstart, p_rows, prow, code, k, param, nb, ok, tops)
+        greedy_ok(parents, tokens, n, p_rows, prow, code, k, param, nb, ok, tops, 1)
         end = greedy_end(depths, n, ok)
         for v in range(1, n):
             edge[v] = 0.0
             reach[v] = 0.0
-        tv = 0.0
+        m = depths[end] + 1
+        path = np.empty(m, dtype=np.int64)
         v = end
-        while v != 0:
-            u = parents[v]
+        for i in range(m - 1, -1, -1):
+            path[i] = v
             edge[v] = 1.0
             reach[v] = 1.0
-            if tokens[v] != tops[u]:
-                tv += 1.0
-            v = u
+            v = parents[v]
+        tv, epoch = path_tv(parents, tokens, path, m, cstart, cidx, p_rows, prow, psums, rule, code, k, param,
+                            variant, nb, mark, seen, epoch)
         return 1.0 + depths[end], tv, epoch
     tvs = np.zeros(n)
     for u in range(n):
         lo, hi = cstart[u], cstart[u + 1]
         if hi == lo:
             continue
-        m = hi - lo
-        kids = np.empty(m, dtype=np.int64)
-        acc = np.empty(m)
-        for j in range(m):
-            kids[j] = tokens[cidx[lo + j]]
+        kids = child_tokens(tokens, cstart, cidx, u)
+        acc = np.empty(hi - lo)
         if rule == 1:
             tv_u, epoch = r1_node_exact(p_rows[prow[u]], psums[u], kids, mark, seen, epoch, code, k,
                                         param, variant, nb, acc)
@@ -518,7 +589,7 @@ def exact_step(parents, tokens, depths, n, cstart, cidx, p_rows, prow, psums, q_
             r2_node_exact(p_rows[prow[u]], q_rows[qrow[u]], kids, code, k, param, variant, nb, acc,
                           scratch[0], scratch[1], scratch[2])
             tv_u = math.nan if relaxed else 0.0
-        for j in range(m):
+        for j in range(hi - lo):
             edge[cidx[lo + j]] = acc[j]
         tvs[u] = tv_u
     total = 1.0
@@ -533,17 +604,18 @@ def exact_step(parents, tokens, depths, n, cstart, cidx, p_rows, prow, psums, q_
 
 
 @njit(cache=True, error_model="numpy")
-def leaf_bonus(p_leaf, u, rule):
-    """Bonus token at a leaf: a draw from p (R1, R2) or its argmax (R3)."""
+def leaf_bonus(p_leaf, u, rule, cum):
+    """Bonus token at a leaf: a draw from p (R1, R2) or its argmax (R3); ``cum``: float64[V] scratch."""
     if rule == 3:
         return argmax_row(p_leaf)
-    return draw_token(p_leaf, u)
+    return draw_token(p_leaf, u, cum)
 
 
 @njit(cache=True, error_model="numpy")
 def verify_tree(parents, tokens, depths, p_rows, q_rows, u_accept, u_draw, rule, code, k, param,
                 variant, nb):
-    """A whole verification step on rows given for every node; returns (path, bonus)."""
+    """A whole verification step on rows given for every node; returns (path, bonus, TV of the emitted
+    tokens as :func:`path_tv`)."""
     n = parents.shape[0]
     V = p_rows.shape[1]
     cstart = np.empty(n + 1, dtype=np.int64)
@@ -551,14 +623,22 @@ def verify_tree(parents, tokens, depths, p_rows, q_rows, u_accept, u_draw, rule,
     children_csr(parents, n, cstart, cidx)
     rows = np.arange(n)
     mark = np.zeros(V, dtype=np.int64)
+    seen = np.zeros(V, dtype=np.int64)
     scratch = np.empty((3, V))
     path = np.empty(n, dtype=np.int64)
-    m, bonus, _ = walk(parents, tokens, depths, n, cstart, cidx, p_rows, rows, q_rows, rows, u_accept,
-                       u_draw, rule, code, k, param, variant, nb, mark, 0, scratch, path)
+    state = np.zeros(2, dtype=np.int64)
+    m, bonus, epoch, _ = walk(parents, tokens, depths, n, cstart, cidx, p_rows, rows, q_rows, rows, u_accept,
+                              u_draw, rule, code, k, param, variant, nb, mark, 0, scratch, path, state,
+                              np.empty(n, dtype=np.bool_), np.empty(n, dtype=np.int64))
     if bonus < 0:
         leaf = path[m - 1]
-        bonus = leaf_bonus(p_rows[leaf], u_draw[leaf], rule)
-    return path[:m].copy(), bonus
+        bonus = leaf_bonus(p_rows[leaf], u_draw[leaf], rule, scratch[0])
+    psums = np.empty(n)
+    for i in range(m):
+        psums[path[i]] = seqsum(p_rows[path[i]])
+    tv, _ = path_tv(parents, tokens, path, m, cstart, cidx, p_rows, rows, psums, rule, code, k, param,
+                    variant, nb, mark, seen, epoch)
+    return path[:m].copy(), bonus, tv
 
 
 @njit(cache=True, error_model="numpy")

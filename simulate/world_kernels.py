@@ -1,13 +1,22 @@
 """Numba kernels of the synthetic worlds: latent states and target / draft rows.
 
 A world is passed to kernels as a tuple ``W = (kind, ET, b, bq, fp, keys,
-p_stat, q_stat)``:
+p_stat, q_stat, T)``:
 
 - ``kind``: 0 latent-field world, 1 stationary world (p_stat / q_stat at every node);
-- ``ET``: (d, V) codebook, transposed (unit rows of E);
-- ``b`` / ``bq``: target / draft per-token biases, already divided by the temperature;
+- ``ET``: (d, V) float64 codebook, transposed (unit rows of E): the state transitions;
+- ``b`` / ``bq``: float32 target / draft per-token biases, already divided by the temperature,
+  padded to a multiple of LANES tokens (:func:`pad_bias`);
 - ``fp``: float64 [beta/T, rho, sigma, beta_q/T, sigma_q, bmax, bqmax];
-- ``keys``: uint64 [transition-noise key, drafter-noise key].
+- ``keys``: uint64 [transition-noise key, drafter-noise key];
+- ``T``: the codebook as padded float32 (:func:`pad_codebook`): the rows' logits.
+
+Rows (the world's p and q) are defined by these kernels alone, and the NumPy
+side (``LatentWorld.target_probs`` / ``draft_probs``, the oracle) calls them:
+logits ``b + E (beta z)`` are evaluated in float32 (code dimension in order),
+exponentiated in float32 (:func:`row_exp`), and normalised in float64. The
+result agrees with the float64 formula to about 1e-5 relative (float32
+logits); rule arithmetic on the rows stays float64 and sequential.
 
 States live in per-step buffers indexed like the tree builder's nodes:
 ``zs[v]`` (unit vector), ``hs[v]`` (prefix hash), ``have[v]``.
@@ -27,11 +36,42 @@ N_FPARAMS = 7
 KIND_LATENT = 0
 KIND_STATIONARY = 1
 
-_INVLN2 = 1.4426950408889634
-_LN2HI = 6.93147180369123816490e-01
-_LN2LO = 1.90821492927058770002e-10
-_MAGIC = 6755399441055744.0  # 1.5 * 2**52: adding it rounds to an integer in the low mantissa bits
-_MAGIC_BITS = np.int64(np.array([_MAGIC]).view(np.int64)[0])
+LANES = 16  # rows are padded to a multiple of this many tokens (one AVX-512 float32 vector)
+GROUP = 8  # code dimensions per pass of the logits (the stored codebook pads d to a multiple)
+BLOCK = 256  # tokens per block of the fused row pass (a multiple of LANES); partial sums
+NCH = BLOCK  # chunk maxima: chunk c holds the tokens x with x % NCH == c (lets top-k skip most tokens)
+
+# float32 exp: Cody-Waite reduction y = k ln2 + r (|r| <= ln2 / 2), degree-7 Taylor polynomial
+# (truncation < 5e-9 relative), 2^k built in the exponent bits; branch-free, so LLVM vectorises it.
+_F = np.float32
+_INVLN2 = _F(1.4426950408889634)
+_LN2HI = _F(0.693145751953125)  # 16 significant bits: k * _LN2HI is exact for |k| < 256
+_LN2LO = _F(1.4286068203094172e-06)  # ln 2 - _LN2HI
+_MAGIC = _F(12582912.0)  # 1.5 * 2**23: adding it rounds to an integer in the low mantissa bits
+_MAGIC_BITS = np.int32(np.array([12582912.0], dtype=np.float32).view(np.int32)[0])
+_LOW = _F(-87.0)  # exp is 0 below here (2^k stays a normal float32 above)
+_C2, _C3, _C4 = _F(1 / 2), _F(1 / 6), _F(1 / 24)
+_C5, _C6, _C7 = _F(1 / 120), _F(1 / 720), _F(1 / 5040)
+_ONE = _F(1.0)
+_ZERO = _F(0.0)
+_LOOSE = 2.0**-28  # a shift this far above the largest logit (about 19.4 nats) is redone with the max
+
+
+def pad_codebook(ET: np.ndarray) -> np.ndarray:
+    """The (d, V) codebook as float32 (GROUP ceil(d / GROUP), LANES ceil(V / LANES)), zero-padded
+    (padding adds exact zeros to the logits)."""
+    d, V = ET.shape
+    T = np.zeros((GROUP * -(-d // GROUP), -(-V // LANES) * LANES), dtype=np.float32)
+    T[:d, :V] = ET
+    return T
+
+
+def pad_bias(b: np.ndarray) -> np.ndarray:
+    """Per-token biases as float32, padded like :func:`pad_codebook` with -inf (exp = 0)."""
+    V = b.shape[0]
+    out = np.full(-(-V // LANES) * LANES, -np.inf, dtype=np.float32)
+    out[:V] = b
+    return out
 
 
 @njit(cache=True, error_model="numpy")
@@ -46,88 +86,157 @@ def normalise(z):
 
 
 @njit(cache=True, error_model="numpy")
-def softmax_rows(ET, bias, bmax, zb, out, kbuf):
-    """``out = softmax(bias + E @ zb)`` over V, vectorised.
-
-    The shift is the upper bound |zb| + max(bias) (code vectors are unit), so
-    no max pass is needed; exp is a branch-free Cody-Waite reduction with a
-    degree-11 polynomial (relative error < 1e-14) that LLVM vectorises, and
-    the normaliser uses 8 independent partial sums. Falls back to the exact
-    max when the bound underflows everything.
-    """
-    V = bias.shape[0]
-    d = ET.shape[0]
-    zn = 0.0
-    for j in range(d):
-        zn += zb[j] * zb[j]
-    M = math.sqrt(zn) + bmax
-    for x in range(V):
-        out[x] = bias[x] - M
-    for j in range(d):
-        zj = zb[j]
-        row = ET[j]
-        for x in range(V):
-            out[x] += row[x] * zj
-    s = _exp_normalise(out, kbuf)
-    if not s > 1e-250:  # the bound was far above the max: shift by the true max
-        m = out[0]
-        for x in range(V):
-            out[x] = bias[x]
-            for j in range(d):
-                out[x] += ET[j, x] * zb[j]
-        m = out[0]
-        for x in range(1, V):
-            m = max(m, out[x])
-        for x in range(V):
-            out[x] -= m
-        _exp_normalise(out, kbuf)
+def _block_logits(T, bias, Ms, zfs, x0, n, acc):
+    """``acc[s, :n]`` = (bias - M_s) + E_0 z_s0 + E_1 z_s1 + ... for tokens x0..x0+n-1 and every
+    state s, in float32, code dimensions in order (a block of the codebook is read once for all
+    states; eight dimensions per pass)."""
+    bb = bias[x0:x0 + n]
+    for g in range(0, T.shape[0], GROUP):
+        e0, e1, e2, e3 = T[g, x0:x0 + n], T[g + 1, x0:x0 + n], T[g + 2, x0:x0 + n], T[g + 3, x0:x0 + n]
+        e4, e5, e6, e7 = T[g + 4, x0:x0 + n], T[g + 5, x0:x0 + n], T[g + 6, x0:x0 + n], T[g + 7, x0:x0 + n]
+        for s in range(zfs.shape[0]):
+            zf = zfs[s]
+            z0, z1, z2, z3 = zf[g], zf[g + 1], zf[g + 2], zf[g + 3]
+            z4, z5, z6, z7 = zf[g + 4], zf[g + 5], zf[g + 6], zf[g + 7]
+            o = acc[s]
+            if g == 0:
+                M = Ms[s]
+                for i in range(n):
+                    o[i] = bb[i] - M
+            for i in range(n):
+                a = o[i]
+                a += e0[i] * z0
+                a += e1[i] * z1
+                a += e2[i] * z2
+                a += e3[i] * z3
+                a += e4[i] * z4
+                a += e5[i] * z5
+                a += e6[i] * z6
+                a += e7[i] * z7
+                o[i] = a
 
 
 @njit(cache=True, error_model="numpy")
-def _exp_normalise(out, kbuf):
+def _exp_pass(T, bias, Ms, zfs, es, cmaxs, sums):
+    """One fused pass over the codebook, BLOCK tokens at a time, for every state s:
+    ``es[s] = exp(logits - M_s)`` in float32 (0 below e^-87), the chunk maxima ``cmaxs[s]``
+    (float64) and the sum ``sums[s]`` (BLOCK float64 partial sums, fixed order)."""
+    S = zfs.shape[0]
+    acc = np.empty((S, BLOCK), dtype=np.float32)
+    kb = np.empty(BLOCK, dtype=np.float32)
+    ki = kb.view(np.int32)
+    part = np.zeros((S, BLOCK))
+    cm = np.zeros((S, NCH), dtype=np.float32)
+    for x0 in range(0, T.shape[1], BLOCK):
+        n = min(BLOCK, T.shape[1] - x0)
+        _block_logits(T, bias, Ms, zfs, x0, n, acc)
+        for s in range(S):
+            ac = acc[s]
+            for i in range(n):
+                y0 = ac[i]
+                y = max(y0, _LOW)
+                kf = y * _INVLN2 + _MAGIC
+                k = kf - _MAGIC
+                r = (y - k * _LN2HI) - k * _LN2LO
+                p = _ONE + r * (_ONE + r * (_C2 + r * (_C3 + r * (_C4 + r * (_C5 + r * (_C6 + r * _C7))))))
+                ac[i] = p if y0 >= _LOW else _ZERO
+                kb[i] = kf
+            for i in range(n):
+                ki[i] = (ki[i] - _MAGIC_BITS + np.int32(127)) << np.int32(23)
+            o = es[s, x0:x0 + n]
+            c = cm[s, x0 % NCH:x0 % NCH + n]
+            pa = part[s]
+            for i in range(n):
+                v = ac[i] * kb[i]
+                o[i] = v
+                c[i] = max(c[i], v)
+                pa[i] += np.float64(v)
+    for s in range(S):
+        for c in range(NCH):
+            cmaxs[s, c] = np.float64(cm[s, c])
+        total = 0.0
+        for i in range(BLOCK):
+            total += part[s, i]
+        sums[s] = total
+
+
+@njit(cache=True, error_model="numpy")
+def rows_exp(T, bias, bmax, zbs, es, cmaxs, sums):
+    """Unnormalised softmax rows of the padded codebook ``T`` (:func:`pad_codebook`), one per state.
+
+    For state s (row s of ``zbs``): ``es[s, x] = exp(l_x - M)`` (float32,
+    padded to a multiple of LANES tokens with zeros) for ``l = bias + E zb_s`` evaluated in
+    float32, code dimensions in order; ``sums[s]`` its sum. The shift M is
+    the bound |zb_s| + max(bias) (code vectors are unit), so no max pass is
+    needed; a row whose largest term falls below 2^-28 is redone with M = its
+    largest logit, so every token within 67 nats of the largest logit is
+    represented and only tokens below e^-87 relative to the shift (a mass
+    under V e^-67 in all) are 0, as in a float32 softmax. ``cmaxs[s, c]``
+    gets the largest ``es[s, x]`` over the tokens x = c mod NCH. A state's
+    row does not depend on the other states.
+    """
+    S = zbs.shape[0]
+    zfs = np.zeros((S, T.shape[0]), dtype=np.float32)
+    Ms = np.empty(S, dtype=np.float32)
+    for s in range(S):
+        zn = 0.0
+        for j in range(zbs.shape[1]):
+            zn += zbs[s, j] * zbs[s, j]
+            zfs[s, j] = np.float32(zbs[s, j])
+        Ms[s] = np.float32(math.sqrt(zn) + bmax)
+    _exp_pass(T, bias, Ms, zfs, es, cmaxs, sums)
+    acc = np.empty((1, BLOCK), dtype=np.float32)
+    for s in range(S):
+        top = cmaxs[s, 0]
+        for c in range(1, NCH):
+            top = max(top, cmaxs[s, c])
+        if top >= _LOOSE:
+            continue
+        M = np.full(1, -np.inf, dtype=np.float32)
+        for x0 in range(0, T.shape[1], BLOCK):
+            n = min(BLOCK, T.shape[1] - x0)
+            _block_logits(T, bias, np.zeros(1, dtype=np.float32), zfs[s:s + 1], x0, n, acc)
+            for i in range(n):
+                M[0] = max(M[0], acc[0, i])
+        _exp_pass(T, bias, M, zfs[s:s + 1], es[s:s + 1], cmaxs[s:s + 1], sums[s:s + 1])
+
+
+@njit(cache=True, error_model="numpy")
+def row_exp(T, bias, bmax, zb, e, cmax):
+    """:func:`rows_exp` for one state: fills ``e`` and ``cmax``, returns the row's sum."""
+    sums = np.empty(1)
+    rows_exp(T, bias, bmax, zb.reshape((1, zb.shape[0])), e.reshape((1, e.shape[0])),
+             cmax.reshape((1, cmax.shape[0])), sums)
+    return sums[0]
+
+
+@njit(cache=True, error_model="numpy")
+def scale_into(e, inv, out):
+    """``out[x] = e[x] * inv`` (in float64) for x < len(out); returns the sum of ``out``
+    (BLOCK partial sums, fixed order). ``e`` may be ``out`` itself."""
     V = out.shape[0]
-    for x in range(V):
-        y = max(out[x], -708.0)
-        kf = y * _INVLN2 + _MAGIC
-        k = kf - _MAGIC
-        r = y - k * _LN2HI - k * _LN2LO
-        out[x] = 1.0 + r * (1.0 + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (
-            1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0 + r * (1.0 / 40320.0 + r * (
-                1.0 / 362880.0 + r * (1.0 / 3628800.0 + r * (1.0 / 39916800.0)))))))))))
-        kbuf[x] = kf
-    ki = kbuf.view(np.int64)
-    for x in range(V):
-        ki[x] = (ki[x] - _MAGIC_BITS + 1023) << 52
-    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
-    x = 0
-    while x + 8 <= V:
-        out[x] *= kbuf[x]
-        out[x + 1] *= kbuf[x + 1]
-        out[x + 2] *= kbuf[x + 2]
-        out[x + 3] *= kbuf[x + 3]
-        out[x + 4] *= kbuf[x + 4]
-        out[x + 5] *= kbuf[x + 5]
-        out[x + 6] *= kbuf[x + 6]
-        out[x + 7] *= kbuf[x + 7]
-        s0 += out[x]
-        s1 += out[x + 1]
-        s2 += out[x + 2]
-        s3 += out[x + 3]
-        s4 += out[x + 4]
-        s5 += out[x + 5]
-        s6 += out[x + 6]
-        s7 += out[x + 7]
-        x += 8
-    while x < V:
-        out[x] *= kbuf[x]
-        s0 += out[x]
-        x += 1
-    s = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
-    if s > 1e-250:
-        inv = 1.0 / s
-        for x in range(V):
-            out[x] *= inv
+    part = np.zeros(BLOCK)
+    for x0 in range(0, V, BLOCK):
+        n = min(BLOCK, V - x0)
+        src = e[x0:x0 + n]
+        o = out[x0:x0 + n]
+        for i in range(n):
+            o[i] = np.float64(src[i]) * inv
+            part[i] += o[i]
+    s = 0.0
+    for i in range(BLOCK):
+        s += part[i]
     return s
+
+
+@njit(cache=True, error_model="numpy")
+def chunk_maxima(row, cmax):
+    """``cmax[c]`` = the largest ``row[x]`` over x = c mod NCH (0 for an empty chunk), as
+    :func:`row_exp` records them."""
+    for c in range(NCH):
+        cmax[c] = 0.0
+    for x in range(row.shape[0]):
+        cmax[x % NCH] = max(cmax[x % NCH], row[x])
 
 
 @njit(cache=True, error_model="numpy")
@@ -175,32 +284,72 @@ def ensure_state(W, v, bparent, btoken, zs, hs, have):
 
 
 @njit(cache=True, error_model="numpy")
-def target_row(W, z, out, kbuf):
-    """p at a node with state z (stationary: p_stat)."""
+def vocab_size(W):
+    """V of a kernel world."""
+    return W[1].shape[1] if W[0] == KIND_LATENT else W[6].shape[0]
+
+
+@njit(cache=True, error_model="numpy")
+def target_row(W, z, out, e, cmax):
+    """p at a node with state z (stationary: p_stat) into the float64 row ``out``; returns its sum.
+
+    ``e`` / ``cmax``: one row of :func:`row_scratch`."""
     if W[0] == KIND_STATIONARY:
         out[:] = W[6]
-        return
+        return scale_into(out, 1.0, out)  # times 1.0: unchanged
     d = z.shape[0]
     zb = np.empty(d)
     for j in range(d):
         zb[j] = W[4][F_BETA] * z[j]
-    softmax_rows(W[1], W[2], W[4][F_BMAX], zb, out, kbuf)
+    return scale_into(e, 1.0 / row_exp(W[8], W[2], W[4][F_BMAX], zb, e, cmax), out)
 
 
 @njit(cache=True, error_model="numpy")
-def draft_row(W, z, h, out, kbuf):
-    """q at a node with state z and prefix hash h (stationary: q_stat).
+def draft_exps(W, zs, hs, nodes, es, cmaxs, invs):
+    """q after each of the buffer nodes ``nodes`` (states ``zs[v]``, prefix hashes ``hs[v]``),
+    unnormalised, in one pass over the codebook.
 
-    The drafter sees normalise(z + sigma_q xi_q), xi_q keyed by (drafter key, h)."""
+    Latent world: q_i = ``es[i] * invs[i]`` (float32 rows, padded,
+    :func:`rows_exp`); stationary world: q_i = q_stat (``W[7]``), invs[i] = 1.
+    ``cmaxs[i]`` gets the chunk maxima of q_i's values. The drafter sees
+    normalise(z + sigma_q xi_q), xi_q keyed by (drafter key, h)."""
+    cnt = nodes.shape[0]
     if W[0] == KIND_STATIONARY:
-        out[:] = W[7]
+        for i in range(cnt):
+            chunk_maxima(W[7], cmaxs[i])
+            invs[i] = 1.0
         return
-    d = z.shape[0]
-    zq = np.empty(d)
-    normals(combine(W[5][1], np.int64(h & np.uint64(0x7FFFFFFFFFFFFFFF))), zq)
-    for j in range(d):
-        zq[j] = z[j] + W[4][F_SIGMA_Q] * zq[j]
-    normalise(zq)
-    for j in range(d):
-        zq[j] *= W[4][F_BETA_Q]
-    softmax_rows(W[1], W[3], W[4][F_BQMAX], zq, out, kbuf)
+    d = zs.shape[1]
+    zq = np.empty((cnt, d))
+    for i in range(cnt):
+        v = nodes[i]
+        normals(combine(W[5][1], np.int64(hs[v] & np.uint64(0x7FFFFFFFFFFFFFFF))), zq[i])
+        for j in range(d):
+            zq[i, j] = zs[v, j] + W[4][F_SIGMA_Q] * zq[i, j]
+        normalise(zq[i])
+        for j in range(d):
+            zq[i, j] *= W[4][F_BETA_Q]
+    sums = np.empty(cnt)
+    rows_exp(W[8], W[3], W[4][F_BQMAX], zq, es[:cnt], cmaxs[:cnt], sums)
+    for i in range(cnt):
+        invs[i] = 1.0 / sums[i]
+
+
+@njit(cache=True, error_model="numpy")
+def draft_row(W, z, h, row, e, cmax):
+    """q at a node with state z and prefix hash h, normalised, into the float64 ``row``
+    (:func:`draft_exps` then the scaling; ``e`` / ``cmax``: one row of :func:`row_scratch`)."""
+    if W[0] == KIND_STATIONARY:
+        row[:] = W[7]
+        return
+    inv = np.empty(1)
+    draft_exps(W, z.reshape((1, z.shape[0])), np.full(1, h, dtype=np.uint64), np.zeros(1, dtype=np.int64),
+               e.reshape((1, e.shape[0])), cmax.reshape((1, cmax.shape[0])), inv)
+    scale_into(e, inv[0], row)
+
+
+@njit(cache=True, error_model="numpy")
+def row_scratch(W, n):
+    """Scratch for n rows of a world: (float32 (n, padded V) unnormalised rows, float64 (n, NCH)
+    chunk maxima)."""
+    return np.empty((n, W[8].shape[1]), dtype=np.float32), np.empty((n, NCH))

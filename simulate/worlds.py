@@ -14,7 +14,9 @@ moves to ``normalise(rho z + (1 - rho) E_x + sigma xi)`` with xi keyed by
 The drafter's logits are ``beta_q <E_x, z_q> + b_x + tau g_x`` with
 ``z_q = normalise(z + sigma_q xi_q)`` (xi_q keyed by the drafter's seed and
 the prefix) and g a fixed per-token error: sigma_q, beta_q and tau control
-1 - TV(p, q).
+1 - TV(p, q). Rows are computed by one implementation, the kernels of
+:mod:`simulate.world_kernels` (float32 logits and exp, float64 rows), which
+the Python methods call too.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simulate.rng import combine, fmix, normals, stream_key, uniform
+from simulate.rng import fmix, stream_key, uniform
 from simulate.trace import Trace, read_trace
 from simulate.world_kernels import (
     F_BETA,
@@ -39,7 +41,12 @@ from simulate.world_kernels import (
     KIND_LATENT,
     KIND_STATIONARY,
     N_FPARAMS,
+    draft_row,
     initial_state,
+    pad_bias,
+    pad_codebook,
+    row_scratch,
+    target_row,
     transition,
 )
 from theory.distributions import total_variation, validate_distribution
@@ -155,6 +162,8 @@ class LatentWorld(World):
         self.keys = np.array([fmix(np.uint64(params.seed) * np.uint64(2) + np.uint64(1)),
                               fmix(np.uint64(params.seed) * np.uint64(2) + np.uint64(2))], dtype=np.uint64)
         self._tables: dict[int, np.ndarray] = {}
+        self._kernel_worlds: dict[float, tuple] = {}
+        self._T = pad_codebook(self.ET)
 
     @classmethod
     def preset(cls, name: str, **overrides) -> LatentWorld:
@@ -196,21 +205,24 @@ class LatentWorld(World):
         return table
 
     def kernel_world(self, temperature: float) -> tuple:
-        p = self.params
-        b = self.prior / temperature
-        bq = self.draft_prior / temperature
-        fp = np.zeros(N_FPARAMS)
-        fp[F_BETA] = p.beta / temperature
-        fp[F_RHO] = p.rho
-        fp[F_SIGMA] = p.sigma
-        fp[F_BETA_Q] = p.draft_beta / temperature
-        fp[F_SIGMA_Q] = p.draft_sigma
-        fp[F_BMAX] = b.max()
-        fp[F_BQMAX] = bq.max()
-        dummy = np.zeros(1)
-        return (KIND_LATENT, self.ET, b, bq, fp, self.keys, dummy, dummy)
+        key = float(temperature)
+        if key not in self._kernel_worlds:
+            p = self.params
+            b = pad_bias(self.prior / temperature)
+            bq = pad_bias(self.draft_prior / temperature)
+            fp = np.zeros(N_FPARAMS)
+            fp[F_BETA] = p.beta / temperature
+            fp[F_RHO] = p.rho
+            fp[F_SIGMA] = p.sigma
+            fp[F_BETA_Q] = p.draft_beta / temperature
+            fp[F_SIGMA_Q] = p.draft_sigma
+            fp[F_BMAX] = float(b.max())
+            fp[F_BQMAX] = float(bq.max())
+            dummy = np.zeros(1)
+            self._kernel_worlds[key] = (KIND_LATENT, self.ET, b, bq, fp, self.keys, dummy, dummy, self._T)
+        return self._kernel_worlds[key]
 
-    # ---- NumPy twins (the readable oracle; agree with the kernels to ~1e-14)
+    # ---- the world from Python: states and rows come from the kernels (one implementation)
     def initial(self, seq_key: np.uint64) -> tuple[np.ndarray, np.uint64]:
         """First state and prefix hash of the sequence keyed ``seq_key``."""
         z = np.empty(self.params.dim)
@@ -224,20 +236,20 @@ class LatentWorld(World):
         return out, np.uint64(h2)
 
     def target_probs(self, z: np.ndarray, temperature: float = 1.0) -> np.ndarray:
-        """p at state z (NumPy)."""
-        logits = (self.prior + self.params.beta * (self.codebook @ z)) / temperature
-        e = np.exp(logits - logits.max())
-        return e / e.sum()
+        """p at state z (the kernel's row: ``simulate.world_kernels.target_row``)."""
+        W = self.kernel_world(temperature)
+        out = np.empty(self.vocab_size)
+        es, cmaxs = row_scratch(W, 1)
+        target_row(W, z, out, es[0], cmaxs[0])
+        return out
 
     def draft_probs(self, z: np.ndarray, h: np.uint64, temperature: float = 1.0) -> np.ndarray:
-        """q at state z with prefix hash h (NumPy)."""
-        xi = np.empty(self.params.dim)
-        normals(np.uint64(combine(self.keys[1], np.int64(np.uint64(h) & np.uint64(0x7FFFFFFFFFFFFFFF)))), xi)
-        zq = z + self.params.draft_sigma * xi
-        zq /= np.linalg.norm(zq)
-        logits = (self.draft_prior + self.params.draft_beta * (self.codebook @ zq)) / temperature
-        e = np.exp(logits - logits.max())
-        return e / e.sum()
+        """q at state z with prefix hash h (the kernel's row: ``simulate.world_kernels.draft_row``)."""
+        W = self.kernel_world(temperature)
+        out = np.empty(self.vocab_size)
+        es, cmaxs = row_scratch(W, 1)
+        draft_row(W, z, np.uint64(h), out, es[0], cmaxs[0])
+        return out
 
     def __repr__(self) -> str:
         return f"LatentWorld({self.name!r}, {asdict(self.params)})"
@@ -268,9 +280,9 @@ class StationaryWorld(World):
 
     def kernel_world(self, temperature: float) -> tuple:
         dummy = np.zeros((1, 1))
-        return (KIND_STATIONARY, dummy, np.zeros(1), np.zeros(1), np.zeros(N_FPARAMS),
-                np.zeros(2, dtype=np.uint64), self._tempered(self.p, temperature),
-                self._tempered(self.q, temperature))
+        return (KIND_STATIONARY, dummy, np.zeros(1, dtype=np.float32), np.zeros(1, dtype=np.float32),
+                np.zeros(N_FPARAMS), np.zeros(2, dtype=np.uint64), self._tempered(self.p, temperature),
+                self._tempered(self.q, temperature), pad_codebook(np.zeros((1, 1))))
 
     def target_probs(self, z=None, temperature: float = 1.0) -> np.ndarray:
         """p (at any node)."""

@@ -17,27 +17,31 @@ def small_world():
     return LatentWorld.preset("ambiguous", vocab_size=512, n_clusters=32)
 
 
-CASES = [
-    (StaticTree.mc_sim_7b_63(), "r1", Relax.none(), "principled"),
-    (StaticTree.mc_sim_7b_63(), "r1", Relax.additive(40, 0.2), "official"),
-    (StaticTree.naive_extend_57(), "r2", Relax.multiplicative(20, 3.0), "principled"),
-    (StaticTree.chain(4), "r2", Relax.additive(20, 0.1), "official"),
-    (StaticTree.chain(4), "r2", Relax.none(), "principled"),
-    (Eagle2Tree(6, 3, 30), "r1", Relax.additive(40, 0.1), "principled"),
-    (Eagle2Tree(6, 3, 30), "r3", Relax.multiplicative(40, 5.0), "principled"),
-    (DDDTree(5, 7, (3, 5), -0.5, 30), "r1", Relax.multiplicative(40, 2.0), "official"),
+CASES = [  # (tree, rule, relax, variant, exact_expectations)
+    (StaticTree.mc_sim_7b_63(), "r1", Relax.none(), "principled", True),
+    (StaticTree.mc_sim_7b_63(), "r1", Relax.additive(40, 0.2), "official", False),
+    (StaticTree.naive_extend_57(), "r2", Relax.multiplicative(20, 3.0), "principled", True),
+    (StaticTree.chain(4), "r2", Relax.additive(20, 0.1), "official", False),
+    (StaticTree.chain(4), "r2", Relax.none(), "principled", True),
+    (Eagle2Tree(6, 3, 30), "r1", Relax.additive(40, 0.1), "principled", True),
+    (Eagle2Tree(6, 3, 30), "r1", Relax.additive(40, 0.1), "official", False),
+    (Eagle2Tree(6, 3, 30), "r3", Relax.multiplicative(40, 5.0), "principled", False),
+    (DDDTree(5, 7, (3, 5), -0.5, 30), "r1", Relax.multiplicative(40, 2.0), "official", True),
 ]
 
 
-@pytest.mark.parametrize("tree,rule,relax,variant", CASES, ids=lambda c: str(c))
-def test_numba_run_matches_numpy_oracle(small_world, tree, rule, relax, variant):
-    kw = dict(rule=rule, relax=relax, variant=variant, n_sequences=2, seq_len=24, seed=4)
+@pytest.mark.parametrize("tree,rule,relax,variant,exact", CASES, ids=lambda c: str(c))
+def test_numba_run_matches_numpy_oracle(small_world, tree, rule, relax, variant, exact):
+    kw = dict(rule=rule, relax=relax, variant=variant, n_sequences=2, seq_len=24, seed=4,
+              exact_expectations=exact)
     a = run(small_world, tree, **kw)
     b = run(small_world, tree, backend="numpy", **kw)
     for f in STEP_FIELDS:
         np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f)
+    np.testing.assert_allclose(a.token_tv, b.token_tv, rtol=1e-7, atol=1e-12)
     np.testing.assert_allclose(a.expected_tokens, b.expected_tokens, rtol=1e-9)
     np.testing.assert_allclose(a.expected_tv, b.expected_tv, rtol=1e-7, atol=1e-12)
+    assert np.all(np.isnan(a.expected_tokens)) != exact
 
 
 def test_thread_count_invariance(small_world):
@@ -45,8 +49,11 @@ def test_thread_count_invariance(small_world):
     kw = dict(rule="r1", relax=Relax.additive(40, 0.2), n_sequences=6, seq_len=32, seed=9)
     one = run(small_world, tree, threads=1, **kw)
     two = run(small_world, tree, threads=2, **kw)
-    for f in (*STEP_FIELDS, "expected_tokens", "expected_tv", "sequence"):
+    both = run(small_world, tree, threads=2, exact_expectations=True, **kw)
+    for f in (*STEP_FIELDS, "token_tv", "expected_tokens", "expected_tv", "sequence"):
         np.testing.assert_array_equal(getattr(one, f), getattr(two, f), err_msg=f)
+    for f in (*STEP_FIELDS, "token_tv", "sequence"):  # the expectations change no outcome
+        np.testing.assert_array_equal(getattr(one, f), getattr(both, f), err_msg=f)
 
 
 @pytest.mark.parametrize("rule,relax,tree", [
@@ -60,15 +67,22 @@ def test_simulated_tokens_agree_with_theory(small_world, rule, relax, tree):
 
     tokens_t - E[tokens_t | tree_t, state_t] is a martingale difference (mean 0, uncorrelated
     across steps), so the threshold 5.3 standard errors of its mean has a two-sided normal tail
-    of 1.2e-7 < 1e-6. R3 is deterministic: the two agree exactly.
+    of 1.2e-7 < 1e-6. So is token_tv_t - expected_tv_t (the TV of the deciding nodes, read on the
+    path, against its expectation over the whole tree). R3 is deterministic: they agree exactly.
     """
-    res = run(small_world, tree, rule=rule, relax=relax, n_sequences=24, seq_len=64, seed=2)
+    res = run(small_world, tree, rule=rule, relax=relax, n_sequences=24, seq_len=64, seed=2,
+              exact_expectations=True)
     diff = res.mean_tokens_per_step - res.mean_expected_tokens
     if rule == "r3":
         np.testing.assert_array_equal(res.tokens, res.expected_tokens)
+        np.testing.assert_array_equal(res.token_tv, res.expected_tv)
         return
     assert abs(diff) <= 5.3 * res.se_difference, (diff, res.se_difference)
     assert res.se_difference <= res.se_tokens_per_step * 1.5
+    if rule == "r1":
+        d_tv = res.token_tv - res.expected_tv
+        se_tv = res._ratio_se(d_tv)
+        assert abs(d_tv.mean()) <= 5.3 * se_tv or (relax.is_exact and not d_tv.any()), (d_tv.mean(), se_tv)
 
 
 def test_stationary_world_matches_expected_tokens_per_step():
@@ -92,7 +106,8 @@ def test_stationary_world_matches_expected_tokens_per_step():
     for relax in (Relax.none(), Relax.additive(10, 0.1)):
         want = expected_tokens_per_step(tree, np.tile(p, (tree.size, 1)), rule="r1", relax=relax,
                                         neighbours=nb)
-        res = run(world, policy, rule="r1", relax=relax, n_sequences=32, seq_len=128, seed=1)
+        res = run(world, policy, rule="r1", relax=relax, n_sequences=32, seq_len=128, seed=1,
+                  exact_expectations=True)
         np.testing.assert_allclose(res.expected_tokens, want, rtol=1e-12)
         se = res.tokens.std(ddof=1) / np.sqrt(res.n_steps)
         assert abs(res.mean_tokens_per_step - want) <= 5.3 * se, (res.mean_tokens_per_step, want, se)
@@ -101,12 +116,16 @@ def test_stationary_world_matches_expected_tokens_per_step():
 def test_sim_result_summaries(small_world):
     res = run(small_world, StaticTree.chain(3), rule="r1", relax=Relax.additive(40, 0.2), n_sequences=3,
               seq_len=20, seed=0)
-    assert res.n_steps == res.tokens.size == res.expected_tv.size
+    assert res.n_steps == res.tokens.size == res.token_tv.size == res.expected_tv.size
     assert np.all(res.tokens == res.accepted_depth + 1)
     assert np.all(res.tree_size == 3) and np.all(res.tree_depth == 3) and np.all(res.draft_calls == 3)
     per_seq = np.bincount(res.sequence, weights=res.tokens)
     assert np.all(per_seq >= 20)
-    assert res.tv_bound_per_sequence == pytest.approx(res.expected_tv.sum() / 3)
+    assert res.tv_bound_per_sequence == pytest.approx(res.token_tv.sum() / 3)
+    assert res.tv_bound_per_token == pytest.approx(res.token_tv.sum() / res.tokens.sum())
+    assert np.all(res.token_tv >= 0) and res.token_tv.sum() > 0
+    with pytest.raises(ValueError, match="exact_expectations=True"):
+        _ = res.mean_expected_tokens
     assert set(res.summary()) == {"mean_tokens_per_step", "se_tokens_per_step", "mean_accepted_depth",
                                   "mean_tree_depth", "mean_tree_size", "draft_calls_per_step",
                                   "tv_bound_per_token", "tv_bound_per_sequence"}

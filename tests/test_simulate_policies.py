@@ -71,6 +71,28 @@ def test_numba_builder_matches_numpy_build(world, policy, temperature):
         assert built.draft_calls == calls
 
 
+def test_top_tokens_matches_stable_argsort():
+    """Top-k of q = e * inv with chunk pruning = the first m of a stable argsort of q (ties by lower
+    token id), ties, float32 rows, odd sizes and fewer tokens than m included."""
+    from simulate.policy_kernels import top_tokens
+    from simulate.world_kernels import NCH, chunk_maxima
+
+    rng = np.random.default_rng(2)
+    rows = [np.ones(100), np.repeat(rng.random(13), 90), rng.random(1000), rng.dirichlet(np.ones(77)) * 3.0,
+            rng.random(5000).astype(np.float32), np.repeat(rng.random(7), 300).astype(np.float32)]
+    for e in rows:
+        for inv in (1.0, 1.0 / float(e.sum()), 0.3):
+            cmax = np.empty(NCH)
+            chunk_maxima(e, cmax)
+            q = e.astype(np.float64) * inv
+            for m in (1, 3, 10, e.size + 2):
+                out, vals = np.empty(m, dtype=np.int64), np.empty(m)
+                got = top_tokens(e, e.size, cmax, inv, m, out, vals)
+                want = np.argsort(-q, kind="stable")[:m]
+                np.testing.assert_array_equal(out[:got], want)
+                np.testing.assert_array_equal(vals[:got], q[want])
+
+
 def test_eagle2_facts():
     V = 50
     rng = np.random.default_rng(0)

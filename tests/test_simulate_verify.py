@@ -58,6 +58,19 @@ def random_tree(rng, V, n, q_rows=None):
     return Tree(np.array(parents), np.array(tokens))
 
 
+def emitted_tv(tree, p, path, rule, relax, table, variant):
+    """TV of the tokens a step emitted (theory): node_outcome's TV at each path node with children;
+    R3: 1 per accepted child that is not its parent's argmax; R2: 0 exact, NaN relaxed."""
+    if rule == "r3":
+        return float(sum(tree.tokens[b] != np.argmax(p[a]) for a, b in zip(path[:-1], path[1:], strict=True)))
+    if relax.is_exact:
+        return 0.0
+    if rule == "r2":
+        return np.nan
+    return sum(node_outcome(p[u], tree.tokens[tree.children(u)], rule="r1", relax=relax, neighbours=table,
+                            variant=variant).tv for u in path if tree.children(u).size)
+
+
 @pytest.fixture(scope="module")
 def table():
     rng = np.random.default_rng(7)
@@ -84,6 +97,9 @@ def test_verify_step_matches_theory_exactly(table, rule, variant):
         want = sample_step(tree, p, ua, ud, rule=rule, relax=relax,
                            neighbours=table.astype(np.int64), q_dists=kw["q_dists"], variant=variant)
         assert got == (list(want[0]), int(want[1])), (trial, relax)
+        *_, tv = verify_step(tree, p, ua, ud, with_tv=True, **kw)
+        assert tv == pytest.approx(emitted_tv(tree, p, want[0], rule, relax, table, variant), rel=1e-9,
+                                   abs=1e-12, nan_ok=True)
         checked += 1
     assert checked == 25 * len(RELAXES)
 
@@ -182,3 +198,18 @@ def test_r1_exact_residual_without_mass():
     assert path == [0] and bonus == 1  # floor(0.5 * 3): the uniform draw
     assert verify_step(tree, np.tile(p, (2, 1)), np.array([0.0, 0.9999999999]), np.array([0.5, 0.5]),
                        rule="r1", relax=relax, neighbours=nb) == (path, bonus)
+
+
+def test_kernel_draw_token_matches_theory():
+    """The kernel's draw (one sequential pass, binary search on the stored cumulative sums) takes
+    theory's draws, edge cases included (no mass, u * total rounding up to total, zero weights)."""
+    from simulate.verify_kernels import draw_token as kernel_draw
+    from theory import draw_token
+
+    rng = np.random.default_rng(8)
+    rows = [np.zeros(4), np.array([0.2, 0.3, 0.5, 0.0]), np.array([0.0, 0.0, 1e-300, 0.0]),
+            np.array([1.0, 1e-17, 1e-17, 0.0, 1e-17])]
+    rows += [random_dist(rng, 50, sparsity=0.5) for _ in range(20)]
+    for r in rows:
+        for u in [0.0, 0.2, 0.5, 0.99, np.nextafter(1.0, 0.0), *rng.random(20)]:
+            assert kernel_draw(r, u, np.empty(r.size)) == draw_token(r, u), (r, u)

@@ -6,9 +6,18 @@ import numpy as np
 import pytest
 
 from simulate.engine import run
-from simulate.rng import stream_key
+from simulate.rng import combine, normals, stream_key
 from simulate.trace import Sampling, TraceHeader, TraceStep, TraceWriter
-from simulate.world_kernels import draft_row, target_row
+from simulate.world_kernels import (
+    NCH,
+    draft_row,
+    pad_bias,
+    pad_codebook,
+    row_exp,
+    row_scratch,
+    rows_exp,
+    target_row,
+)
 from simulate.worlds import PRESETS, LatentParams, LatentWorld, StationaryWorld, TraceWorld, world_stats
 from theory import Relax, Tree, neighbour_table, sample_step
 
@@ -37,11 +46,55 @@ def test_prefix_keyed_states_and_rows():
     for T in (1.0, 0.5):
         W = w.kernel_world(T)
         p = np.empty(w.vocab_size)
-        target_row(W, a[0], p, np.empty(w.vocab_size))
-        np.testing.assert_allclose(p, w.target_probs(a[0], T), rtol=1e-12, atol=1e-300)
+        es, cmaxs = row_scratch(W, 1)
+        psum = target_row(W, a[0], p, es[0], cmaxs[0])
+        np.testing.assert_array_equal(p, w.target_probs(a[0], T))  # one implementation
+        assert psum == pytest.approx(1.0, abs=1e-12) and p.sum() == pytest.approx(1.0, abs=1e-12)
+        np.testing.assert_allclose(p, softmax64(w.prior + w.params.beta * (w.codebook @ a[0]), T), rtol=1e-4,
+                                   atol=1e-30)
         q = np.empty(w.vocab_size)
-        draft_row(W, a[0], np.uint64(a[1]), q, np.empty(w.vocab_size))
-        np.testing.assert_allclose(q, w.draft_probs(a[0], a[1], T), rtol=1e-12, atol=1e-300)
+        draft_row(W, a[0], np.uint64(a[1]), q, es[0], cmaxs[0])
+        np.testing.assert_array_equal(q, w.draft_probs(a[0], a[1], T))
+        xi = np.empty(w.params.dim)
+        normals(np.uint64(combine(w.keys[1], np.int64(np.uint64(a[1]) & np.uint64(0x7FFFFFFFFFFFFFFF)))), xi)
+        zq = a[0] + w.params.draft_sigma * xi
+        zq /= np.linalg.norm(zq)
+        np.testing.assert_allclose(q, softmax64(w.draft_prior + w.params.draft_beta * (w.codebook @ zq), T),
+                                   rtol=1e-4, atol=1e-30)
+
+
+def softmax64(logits, T):
+    """The world's rows as a float64 formula (the kernels evaluate logits and exp in float32)."""
+    e = np.exp(logits / T - (logits / T).max())
+    return e / e.sum()
+
+
+def test_row_exp_shift_and_chunks():
+    """A loose shift (the bound far above the largest logit) is redone with the max; chunk maxima
+    are the rows' maxima over x = c mod NCH; any V and d (padded tokens and dimensions)."""
+    rng = np.random.default_rng(1)
+    for V, d in ((7, 3), (300, 8), (1000, 11)):
+        ET = rng.standard_normal((d, V)).astype(np.float32)
+        b = rng.standard_normal(V).astype(np.float32)
+        zb = 4.0 * rng.standard_normal(d) / np.sqrt(d)
+        logits = b.astype(np.float64) + ET.astype(np.float64).T @ zb
+        T, bias = pad_codebook(ET), pad_bias(b)
+        for bmax in (float(b.max()), float(b.max()) + 60.0):  # the second bound is 60 nats loose
+            e, cmax = np.empty(bias.size, dtype=np.float32), np.empty(NCH)
+            s = row_exp(T, bias, bmax, zb, e, cmax)
+            assert e.max() >= 2.0**-28 and np.all(e[V:] == 0)
+            assert s == pytest.approx(e.astype(np.float64).sum(), rel=1e-12)
+            np.testing.assert_allclose(e[:V] / s, softmax64(logits, 1.0), rtol=1e-5, atol=1e-30)
+            want = [e[c::NCH].max() if c < e.size else 0.0 for c in range(NCH)]
+            np.testing.assert_array_equal(cmax, want)
+            # several states in one codebook pass: each row as if computed alone
+            zbs = np.vstack([zb, 4.0 * rng.standard_normal((2, d)) / np.sqrt(d)])
+            es, cmaxs, sums = np.empty((3, bias.size), dtype=np.float32), np.empty((3, NCH)), np.empty(3)
+            rows_exp(T, bias, bmax, zbs, es, cmaxs, sums)
+            for i in range(3):
+                assert sums[i] == row_exp(T, bias, bmax, zbs[i], e, cmax)
+                np.testing.assert_array_equal(es[i], e)
+                np.testing.assert_array_equal(cmaxs[i], cmax)
 
 
 def test_world_validation():
