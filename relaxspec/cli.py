@@ -15,6 +15,7 @@ import sys
 # (subcommand, module providing add_parser)
 SUBCOMMANDS: list[tuple[str, str]] = [
     ("theory", "theory.cli"),
+    ("train-mini", "mini.train_mini"),
 ]
 
 
