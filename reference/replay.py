@@ -1,0 +1,129 @@
+"""Re-verify a captured trace (``relaxspec replay``) and score other rules on its logits
+(``relaxspec rescore``) without the model.
+
+Replay recomputes p and q from the stored logits exactly as the decoder did
+(``Sampling.probs`` on the stored float16/float32 values) and feeds the
+recorded uniforms to ``theory.sample_step`` and to ``simulate.verify_step``
+(the Numba twin with the same signature); every recorded outcome must come back.
+Rescoring computes, per step, the exact expected tokens per step of another
+rule on the recorded tree: for R1 and R3 with ``theory.expected_tokens_per_step``;
+for R2 conditionally on the recorded draw order of each node's children
+(``theory.node_outcome`` with explicit children), since exact R2 averaging over
+draws enumerates only tiny vocabularies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from simulate.trace import Trace, TraceStep, read_trace
+from theory.relax import Relax
+from theory.tree import expected_tokens_per_step, path_probs, sample_step
+from theory.verify import check_rule, neighbour_rows, node_outcome
+
+Verifier = Callable[..., tuple]
+
+
+@dataclass
+class ReplayReport:
+    """Steps replayed per engine and the steps whose outcome differed."""
+
+    steps: int = 0
+    engines: list[str] = field(default_factory=list)
+    mismatches: list[str] = field(default_factory=list)
+    missing_engines: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+
+def step_distributions(trace: Trace, step: TraceStep) -> tuple[np.ndarray, np.ndarray]:
+    """p and q (float64, one row per node) from a step's stored logits."""
+    h = trace.header
+    p = h.target_sampling.probs(step.target_logits.astype(np.float64))
+    q = h.draft_sampling.probs(step.draft_logits.astype(np.float64))
+    return p, q
+
+
+def verifiers() -> tuple[dict[str, Verifier], list[str]]:
+    """The verification engines available: theory always, simulate's Numba twin when present."""
+    engines: dict[str, Verifier] = {"theory": sample_step}
+    missing = []
+    try:
+        from simulate import verify_step  # type: ignore[attr-defined]
+
+        engines["simulate"] = verify_step
+    except ImportError:
+        missing.append("simulate")
+    return engines, missing
+
+
+def replay(path: str | Path, *, require_simulate: bool = False) -> ReplayReport:
+    """Re-verify every step of the trace at ``path`` with every engine."""
+    trace = read_trace(path)
+    h = trace.header
+    relax = h.relaxation
+    engines, missing = verifiers()
+    if require_simulate and missing:
+        raise ValueError("simulate.verify_step is not available in this installation")
+    nb = neighbour_rows(trace.neighbours, h.vocab_size, relax, h.variant)
+    report = ReplayReport(engines=list(engines), missing_engines=missing)
+    for step in trace.steps():
+        p, q = step_distributions(trace, step)
+        tree = step.tree
+        for name, verify in engines.items():
+            got_path, got_bonus = verify(tree, p, step.u_accept, step.u_draw, rule=h.rule, relax=relax,
+                                         neighbours=nb, q_dists=q, variant=h.variant)
+            if list(np.asarray(got_path)) != step.path.tolist() or int(got_bonus) != step.bonus:
+                report.mismatches.append(
+                    f"{name}: sequence {step.sequence} position {step.position}: recorded path "
+                    f"{step.path.tolist()} bonus {step.bonus}, got {list(map(int, got_path))} "
+                    f"bonus {got_bonus}")
+        report.steps += 1
+    return report
+
+
+def rescore_steps(trace: Trace, rule: str, relax: Relax, variant: str = "principled",
+                  neighbours: np.ndarray | None = None) -> Iterator[tuple[TraceStep, float]]:
+    """Exact E[tokens per step] of (rule, relax, variant) on every recorded step."""
+    check_rule(rule, variant)
+    h = trace.header
+    table = trace.neighbours if neighbours is None else neighbours
+    nb = neighbour_rows(table, h.vocab_size, relax, variant)
+    for step in trace.steps():
+        p, q = step_distributions(trace, step)
+        tree = step.tree
+        if rule != "r2":
+            yield step, expected_tokens_per_step(tree, p, rule=rule, relax=relax, neighbours=nb,
+                                                 variant=variant)
+            continue
+        edge = np.ones(tree.size)
+        for u in range(tree.size):
+            kids = tree.children(u)
+            if kids.size:
+                edge[kids] = node_outcome(p[u], tree.tokens[kids], rule="r2", relax=relax, neighbours=nb,
+                                          q=q[u], variant=variant).accept_probs
+        yield step, 1.0 + float(path_probs(tree, edge)[1:].sum())
+
+
+def rescore(path: str | Path, rule: str, relax: Relax, variant: str = "principled",
+            neighbours: np.ndarray | None = None) -> dict[str, float]:
+    """Mean recorded and exact rescored tokens per step over a trace's speculative steps.
+
+    Steps whose tree is only the root (prefill, last token) are left out of both means.
+    """
+    trace = read_trace(path)
+    recorded, exact = [], []
+    for step, e in rescore_steps(trace, rule, relax, variant, neighbours):
+        if step.parents.size > 1:
+            recorded.append(step.tokens_emitted)
+            exact.append(e)
+    if not exact:
+        raise ValueError(f"trace {path} has no speculative steps (every tree is a lone root)")
+    return {"steps": len(exact), "recorded_tokens_per_step": float(np.mean(recorded)),
+            "exact_tokens_per_step": float(np.mean(exact))}
