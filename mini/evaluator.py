@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import scipy.linalg
@@ -21,6 +22,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from mini.fashion_mnist import IMAGE_SIZE, NUM_CLASSES, pad_to_32, to_unit_range
+from mini.weights import WEIGHTS_DIR, load_component, load_state_strict
 
 FEATURE_DIM = 128
 
@@ -124,9 +126,9 @@ def image_quality(model: FashionClassifier, images: np.ndarray, labels: np.ndarr
 class EvaluatorBudget:
     """How long the classifier trains: ``epochs`` over ``n_train`` images (0 = all) in batches."""
 
-    epochs: int = 3
-    batch: int = 128
-    lr: float = 2e-3
+    epochs: int = 5
+    batch: int = 256
+    lr: float = 4e-3
     n_train: int = 0
 
 
@@ -182,14 +184,14 @@ def train_evaluator(
                    "training_seconds": seconds}
 
 
-def load_evaluator(state: dict[str, torch.Tensor], config: dict) -> FashionClassifier:
-    """A classifier from stored tensors and the config dict of its card."""
-    from mini.weights import load_state_strict
-
+def load_evaluator(directory: Path = WEIGHTS_DIR) -> tuple[FashionClassifier, dict]:
+    """The trained classifier in ``directory`` (default: the shipped weights) and its card."""
+    state, card = load_component(directory, "evaluator")
+    config = card["config"]
     try:
         cfg = EvaluatorConfig(widths=tuple(config["widths"]), feature_dim=int(config["feature_dim"]))
     except (KeyError, TypeError, ValueError) as err:
         raise ValueError(f"evaluator card config {config!r} is malformed: {err}") from err
     model = FashionClassifier(cfg)
-    load_state_strict(model, state, "evaluator weights")
-    return model.eval()
+    load_state_strict(model, state, f"evaluator weights in {directory}")
+    return model.eval(), card
