@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: setup
-	$(BIN)/relaxspec theory demo
+	$(BIN)/relaxspec demo
 
 test: setup
 	$(BIN)/python -m pytest -q -p no:cacheprovider

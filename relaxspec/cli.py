@@ -2,7 +2,8 @@
 
 Each subcommand lives in the module that owns its concept and exposes
 ``add_parser(subparsers)`` returning a parser whose ``func`` default takes the
-parsed namespace. This file only wires them together, importing each module
+parsed namespace (``"module:function"`` names another registering function,
+for a module that owns several subcommands). This file only wires them together, importing each module
 lazily so that ``relaxspec --help`` stays fast.
 """
 
@@ -12,10 +13,14 @@ import argparse
 import importlib
 import sys
 
-# (subcommand, module providing add_parser)
+# (subcommand, module providing add_parser, or "module:function")
 SUBCOMMANDS: list[tuple[str, str]] = [
     ("theory", "theory.cli"),
     ("train-mini", "mini.train_mini"),
+    ("simulate", "simulate.cli"),
+    ("plot", "simulate.cli:add_plot_parser"),
+    ("demo", "simulate.cli:add_demo_parser"),
+    ("world-stats", "simulate.cli:add_world_stats_parser"),
 ]
 
 
@@ -27,8 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
         "exact theory, Numba simulation and a reference decoder.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for _name, module in SUBCOMMANDS:
-        importlib.import_module(module).add_parser(sub)
+    for _name, target in SUBCOMMANDS:
+        module, _, func = target.partition(":")
+        getattr(importlib.import_module(module), func or "add_parser")(sub)
     return parser
 
 

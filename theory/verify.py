@@ -143,7 +143,10 @@ def _r1(p: np.ndarray, kids: np.ndarray, nb: np.ndarray, relax: Relax, variant: 
             break
         Z = r1_reject(r, Z, zeroed)
     if reach > 0.0:
-        emitted += reach * (r / r.sum())
+        # a residual whose tracked mass Z stayed positive by rounding may hold no mass: the
+        # sampler then draws uniformly (draw_token on a zero vector), so the exact law does too
+        total = r.sum()
+        emitted += reach * (r / total if total > 0.0 else np.full_like(r, 1.0 / r.size))
     return _finish(accept, tried, emitted, p)
 
 

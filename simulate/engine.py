@@ -1,0 +1,387 @@
+"""``run``: decode sequences by drafting and verifying in a world, in parallel (Numba).
+
+Each sequence s draws all its randomness from ``stream_key(seed, s)`` (the
+world's own noise is keyed by prefix), so results are identical for any
+thread count. Per step the engine builds the policy's tree with the world's
+drafter, computes p at every node with children, records theory's exact
+expectation of the step (E[tokens], TV bound), verifies with the node
+uniforms ``u_accept[v]`` / ``u_draw[v]`` (and ``u_tree[w]`` for R2's draws),
+and moves the world's state along the accepted path and the bonus token.
+
+``run(..., backend="numpy")`` runs the same loop through the readable NumPy
+oracle (the world's NumPy rows, ``policy.build`` and ``theory.sample_step`` /
+``theory.node_outcome``): it reproduces the Numba run's integer outcomes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+from simulate.policies import KIND_STATIC, PolicySpec, TreePolicy
+from simulate.policy_kernels import build_dynamic, build_static
+from simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_counter, stream_key, uniform
+from simulate.verify import RuleSpec
+from simulate.verify_kernels import children_csr, exact_step, leaf_bonus, seqsum, walk
+from simulate.world_kernels import ensure_state, initial_state, target_row, transition
+from simulate.worlds import LatentWorld, StationaryWorld, TraceWorld, World
+from theory.relax import Relax
+
+BACKENDS = ("numba", "numpy")
+STEP_FIELDS = ("tokens", "tree_size", "tree_depth", "accepted_depth", "draft_calls", "root_choice")
+
+
+@dataclass
+class SimResult:
+    """Per-step records of a run and their summaries.
+
+    Per-step arrays (steps of sequence 0 first, then 1, ...): ``tokens``
+    (accepted drafts + 1), ``tree_size`` (draft nodes, root excluded),
+    ``tree_depth``, ``accepted_depth``, ``draft_calls``, ``root_choice``
+    (rank of the accepted root child, -1 if none), ``expected_tokens`` and
+    ``expected_tv`` (theory's exact E[tokens] and TV bound of the step given
+    its tree and state), ``sequence``.
+    """
+
+    world: str
+    tree: str
+    rule: str
+    relax: Relax
+    variant: str
+    temperature: float
+    n_sequences: int
+    seq_len: int
+    seed: int
+    tokens: np.ndarray
+    tree_size: np.ndarray
+    tree_depth: np.ndarray
+    accepted_depth: np.ndarray
+    draft_calls: np.ndarray
+    root_choice: np.ndarray
+    expected_tokens: np.ndarray
+    expected_tv: np.ndarray
+    sequence: np.ndarray
+    seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def n_steps(self) -> int:
+        """Verification steps over all sequences."""
+        return int(self.tokens.size)
+
+    def _per_sequence(self, values: np.ndarray) -> np.ndarray:
+        return np.bincount(self.sequence, weights=values, minlength=self.n_sequences)
+
+    def _ratio_se(self, values: np.ndarray) -> float:
+        """Cluster-robust (by sequence) standard error of sum(values) / n_steps."""
+        n = self._per_sequence(np.ones(self.n_steps))
+        t = self._per_sequence(values)
+        used = n > 0
+        S = used.sum()
+        if S < 2:
+            return float("nan")
+        r = t.sum() / n.sum()
+        return float(np.sqrt(S / (S - 1) * np.sum((t[used] - r * n[used]) ** 2)) / n.sum())
+
+    @property
+    def mean_tokens_per_step(self) -> float:
+        """Tokens emitted per verification step (total tokens / total steps)."""
+        return float(self.tokens.mean())
+
+    @property
+    def se_tokens_per_step(self) -> float:
+        """Standard error of :attr:`mean_tokens_per_step` (sequences are the independent units)."""
+        return self._ratio_se(self.tokens.astype(np.float64))
+
+    @property
+    def mean_expected_tokens(self) -> float:
+        """Theory's exact E[tokens | tree, state] averaged over the visited steps."""
+        return float(self.expected_tokens.mean())
+
+    @property
+    def se_difference(self) -> float:
+        """Standard error of mean(tokens - expected_tokens) (a martingale difference: mean 0)."""
+        return self._ratio_se(self.tokens - self.expected_tokens)
+
+    @property
+    def mean_accepted_depth(self) -> float:
+        """Accepted drafts per step."""
+        return float(self.accepted_depth.mean())
+
+    @property
+    def mean_tree_depth(self) -> float:
+        """Depth of the drafted tree."""
+        return float(self.tree_depth.mean())
+
+    @property
+    def mean_tree_size(self) -> float:
+        """Draft nodes verified per step (root excluded)."""
+        return float(self.tree_size.mean())
+
+    @property
+    def draft_calls_per_step(self) -> float:
+        """Drafter forwards per step."""
+        return float(self.draft_calls.mean())
+
+    @property
+    def tv_bound_per_sequence(self) -> float:
+        """Mean over sequences of the summed step TV bounds: bounds TV(generated, target) per sequence."""
+        return float(self._per_sequence(self.expected_tv).mean())
+
+    @property
+    def tv_bound_per_token(self) -> float:
+        """Summed step TV bounds per emitted token."""
+        return float(self.expected_tv.sum() / self.tokens.sum())
+
+    def summary(self) -> dict[str, float]:
+        """The scalar summaries (the CSV's result columns)."""
+        return {
+            "mean_tokens_per_step": self.mean_tokens_per_step,
+            "se_tokens_per_step": self.se_tokens_per_step,
+            "mean_accepted_depth": self.mean_accepted_depth,
+            "mean_tree_depth": self.mean_tree_depth,
+            "mean_tree_size": self.mean_tree_size,
+            "draft_calls_per_step": self.draft_calls_per_step,
+            "tv_bound_per_token": self.tv_bound_per_token,
+            "tv_bound_per_sequence": self.tv_bound_per_sequence,
+        }
+
+
+# ------------------------------------------------------------------ kernel
+@njit(cache=True, error_model="numpy")
+def _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps,
+              threshold, max_nodes, max_buffer, n_q, rule, code, k, param, variant, nb, seq_len, seed,
+              o_int, o_exp, o_tv, n_steps):
+    V = W[2].shape[0] if W[0] == 0 else W[6].shape[0]
+    d = W[1].shape[0]
+    bparent = np.zeros(max_buffer, dtype=np.int64)
+    btoken = np.zeros(max_buffer, dtype=np.int64)
+    bdepth = np.zeros(max_buffer, dtype=np.int64)
+    zs = np.zeros((max_buffer, d))
+    hs = np.zeros(max_buffer, dtype=np.uint64)
+    have = np.zeros(max_buffer, dtype=np.bool_)
+    qrow = np.full(max_buffer, -1, dtype=np.int64)
+    score = np.zeros(max_buffer)
+    q_rows = np.empty((n_q, V))
+    p_rows = np.empty((max_nodes + 1, V))
+    kbuf = np.empty(V)
+    scratch = np.empty((3, V))
+    parents = np.empty(max_nodes, dtype=np.int64)
+    tokens = np.empty(max_nodes, dtype=np.int64)
+    depths = np.empty(max_nodes, dtype=np.int64)
+    buf_of = np.empty(max_nodes, dtype=np.int64)
+    prow = np.full(max_nodes, -1, dtype=np.int64)
+    qrow_f = np.full(max_nodes, -1, dtype=np.int64)
+    psums = np.zeros(max_nodes)
+    cstart = np.empty(max_nodes + 1, dtype=np.int64)
+    cidx = np.empty(max_nodes, dtype=np.int64)
+    ua = np.empty(max_nodes)
+    ud = np.empty(max_nodes)
+    nt = tparents.shape[0]
+    utree = np.empty(max(nt, 1))
+    edge = np.empty(max_nodes)
+    reach = np.empty(max_nodes)
+    path = np.empty(max_nodes, dtype=np.int64)
+    mark = np.zeros(V, dtype=np.int64)
+    seen = np.zeros(V, dtype=np.int64)
+    epoch = 0
+    key = stream_key(seed, s)
+    if W[0] == 0:
+        hs[0] = initial_state(W[1], W[5][0], key, zs[0])
+    have[0] = True
+    pos = 0
+    step = 0
+    while pos < seq_len:
+        if kind == KIND_STATIC:
+            if rule == 2:
+                for w in range(nt):
+                    utree[w] = uniform(key, step_counter(step, w, U_TREE))
+            n, calls = build_static(W, tparents, tranks, tdepths, rule == 2, utree, bparent, btoken, bdepth,
+                                    zs, hs, have, qrow, q_rows, kbuf, scratch[0], parents, tokens, depths,
+                                    buf_of)
+        else:
+            n, calls = build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, bparent,
+                                     btoken, bdepth, zs, hs, have, qrow, q_rows, kbuf, score, parents,
+                                     tokens, depths, buf_of)
+        children_csr(parents, n, cstart, cidx)
+        npr = 0
+        for v in range(n):
+            qrow_f[v] = qrow[buf_of[v]]
+            prow[v] = -1
+            if cstart[v + 1] > cstart[v]:
+                b = buf_of[v]
+                ensure_state(W, b, bparent, btoken, zs, hs, have)
+                target_row(W, zs[b], p_rows[npr], kbuf)
+                prow[v] = npr
+                psums[v] = seqsum(p_rows[npr])
+                npr += 1
+            ua[v] = uniform(key, step_counter(step, v, U_ACCEPT))
+            ud[v] = uniform(key, step_counter(step, v, U_DRAW))
+        e_tok, e_tv, epoch = exact_step(parents, tokens, depths, n, cstart, cidx, p_rows, prow, psums, q_rows,
+                                        qrow_f, rule, code, k, param, variant, nb, mark, seen, epoch,
+                                        scratch, edge, reach)
+        m, bonus, epoch = walk(parents, tokens, depths, n, cstart, cidx, p_rows, prow, q_rows, qrow_f, ua,
+                               ud, rule, code, k, param, variant, nb, mark, epoch, scratch, path)
+        last = buf_of[path[m - 1]]
+        ensure_state(W, last, bparent, btoken, zs, hs, have)
+        if bonus < 0:
+            target_row(W, zs[last], p_rows[npr], kbuf)
+            bonus = leaf_bonus(p_rows[npr], ud[path[m - 1]], rule)
+        depth = 0
+        for v in range(n):
+            depth = max(depth, depths[v])
+        choice = -1
+        if m > 1:
+            choice = path[1] - cidx[cstart[0]]
+        o_int[step, 0] = m
+        o_int[step, 1] = n - 1
+        o_int[step, 2] = depth
+        o_int[step, 3] = m - 1
+        o_int[step, 4] = calls
+        o_int[step, 5] = choice
+        o_exp[step] = e_tok
+        o_tv[step] = e_tv
+        # the new root: state after the accepted path and the bonus token
+        if W[0] == 0:
+            znew = np.empty(d)
+            hs[0] = transition(W[1], W[4], W[5][0], zs[last], hs[last], bonus, znew)
+            zs[0, :] = znew
+        have[0] = True
+        pos += m
+        step += 1
+    n_steps[s] = step
+
+
+@njit(parallel=True, cache=True, error_model="numpy")
+def simulate_kernel(W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps,
+                    threshold, max_nodes, max_buffer, n_q, rule, code, k, param, variant, nb, n_seq,
+                    seq_len, seed, o_int, o_exp, o_tv, n_steps):
+    """Decode ``n_seq`` sequences in parallel; per-step outputs (n_seq, seq_len, ...)."""
+    for s in prange(n_seq):
+        _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps,
+                  threshold, max_nodes, max_buffer, n_q, rule, code, k, param, variant, nb, seq_len, seed,
+                  o_int[s], o_exp[s], o_tv[s], n_steps)
+
+
+# ------------------------------------------------------------------ Python layer
+def _check_run_args(world, tree, rule, variant, n_sequences, seq_len, temperature, seed, threads, backend):
+    if not isinstance(world, World):
+        raise ValueError("world must be a LatentWorld, StationaryWorld or TraceWorld, "
+                         f"got {type(world).__name__}")
+    if not isinstance(world, TraceWorld) and not isinstance(tree, TreePolicy):
+        raise ValueError("tree must be a tree policy (StaticTree, Eagle2Tree, ...), "
+                         f"got {type(tree).__name__}")
+    for name, v, lo in (("n_sequences", n_sequences, 1), ("seq_len", seq_len, 1)):
+        if isinstance(v, bool) or int(v) != v or v < lo:
+            raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+    if not (np.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be > 0 (greedy decoding is rule r3), got {temperature!r}")
+    if int(seed) != seed or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    max_threads = numba.config.NUMBA_NUM_THREADS
+    if threads is not None and (int(threads) != threads or not 1 <= threads <= max_threads):
+        raise ValueError(f"threads must be in [1, {numba.config.NUMBA_NUM_THREADS}], got {threads!r}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if rule == "r2" and isinstance(tree, TreePolicy) and not tree.supports_draws:
+        raise ValueError(f"rule r2 draws children without replacement: tree {tree} ranks by top-k; "
+                         "use a static tree (StaticTree, SequoiaTree)")
+
+
+def run(
+    world: World,
+    tree: TreePolicy | None,
+    *,
+    rule: str,
+    relax: Relax = Relax.none(),
+    variant: str = "principled",
+    n_sequences: int,
+    seq_len: int = 256,
+    temperature: float = 1.0,
+    seed: int = 0,
+    threads: int | None = None,
+    backend: str = "numba",
+) -> SimResult:
+    """Decode ``n_sequences`` sequences of ``seq_len`` tokens with drafting and verification.
+
+    ``tree`` is the draft-tree policy (ignored for a :class:`TraceWorld`,
+    whose recorded trees are re-verified). ``threads`` sets Numba's thread
+    count (results do not depend on it). The last step of a sequence may
+    overshoot ``seq_len``; its tokens all count (steps are the unit).
+    """
+    _check_run_args(world, tree, rule, variant, n_sequences, seq_len, temperature, seed, threads, backend)
+    if isinstance(world, TraceWorld):
+        from simulate.replay import replay_trace
+
+        return replay_trace(world, rule=rule, relax=relax, variant=variant)
+    spec = RuleSpec.make(rule, relax, world.neighbours(relax.k) if not relax.is_exact else None,
+                         world.vocab_size, variant)
+    t0 = time.perf_counter()
+    if backend == "numpy":
+        out = _run_numpy(world, tree, spec, rule, relax, variant, n_sequences, seq_len, temperature, seed)
+    else:
+        out = _run_numba(world, tree.kernel_spec(), spec, n_sequences, seq_len, temperature, seed, threads)
+    seconds = time.perf_counter() - t0
+    o_int, o_exp, o_tv, n_steps = out
+    rows = [np.arange(n_steps[s]) for s in range(n_sequences)]
+    def cat(a):
+        return np.concatenate([a[s][rows[s]] for s in range(n_sequences)])
+    ints = cat(o_int)
+    return SimResult(
+        world=world.name, tree=str(tree), rule=rule, relax=relax, variant=variant, temperature=temperature,
+        n_sequences=int(n_sequences), seq_len=int(seq_len), seed=int(seed),
+        **{f: ints[:, i].astype(np.int64) for i, f in enumerate(STEP_FIELDS)},
+        expected_tokens=cat(o_exp), expected_tv=cat(o_tv),
+        sequence=np.repeat(np.arange(n_sequences), n_steps), seconds=seconds,
+    )
+
+
+def _run_numba(world, ps: PolicySpec, spec: RuleSpec, n_seq, seq_len, temperature, seed, threads):
+    W = world.kernel_world(float(temperature))
+    n_q = ps.max_buffer  # rows of q: at most one per buffer node
+    if ps.kind == KIND_STATIC:
+        tdepths = np.zeros(ps.parents.size, dtype=np.int64)
+        for v in range(1, ps.parents.size):
+            tdepths[v] = tdepths[ps.parents[v]] + 1
+        n_q = int(np.unique(ps.parents[1:]).size) if ps.parents.size > 1 else 1
+        kids_max = max(np.bincount(ps.parents[1:]).max() if ps.parents.size > 1 else 0, 0)
+        if kids_max > world.vocab_size:
+            raise ValueError(
+                f"the static tree has a node with {kids_max} children but V = {world.vocab_size}")
+    else:
+        tdepths = np.zeros(0, dtype=np.int64)
+        n_q = 1 + (ps.max_calls - 1) * min(ps.top_k, world.vocab_size)
+    o_int = np.zeros((n_seq, seq_len, len(STEP_FIELDS)), dtype=np.int64)
+    o_exp = np.zeros((n_seq, seq_len))
+    o_tv = np.zeros((n_seq, seq_len))
+    n_steps = np.zeros(n_seq, dtype=np.int64)
+    old = numba.get_num_threads()
+    try:
+        if threads is not None:
+            numba.set_num_threads(int(threads))
+        simulate_kernel(W, ps.kind, ps.parents, ps.ranks, tdepths, ps.top_k, ps.max_calls, ps.total_tokens,
+                        ps.check_steps, ps.threshold, ps.max_nodes, ps.max_buffer, max(n_q, 1), *spec.args,
+                        int(n_seq), int(seq_len), int(seed), o_int, o_exp, o_tv, n_steps)
+    finally:
+        numba.set_num_threads(old)
+    return o_int, o_exp, o_tv, n_steps
+
+
+def _run_numpy(world, tree, spec, rule, relax, variant, n_seq, seq_len, temperature, seed):
+    from simulate.oracle import oracle_sequence
+
+    o_int = np.zeros((n_seq, seq_len, len(STEP_FIELDS)), dtype=np.int64)
+    o_exp = np.zeros((n_seq, seq_len))
+    o_tv = np.zeros((n_seq, seq_len))
+    n_steps = np.zeros(n_seq, dtype=np.int64)
+    for s in range(n_seq):
+        n_steps[s] = oracle_sequence(world, tree, rule, relax, variant, spec.neighbours, seq_len, temperature,
+                                     seed, s, o_int[s], o_exp[s], o_tv[s])
+    return o_int, o_exp, o_tv, n_steps
+
+
+__all__ = ["SimResult", "run", "LatentWorld", "StationaryWorld"]

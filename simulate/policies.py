@@ -1,0 +1,374 @@
+"""Draft-tree policies (SPEC section 5) and the interface every builder follows.
+
+The interface
+-------------
+A policy builds one step's draft tree with a pure NumPy method::
+
+    built = policy.build(q_root, draft, u=None)
+
+- ``q_root``: float64 (V,), the draft distribution at the root (the last
+  committed token). Producing it is one drafter forward, counted in
+  ``BuiltTree.draft_calls``.
+- ``draft(parents, tokens, nodes) -> np.ndarray``: the caller's drafter.
+  ``parents`` / ``tokens`` describe the partial tree built so far (node 0 is
+  the root, topological order, root token arbitrary); ``nodes`` lists the
+  partial-tree nodes to expand. It returns float64 ``(len(nodes), V)``: the
+  draft distribution q after each requested node. One call is one batched
+  drafter forward ("draft call"). The reference decoder passes its PyTorch
+  drafter here; the simulators pass a world's drafter.
+- ``u``: ``None`` ranks children by q (the rank-i child is the i-th largest
+  of q, ties by lowest token id: rules R1 and R3); an array ranks them by
+  successive draws without replacement from q (rule R2, SpecInfer / EAGLE-1
+  sampling), ``u[w]`` drawing template node ``w`` of a static tree
+  (``theory.draw_without_replacement`` per parent, children in rank order).
+  Dynamic trees (EAGLE-2, DDD) rank by top-k only and reject ``u``.
+
+``BuiltTree`` holds the ``theory.Tree`` (children in rank order), the q row of
+every node (rows of nodes never expanded are uniform 1/V: they are never
+read, R2 reads q only at nodes with children), the number of draft calls
+(q_root's forward included) and the uniforms used.
+
+Each policy also exposes ``kernel_spec()``: the plain arrays from which the
+Numba builder in :mod:`simulate.policy_kernels` builds exactly the same tree
+given the same q rows (tested exactly). Policies are plain data: new ones
+(issue 7) subclass :class:`TreePolicy` and add a kernel kind.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from theory.sampler import draw_without_replacement
+from theory.tree import Tree, choices_to_parents
+
+DraftFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+# EAGLE's `mc_sim_7b_63` (25 nodes, depth 5: 4/8/8/3/2 per depth) and LANTERN's
+# `naive_extend_57` (57 nodes, depth 5), as rank paths.
+MC_SIM_7B_63: list[list[int]] = [
+    [0], [1], [2], [3], [0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [2, 0], [2, 1], [3, 0],
+    [0, 0, 0], [0, 0, 1], [0, 0, 2], [0, 1, 0], [0, 1, 1], [0, 2, 0], [0, 2, 1], [1, 0, 0],
+    [0, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 2], [0, 0, 0, 0, 0], [0, 0, 0, 0, 1],
+]
+NAIVE_EXTEND_57: list[list[int]] = [
+    [0], [1], [2], [3], [4],
+    [0, 0], [0, 1], [0, 2], [0, 3], [1, 0], [1, 1], [1, 2], [2, 0], [2, 1], [2, 2], [3, 0], [3, 1], [4, 0],
+    [0, 0, 0], [0, 0, 1], [0, 0, 2], [0, 0, 3], [0, 1, 0], [0, 1, 1], [0, 1, 2], [0, 2, 0], [0, 2, 1],
+    [0, 2, 2], [0, 3, 0], [0, 3, 1], [1, 0, 0], [1, 0, 1], [1, 1, 0], [2, 0, 0],
+    [0, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 2], [0, 0, 0, 3], [0, 0, 1, 0], [0, 0, 1, 1], [0, 0, 1, 2],
+    [0, 0, 2, 0], [0, 0, 2, 1], [0, 0, 3, 0], [0, 1, 0, 0], [0, 1, 0, 1], [0, 1, 1, 0], [0, 2, 0, 0],
+    [0, 0, 0, 0, 0], [0, 0, 0, 0, 1], [0, 0, 0, 0, 2], [0, 0, 0, 1, 0], [0, 0, 0, 1, 1], [0, 0, 1, 0, 0],
+    [0, 0, 1, 0, 1], [0, 0, 1, 1, 0], [0, 0, 2, 0, 0],
+]
+BUILTIN_CHOICES = {"mc_sim_7b_63": MC_SIM_7B_63, "naive_extend_57": NAIVE_EXTEND_57}
+
+KIND_STATIC = 0
+KIND_EAGLE = 1
+
+
+@dataclass(frozen=True)
+class BuiltTree:
+    """One step's draft tree with the draft rows it was built from."""
+
+    tree: Tree
+    q: np.ndarray  # (n_nodes, V) float64; uniform rows at nodes never expanded
+    draft_calls: int  # drafter forwards, q_root's included
+    u: np.ndarray  # uniforms consumed (R2 draws), indexed as the policy documents; empty otherwise
+    expanded: np.ndarray = field(default=None)  # type: ignore[assignment]  # bool: q row is real
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """Plain arrays a Numba builder takes (see :mod:`simulate.policy_kernels`)."""
+
+    kind: int
+    parents: np.ndarray  # static template parents (int64), empty for dynamic trees
+    ranks: np.ndarray  # static template ranks (int64)
+    top_k: int
+    max_calls: int
+    total_tokens: int
+    check_steps: np.ndarray  # int64 draft-call numbers before which DDD checks
+    threshold: float
+    max_nodes: int  # nodes of the largest tree, root included
+    max_buffer: int  # nodes the builder may create (dynamic pool + root)
+
+
+def top_ranked(q: np.ndarray, m: int) -> np.ndarray:
+    """The m most probable tokens, ties by lowest id (rank order)."""
+    return np.argsort(-q, kind="stable")[:m].astype(np.int64)
+
+
+def safe_log(x: float) -> float:
+    """``math.log`` with log(0) = -inf (what the Numba kernel computes)."""
+    return math.log(x) if x > 0.0 else -math.inf
+
+
+def _check_q(q: np.ndarray, name: str) -> np.ndarray:
+    q = np.asarray(q, dtype=np.float64)
+    if q.ndim != 1 or q.size < 2:
+        raise ValueError(f"{name} must be a 1-D distribution over V >= 2 tokens, got shape {q.shape}")
+    if not np.all(np.isfinite(q)) or np.any(q < 0):
+        raise ValueError(f"{name} must hold finite non-negative probabilities")
+    return q
+
+
+def _call(draft: DraftFn, parents: list[int], tokens: list[int], nodes: list[int], V: int) -> np.ndarray:
+    out = np.asarray(draft(np.array(parents, dtype=np.int64), np.array(tokens, dtype=np.int64),
+                           np.array(nodes, dtype=np.int64)), dtype=np.float64)
+    if out.shape != (len(nodes), V):
+        raise ValueError(f"draft callback returned shape {out.shape}, expected ({len(nodes)}, {V})")
+    return out
+
+
+class TreePolicy:
+    """Base class: a named way to build a draft tree each step."""
+
+    name: str = "policy"
+
+    def build(self, q_root: np.ndarray, draft: DraftFn, u: np.ndarray | None = None) -> BuiltTree:
+        """Build one step's tree (see the module docstring)."""
+        raise NotImplementedError
+
+    def kernel_spec(self) -> PolicySpec:
+        """Arrays for the Numba builder."""
+        raise NotImplementedError
+
+    @property
+    def supports_draws(self) -> bool:
+        """Whether the policy can rank children by draws without replacement (rule R2)."""
+        return False
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class StaticTree(TreePolicy):
+    """A fixed tree of rank paths (EAGLE ``choices``): node [i1..id] is the rank-id child of [i1..i(d-1)].
+
+    Every node's child ranks must be 0..m-1 (so that R2's draws are a prefix).
+    Template nodes are ordered by (depth, path) as EAGLE sorts them; one
+    draft call per depth level that has children (q_root's included).
+    """
+
+    def __init__(self, choices: Sequence[Sequence[int]], name: str | None = None) -> None:
+        parents, ranks = choices_to_parents(choices)
+        for v in range(parents.size):
+            kid_ranks = sorted(ranks[parents == v].tolist())
+            if kid_ranks != list(range(len(kid_ranks))):
+                raise ValueError(f"static tree node {v} has child ranks {kid_ranks}; expected 0..m-1")
+        self.choices = [list(c) for c in choices]
+        self.parents = parents
+        self.ranks = ranks
+        self.template = Tree(parents, np.maximum(ranks, 0))
+        self.name = name or f"static{len(self.choices)}"
+
+    @classmethod
+    def builtin(cls, name: str) -> StaticTree:
+        """``mc_sim_7b_63`` or ``naive_extend_57``."""
+        if name not in BUILTIN_CHOICES:
+            raise ValueError(f"unknown static tree {name!r}; built in: {sorted(BUILTIN_CHOICES)}")
+        return cls(BUILTIN_CHOICES[name], name=name)
+
+    @classmethod
+    def mc_sim_7b_63(cls) -> StaticTree:
+        """EAGLE's default static tree (25 nodes)."""
+        return cls.builtin("mc_sim_7b_63")
+
+    @classmethod
+    def naive_extend_57(cls) -> StaticTree:
+        """LANTERN's static tree (57 nodes)."""
+        return cls.builtin("naive_extend_57")
+
+    @classmethod
+    def chain(cls, n: int) -> StaticTree:
+        """A chain of n drafts (each the top-ranked child)."""
+        if int(n) != n or n < 1:
+            raise ValueError(f"chain length must be a positive integer, got {n!r}")
+        return cls([[0] * i for i in range(1, int(n) + 1)], name=f"chain{int(n)}")
+
+    @property
+    def supports_draws(self) -> bool:
+        return True
+
+    @property
+    def n_nodes(self) -> int:
+        """Template nodes, root included."""
+        return int(self.parents.size)
+
+    def build(self, q_root: np.ndarray, draft: DraftFn, u: np.ndarray | None = None) -> BuiltTree:
+        q_root = _check_q(q_root, "q_root")
+        V = q_root.size
+        n_t = self.n_nodes
+        if u is not None:
+            u = np.asarray(u, dtype=np.float64)
+            if u.shape != (n_t,):
+                raise ValueError(f"u must have one uniform per template node, shape ({n_t},), got {u.shape}")
+        depths = self.template.depths
+        exists = np.zeros(n_t, dtype=bool)
+        exists[0] = True
+        token = np.zeros(n_t, dtype=np.int64)
+        qrow: dict[int, np.ndarray] = {0: q_root}
+        index = {0: 0}  # template node -> node of the built tree
+        parents, tokens = [-1], [0]
+        calls = 1
+        for d in range(int(depths.max()) if n_t > 1 else 0):
+            level = [v for v in range(n_t) if depths[v] == d and exists[v] and np.any(self.parents == v)]
+            if not level:
+                break
+            if d > 0:
+                rows = _call(draft, parents, tokens, [index[v] for v in level], V)
+                calls += 1
+                for v, row in zip(level, rows, strict=True):
+                    qrow[v] = row
+            for v in level:
+                kids = np.flatnonzero(self.parents == v)
+                kids = kids[np.argsort(self.ranks[kids], kind="stable")]
+                if u is None:
+                    chosen = top_ranked(qrow[v], kids.size)
+                else:
+                    chosen = draw_without_replacement(qrow[v], u[kids])
+                for w, t in zip(kids, chosen, strict=False):
+                    exists[w] = True
+                    token[w] = t
+            # built nodes of this level's children, in template order
+            for w in range(n_t):
+                if depths[w] == d + 1 and exists[w]:
+                    index[w] = len(parents)
+                    parents.append(index[int(self.parents[w])])
+                    tokens.append(int(token[w]))
+        order = [w for w in range(n_t) if exists[w]]
+        q = np.full((len(order), V), 1.0 / V)
+        expanded = np.zeros(len(order), dtype=bool)
+        for w in order:
+            if w in qrow:
+                q[index[w]] = qrow[w]
+                expanded[index[w]] = True
+        tree = Tree(np.array(parents, dtype=np.int64), np.array(tokens, dtype=np.int64))
+        used = np.empty(0) if u is None else u.copy()
+        return BuiltTree(tree, q, calls, used, expanded)
+
+    def kernel_spec(self) -> PolicySpec:
+        return PolicySpec(KIND_STATIC, self.parents.copy(), self.ranks.copy(), 0, 0, 0,
+                          np.zeros(0, dtype=np.int64), 0.0, self.n_nodes, self.n_nodes)
+
+
+class Eagle2Tree(TreePolicy):
+    """EAGLE-2's dynamic tree: beam expansion by path score, then global rerank.
+
+    Score of a node = sum of log q along its path. Layer 1 = the top-k of
+    q_root. Then ``depth`` times: expand the beam (the k best nodes of the
+    last layer; layer 1 entirely), each proposing its top-k children; all k^2
+    join the pool and the next beam is their top-k by score (ties: earlier
+    candidate). Finally keep the ``total_tokens - 1`` best pool nodes (ties:
+    shallower, then earlier; the pool is in layer order so this is earlier)
+    in pool order. Draft calls: 1 + depth. LANTERN's LlamaGen default is
+    (10, 4, 59), the EAGLE-2 paper's (10, 5, 60).
+    """
+
+    def __init__(self, top_k: int = 10, depth: int = 4, total_tokens: int = 59) -> None:
+        self._init(top_k, 1 + depth, total_tokens, (), 0.0)
+        self.depth = int(depth)
+        self.name = f"eagle2-{self.top_k}-{self.depth}-{self.total_tokens}"
+
+    def _init(self, top_k, max_calls, total_tokens, check_steps, threshold) -> None:
+        checks = (("top_k", top_k, 1), ("max_calls", max_calls, 1), ("total_tokens", total_tokens, 2))
+        for nm, val, lo in checks:
+            if int(val) != val or val < lo:
+                raise ValueError(f"{nm} must be an integer >= {lo}, got {val!r}")
+        if not math.isfinite(threshold):
+            raise ValueError(f"threshold must be finite, got {threshold!r}")
+        self.top_k = int(top_k)
+        self.max_calls = int(max_calls)
+        self.total_tokens = int(total_tokens)
+        steps = sorted({int(s) for s in check_steps})
+        if any(s < 2 or s > self.max_calls for s in steps):
+            raise ValueError(f"check steps must be draft-call numbers in [2, {self.max_calls}], got {steps}")
+        self.check_steps = np.array(steps, dtype=np.int64)
+        self.threshold = float(threshold)
+
+    @property
+    def pool_size(self) -> int:
+        """Nodes the expansion can create: k + (max_calls - 1) k^2."""
+        return self.top_k + (self.max_calls - 1) * self.top_k**2
+
+    def build(self, q_root: np.ndarray, draft: DraftFn, u: np.ndarray | None = None) -> BuiltTree:
+        if u is not None:
+            raise ValueError(f"{self.name} ranks children by top-k, not draws: rule r2 needs a static tree")
+        q_root = _check_q(q_root, "q_root")
+        V = q_root.size
+        K = min(self.top_k, V)
+        # pool node i is partial-tree node i + 1
+        par, tok, score, depth = [], [], [], []
+        for x in top_ranked(q_root, K):
+            par.append(-1)
+            tok.append(int(x))
+            score.append(safe_log(q_root[x]))
+            depth.append(1)
+        beam = list(range(len(par)))
+        qrow: dict[int, np.ndarray] = {}
+        calls = 1
+        for call in range(2, self.max_calls + 1):
+            if call in self.check_steps:
+                s = 0.0
+                for i in beam:
+                    s += math.exp(score[i])
+                if safe_log(s) < self.threshold:
+                    break
+            rows = _call(draft, [-1] + [p + 1 for p in par], [0] + tok, [i + 1 for i in beam], V)
+            calls += 1
+            cands = []
+            for i, row in zip(beam, rows, strict=True):
+                qrow[i] = row
+                for x in top_ranked(row, K):
+                    cands.append(len(par))
+                    par.append(i)
+                    tok.append(int(x))
+                    score.append(score[i] + safe_log(row[x]))
+                    depth.append(depth[i] + 1)
+            cs = np.array([score[c] for c in cands])
+            beam = [cands[j] for j in np.argsort(-cs, kind="stable")[:K]]
+        keep = np.sort(np.argsort(-np.array(score), kind="stable")[: self.total_tokens - 1])
+        index = {-1: 0}
+        parents, tokens = [-1], [0]
+        for i in keep:
+            index[int(i)] = len(parents)
+            parents.append(index[par[i]])
+            tokens.append(tok[i])
+        q = np.full((len(parents), V), 1.0 / V)
+        expanded = np.zeros(len(parents), dtype=bool)
+        q[0] = q_root
+        expanded[0] = True
+        for i, row in qrow.items():
+            if i in index:
+                q[index[i]] = row
+                expanded[index[i]] = True
+        tree = Tree(np.array(parents, dtype=np.int64), np.array(tokens, dtype=np.int64))
+        return BuiltTree(tree, q, calls, np.empty(0), expanded)
+
+    def kernel_spec(self) -> PolicySpec:
+        return PolicySpec(KIND_EAGLE, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                          self.top_k, self.max_calls, self.total_tokens, self.check_steps.copy(),
+                          self.threshold, min(self.total_tokens, self.pool_size + 1), self.pool_size + 1)
+
+
+class DDDTree(Eagle2Tree):
+    """Dynamic Depth Decoding: EAGLE-2 with a data-dependent number of expansions.
+
+    Draft calls are numbered from 1 (q_root's forward); before call n in
+    ``check_steps`` the expansion stops if log(sum over the beam of
+    exp(score)) < ``threshold``; at most ``max_calls`` calls. Paper
+    settings: beam width 10, check steps {5, 7, 9}, at most 11 calls,
+    threshold -0.3. The final rerank keeps ``total_tokens - 1`` nodes as
+    EAGLE-2 does (60 in the EAGLE-2 paper).
+    """
+
+    def __init__(self, top_k: int = 10, max_calls: int = 11, check_steps: Sequence[int] = (5, 7, 9),
+                 threshold: float = -0.3, total_tokens: int = 60) -> None:
+        self._init(top_k, max_calls, total_tokens, check_steps, threshold)
+        self.depth = self.max_calls - 1
+        steps = ",".join(str(s) for s in self.check_steps)
+        self.name = f"ddd-{self.top_k}-{self.max_calls}-{steps}-{self.threshold:g}-{self.total_tokens}"

@@ -1,0 +1,317 @@
+"""Resumable sweeps: a grid of worlds x trees x rules x variants x relaxations x temperatures -> CSV.
+
+A config (TOML) holds the grid and the run sizes::
+
+    worlds = ["ambiguous", "confident"]          # presets
+    trees = ["eagle2:10,4,59", "static:naive_extend_57", "ddd:10,11,5/7/9,-0.3,60", "sequoia:57,8"]
+    rules = ["r1"]                               # r1, r2, r3
+    variants = ["principled"]                    # principled, official
+    relaxations = ["none", "additive:k=1000,delta=0.1", "multiplicative:k=1000,lam=2"]
+    temperatures = [1.0]
+    n_sequences = 8
+    seq_len = 256
+    seed = 0
+    threads = 2                                  # optional
+    [world_overrides]                            # optional LatentParams overrides for every world
+    vocab_size = 4096
+    [sequoia]                                    # optional: how Sequoia's acceptance vector is measured
+    width = 16
+    n_sequences = 8
+    seq_len = 64
+
+Tree specs: ``static:NAME`` (mc_sim_7b_63, naive_extend_57), ``chain:N``,
+``eagle2:K,D,M``, ``ddd:K,CALLS,S1/S2/..,THRESHOLD,M``, ``sequoia:N,DEPTH``
+(acceptance measured per world, rule, relaxation and temperature, as
+Sequoia does, with a one-level tree). Rule r2 is run on static trees only.
+
+Each finished configuration appends one CSV row; a configuration whose
+hash (of its config columns) is already in the CSV is skipped, so an
+interrupted sweep resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import itertools
+import json
+import time
+import tomllib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from simulate.engine import SimResult, run
+from simulate.policies import DDDTree, Eagle2Tree, StaticTree, TreePolicy
+from simulate.sequoia import SequoiaTree, measure_positional_acceptance
+from simulate.worlds import PRESETS, LatentParams, LatentWorld
+from theory.relax import Relax
+from theory.stages import VARIANTS
+from theory.verify import RULES
+
+COLUMNS = [
+    "world", "tree", "rule", "variant", "relax", "k", "delta", "lam", "temperature", "n_sequences", "seq_len",
+    "seed", "mean_tokens_per_step", "se_tokens_per_step", "mean_accepted_depth", "mean_tree_depth",
+    "mean_tree_size", "draft_calls_per_step", "tv_bound_per_token", "tv_bound_per_sequence", "seconds",
+]
+CONFIG_COLUMNS = COLUMNS[:12]
+_LIST_KEYS = {"worlds": str, "trees": str, "rules": str, "variants": str, "relaxations": str,
+              "temperatures": (int, float)}
+_SCALAR_KEYS = {"n_sequences": int, "seq_len": int, "seed": int, "threads": int}
+_TABLE_KEYS = {"world_overrides", "sequoia"}
+_SEQUOIA_KEYS = {"width": int, "n_sequences": int, "seq_len": int}
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """A validated sweep grid."""
+
+    worlds: list[str]
+    trees: list[str]
+    rules: list[str] = field(default_factory=lambda: ["r1"])
+    variants: list[str] = field(default_factory=lambda: ["principled"])
+    relaxations: list[Relax] = field(default_factory=lambda: [Relax.none()])
+    temperatures: list[float] = field(default_factory=lambda: [1.0])
+    n_sequences: int = 8
+    seq_len: int = 256
+    seed: int = 0
+    threads: int | None = None
+    world_overrides: dict = field(default_factory=dict)
+    sequoia: dict = field(default_factory=lambda: {"width": 16, "n_sequences": 8, "seq_len": 64})
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "config") -> SweepConfig:
+        """Validate a parsed config; raise ``ValueError`` naming unknown keys and bad values."""
+        unknown = set(d) - set(_LIST_KEYS) - set(_SCALAR_KEYS) - _TABLE_KEYS
+        if unknown:
+            raise ValueError(f"{source}: unknown keys {sorted(unknown)}; allowed: "
+                             f"{sorted(set(_LIST_KEYS) | set(_SCALAR_KEYS) | _TABLE_KEYS)}")
+        for key in ("worlds", "trees"):
+            if key not in d:
+                raise ValueError(f"{source}: missing required key {key!r}")
+        kw: dict = {}
+        for key, typ in _LIST_KEYS.items():
+            if key not in d:
+                continue
+            val = d[key]
+            if not isinstance(val, list) or not val or not all(isinstance(v, typ) and not isinstance(v, bool)
+                                                               for v in val):
+                raise ValueError(f"{source}: {key} must be a non-empty list of {typ}, got {val!r}")
+            kw[key] = list(val)
+        for key, typ in _SCALAR_KEYS.items():
+            if key in d:
+                lo = 0 if key == "seed" else 1
+                if not isinstance(d[key], typ) or isinstance(d[key], bool) or d[key] < lo:
+                    raise ValueError(f"{source}: {key} must be a positive integer, got {d[key]!r}")
+                kw[key] = d[key]
+        for w in kw["worlds"]:
+            if w not in PRESETS:
+                raise ValueError(f"{source}: unknown world {w!r}; presets: {sorted(PRESETS)}")
+        for r in kw.get("rules", []):
+            if r not in RULES:
+                raise ValueError(f"{source}: unknown rule {r!r}; expected one of {RULES}")
+        for v in kw.get("variants", []):
+            if v not in VARIANTS:
+                raise ValueError(f"{source}: unknown variant {v!r}; expected one of {VARIANTS}")
+        for t in kw.get("temperatures", []):
+            if not t > 0:
+                raise ValueError(f"{source}: temperatures must be > 0, got {t!r}")
+        kw["temperatures"] = [float(t) for t in kw.get("temperatures", [1.0])]
+        try:
+            kw["relaxations"] = [Relax.parse(r) for r in kw.get("relaxations", ["none"])]
+        except ValueError as err:
+            raise ValueError(f"{source}: {err}") from err
+        for t in kw["trees"]:
+            parse_tree(t, probe=True)
+        over = d.get("world_overrides", {})
+        if not isinstance(over, dict):
+            raise ValueError(f"{source}: world_overrides must be a table")
+        bad = set(over) - set(LatentParams.__dataclass_fields__)
+        if bad:
+            raise ValueError(f"{source}: unknown world_overrides {sorted(bad)}")
+        kw["world_overrides"] = dict(over)
+        seq = dict(cls.__dataclass_fields__["sequoia"].default_factory())
+        extra = d.get("sequoia", {})
+        if not isinstance(extra, dict) or set(extra) - set(_SEQUOIA_KEYS):
+            raise ValueError(f"{source}: sequoia takes only {sorted(_SEQUOIA_KEYS)}")
+        for key, val in extra.items():
+            if not isinstance(val, int) or isinstance(val, bool) or val < 1:
+                raise ValueError(f"{source}: sequoia.{key} must be a positive integer, got {val!r}")
+        seq.update(extra)
+        kw["sequoia"] = seq
+        return cls(**kw)
+
+    @classmethod
+    def load(cls, path: str | Path) -> SweepConfig:
+        """Read a TOML config."""
+        path = Path(path)
+        try:
+            d = tomllib.loads(path.read_text())
+        except OSError as err:
+            raise ValueError(f"cannot read config {path}: {err}") from err
+        except tomllib.TOMLDecodeError as err:
+            raise ValueError(f"config {path} is not valid TOML: {err}") from err
+        return cls.from_dict(d, source=str(path))
+
+
+def _ints(text: str, n: int, spec: str) -> list[int]:
+    parts = text.split(",")
+    if len(parts) != n:
+        raise ValueError(f"tree spec {spec!r} needs {n} comma-separated values")
+    try:
+        return [int(p) for p in parts]
+    except ValueError as err:
+        raise ValueError(f"tree spec {spec!r}: {err}") from err
+
+
+def parse_tree(spec: str, *, probe: bool = False,
+               acceptance: Callable[[int], list[float]] | None = None) -> TreePolicy | None:
+    """A tree policy from its spec string (see the module docstring).
+
+    ``sequoia`` needs ``acceptance(width)`` (the measured vector); with
+    ``probe=True`` only the syntax is checked and None may be returned."""
+    kind, _, args = spec.partition(":")
+    try:
+        if kind == "static":
+            return StaticTree.builtin(args)
+        if kind == "chain":
+            return StaticTree.chain(_ints(args, 1, spec)[0])
+        if kind == "eagle2":
+            return Eagle2Tree(*_ints(args, 3, spec))
+        if kind == "ddd":
+            parts = args.split(",")
+            if len(parts) != 5:
+                raise ValueError(f"tree spec {spec!r} needs K,CALLS,S1/S2/..,THRESHOLD,M")
+            steps = [int(s) for s in parts[2].split("/") if s]
+            return DDDTree(int(parts[0]), int(parts[1]), steps, float(parts[3]), int(parts[4]))
+        if kind == "sequoia":
+            n, depth = _ints(args, 2, spec)
+            if n < 1 or depth < 1:
+                raise ValueError(f"tree spec {spec!r}: n and depth must be >= 1")
+            if probe:
+                return None
+            if acceptance is None:
+                raise ValueError("a sequoia tree needs a measured acceptance vector")
+            tree = SequoiaTree(acceptance(n), n, depth)
+            tree.name = spec
+            return tree
+    except ValueError as err:
+        raise ValueError(f"bad tree spec {spec!r}: {err}") from err
+    raise ValueError(f"unknown tree kind in {spec!r}; expected static, chain, eagle2, ddd or sequoia")
+
+
+def config_key(row: dict) -> str:
+    """Hash of a row's configuration columns (what resuming compares)."""
+    text = json.dumps({c: str(row[c]) for c in CONFIG_COLUMNS}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def result_row(res: SimResult, world: str, tree: str) -> dict:
+    """One CSV row from a run."""
+    r = res.relax
+    row = {"world": world, "tree": tree, "rule": res.rule, "variant": res.variant, "relax": r.kind, "k": r.k,
+           "delta": r.delta, "lam": r.lam, "temperature": res.temperature, "n_sequences": res.n_sequences,
+           "seq_len": res.seq_len, "seed": res.seed}
+    row.update({k: f"{v:.6g}" for k, v in res.summary().items()})
+    row["seconds"] = f"{res.seconds:.3f}"
+    return row
+
+
+@dataclass(frozen=True)
+class Job:
+    """One configuration of the grid."""
+
+    world: str
+    tree: str
+    rule: str
+    variant: str
+    relax: Relax
+    temperature: float
+
+    def row_config(self, cfg: SweepConfig) -> dict:
+        """The configuration columns of this job's row."""
+        r = self.relax
+        return {"world": self.world, "tree": self.tree, "rule": self.rule, "variant": self.variant,
+                "relax": r.kind, "k": r.k, "delta": r.delta, "lam": r.lam, "temperature": self.temperature,
+                "n_sequences": cfg.n_sequences, "seq_len": cfg.seq_len, "seed": cfg.seed}
+
+
+def jobs(cfg: SweepConfig) -> Iterator[Job]:
+    """Every configuration of the grid (r2 on static trees only; variants only where they differ)."""
+    for w, t, rule, var, relax, temp in itertools.product(cfg.worlds, cfg.trees, cfg.rules, cfg.variants,
+                                                          cfg.relaxations, cfg.temperatures):
+        if rule == "r2" and t.split(":")[0] in ("eagle2", "ddd"):
+            continue
+        if var == "official" and (relax.is_exact or rule == "r3"):
+            continue  # identical to principled
+        yield Job(w, t, rule, var, relax, temp)
+
+
+def read_done(path: Path) -> set[str]:
+    """Config hashes of the rows already in a results CSV."""
+    if not path.exists() or path.stat().st_size == 0:
+        return set()
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames != COLUMNS:
+            raise ValueError(f"{path} is not a results CSV of this version (columns differ); move it away")
+        return {config_key(row) for row in reader}
+
+
+def run_sweep(cfg: SweepConfig, out: str | Path, *, progress: bool = True) -> list[dict]:
+    """Run every configuration not yet in ``out``, appending rows as they finish; returns the new rows."""
+    from tqdm import tqdm
+
+    out = Path(out)
+    done = read_done(out)
+    todo = [j for j in jobs(cfg) if config_key(j.row_config(cfg)) not in done]
+    worlds: dict[str, LatentWorld] = {}
+    vectors: dict[tuple, list[float]] = {}
+    new_rows = []
+    if not out.exists() or out.stat().st_size == 0:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "w", newline="") as f:
+            csv.DictWriter(f, fieldnames=COLUMNS).writeheader()
+    bar = tqdm(todo, desc="sweep", unit="config", disable=not progress)
+    for job in bar:
+        bar.set_postfix_str(f"{job.world} {job.tree} {job.rule} {job.relax}")
+        world = worlds.get(job.world)
+        if world is None:
+            world = worlds[job.world] = LatentWorld.preset(job.world, **cfg.world_overrides)
+        def acceptance(n: int, job: Job = job, world: LatentWorld = world) -> list[float]:
+            key = (job.world, job.rule, job.variant, str(job.relax), job.temperature)
+            if key not in vectors:
+                s = cfg.sequoia
+                vectors[key] = measure_positional_acceptance(
+                    world, width=s["width"], rule=job.rule, relax=job.relax, variant=job.variant,
+                    n_sequences=s["n_sequences"], seq_len=s["seq_len"], temperature=job.temperature,
+                    seed=cfg.seed + 1, threads=cfg.threads).tolist()
+            return vectors[key]
+        tree = parse_tree(job.tree, acceptance=acceptance)
+        t0 = time.perf_counter()
+        res = run(world, tree, rule=job.rule, relax=job.relax, variant=job.variant,
+                  n_sequences=cfg.n_sequences, seq_len=cfg.seq_len, temperature=job.temperature,
+                  seed=cfg.seed, threads=cfg.threads)
+        res.seconds = time.perf_counter() - t0
+        row = result_row(res, job.world, job.tree)
+        with open(out, "a", newline="") as f:
+            csv.DictWriter(f, fieldnames=COLUMNS).writerow(row)
+        new_rows.append(row)
+    return new_rows
+
+
+def read_results(path: str | Path) -> list[dict]:
+    """Rows of a results CSV (numbers as float)."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"results file {path} does not exist")
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames != COLUMNS:
+            raise ValueError(f"{path} is not a results CSV (expected columns {COLUMNS})")
+        rows = list(reader)
+    for row in rows:
+        for c in COLUMNS:
+            if c not in ("world", "tree", "rule", "variant", "relax"):
+                row[c] = float(row[c])
+    return rows

@@ -1,0 +1,150 @@
+"""``verify_step``: the Numba-backed twin of ``theory.sample_step`` (and exact step statistics).
+
+Same signature and return as :func:`theory.sample_step`; given the same
+distributions and uniforms it takes the same decisions (tested exactly).
+The reference decoder's ``relaxspec replay`` calls it to re-verify traces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulate.verify_kernels import RULE_CODES, VARIANT_CODES, exact_tree, verify_tree
+from theory.distributions import validate_distribution
+from theory.relax import Relax
+from theory.tree import Tree
+from theory.verify import check_rule, neighbour_rows
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    """A verification rule in the integer form the kernels take."""
+
+    rule: int
+    code: int
+    k: int
+    param: float
+    variant: int
+    neighbours: np.ndarray  # int32 (V, W), W = k (k + 1 for the official variant), or (V, 0)
+
+    @classmethod
+    def make(cls, rule: str, relax: Relax, neighbours: np.ndarray | None, vocab_size: int,
+             variant: str = "principled") -> RuleSpec:
+        """Validate ``rule``/``relax``/``variant`` and the table; keep only the columns the rule reads."""
+        check_rule(rule, variant)
+        if not isinstance(relax, Relax):
+            raise ValueError(f"relax must be a theory.Relax, got {type(relax).__name__}")
+        nb = neighbour_rows(neighbours, vocab_size, relax, variant)
+        if relax.is_exact:
+            table = np.zeros((vocab_size, 0), dtype=np.int32)
+        else:
+            width = min(nb.shape[1], relax.k + 1 if variant == "official" else relax.k)
+            table = np.ascontiguousarray(nb[:, :width], dtype=np.int32)
+        return cls(RULE_CODES[rule], relax.code, relax.k, float(relax.param), VARIANT_CODES[variant], table)
+
+    @property
+    def args(self) -> tuple:
+        """Positional kernel arguments ``(rule, code, k, param, variant, nb)``."""
+        return (self.rule, self.code, self.k, self.param, self.variant, self.neighbours)
+
+    @property
+    def relax_args(self) -> tuple:
+        """``(code, k, param, variant, nb)``."""
+        return (self.code, self.k, self.param, self.variant, self.neighbours)
+
+
+def _rows(tree: Tree, dists: np.ndarray, name: str, vocab_size: int | None = None) -> np.ndarray:
+    d = np.asarray(dists, dtype=np.float64)
+    if d.ndim != 2 or d.shape[0] != tree.size:
+        raise ValueError(f"{name} must have shape (n_nodes={tree.size}, V), got {d.shape}")
+    if vocab_size is not None and d.shape[1] != vocab_size:
+        raise ValueError(f"{name} has V = {d.shape[1]}, node_dists has V = {vocab_size}")
+    for v in range(tree.size):
+        validate_distribution(d[v], name=f"{name}[{v}]")
+    tree.check_vocab(d.shape[1])
+    return np.ascontiguousarray(d)
+
+
+def _uniforms(u: np.ndarray, n: int, name: str) -> np.ndarray:
+    a = np.asarray(u, dtype=np.float64)
+    if a.shape != (n,):
+        raise ValueError(f"{name} must have shape ({n},), got {a.shape}")
+    if not np.all((a >= 0.0) & (a < 1.0)):
+        raise ValueError(f"{name} must hold uniforms in [0, 1)")
+    return np.ascontiguousarray(a)
+
+
+def _prepare(tree: Tree, node_dists, q_dists, rule, relax, neighbours, variant):
+    if not isinstance(tree, Tree):
+        raise ValueError(f"tree must be a theory.Tree, got {type(tree).__name__}")
+    p = _rows(tree, node_dists, "node_dists")
+    spec = RuleSpec.make(rule, relax, neighbours, p.shape[1], variant)
+    if rule == "r2":
+        if q_dists is None:
+            raise ValueError("rule r2 needs q_dists")
+        q = _rows(tree, q_dists, "q_dists", p.shape[1])
+        for v in range(1, tree.size):
+            if q[tree.parents[v], tree.tokens[v]] <= 0.0:
+                raise ValueError(
+                    f"node {v} (token {tree.tokens[v]}) has zero draft probability at its parent")
+    else:
+        q = np.zeros((1, p.shape[1]))
+    return p, q, spec
+
+
+def verify_step(
+    tree: Tree,
+    node_dists: np.ndarray,
+    u_accept: np.ndarray,
+    u_draw: np.ndarray,
+    *,
+    rule: str,
+    relax: Relax,
+    neighbours: np.ndarray | None,
+    q_dists: np.ndarray | None = None,
+    variant: str = "principled",
+) -> tuple[list[int], int]:
+    """One verification step on a tree with explicit per-node uniforms (Numba).
+
+    Parameters and return as :func:`theory.sample_step`: ``node_dists[v]``
+    is p after node v, ``u_accept[v]`` / ``u_draw[v]`` node v's uniforms.
+    Returns the accepted node path (starting at the root, node 0) and the
+    bonus token.
+    """
+    p, q, spec = _prepare(tree, node_dists, q_dists, rule, relax, neighbours, variant)
+    ua = _uniforms(u_accept, tree.size, "u_accept")
+    ud = _uniforms(u_draw, tree.size, "u_draw")
+    path, bonus = verify_tree(tree.parents, tree.tokens, tree.depths, p, q, ua, ud, *spec.args)
+    return [int(v) for v in path], int(bonus)
+
+
+@dataclass(frozen=True)
+class StepExpectation:
+    """Exact expectations of one verification step (given the tree and distributions)."""
+
+    tokens: float  # E[tokens emitted]
+    tv: float  # sum over internal nodes of P(reached) * TV(emitted there, target); NaN: R2 relaxed
+    edge_probs: np.ndarray  # P(v accepted | parent reached)
+    reach_probs: np.ndarray  # P(v on the accepted path)
+
+
+def step_expectation(
+    tree: Tree,
+    node_dists: np.ndarray,
+    *,
+    rule: str,
+    relax: Relax = Relax.none(),
+    neighbours: np.ndarray | None = None,
+    q_dists: np.ndarray | None = None,
+    variant: str = "principled",
+) -> StepExpectation:
+    """Exact E[tokens per step] and the step's TV bound (Numba twin of theory's expectations).
+
+    For R2 the acceptance probabilities are conditional on the tree's draw
+    order (``theory.node_outcome`` with a sequence of children).
+    """
+    p, q, spec = _prepare(tree, node_dists, q_dists, rule, relax, neighbours, variant)
+    t, tv, edge, reach = exact_tree(tree.parents, tree.tokens, tree.depths, p, q, *spec.args)
+    return StepExpectation(float(t), float(tv), edge, reach)

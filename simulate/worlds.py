@@ -1,0 +1,361 @@
+"""Synthetic and captured worlds to decode in (SPEC section 6).
+
+- :class:`LatentWorld`: a latent-field autoregressive model over V image
+  tokens with a codebook, a per-token prior, a state z_t on the unit sphere
+  and a drafter with its own noisy view of z. Parameters are plain data
+  (:class:`LatentParams`); :data:`PRESETS` holds ``confident`` (LLM-like) and
+  ``ambiguous`` (visual-AR-like), both at V = 16384, d = 8.
+- :class:`StationaryWorld`: the same p and q at every node.
+- :class:`TraceWorld`: logits captured from a real model (``simulate.trace``).
+
+Target logits at state z: ``beta <E_x, z> + b_x``. After token x the state
+moves to ``normalise(rho z + (1 - rho) E_x + sigma xi)`` with xi keyed by
+(world seed, prefix hash), so every branch of a draft tree sees one world.
+The drafter's logits are ``beta_q <E_x, z_q> + b_x + tau g_x`` with
+``z_q = normalise(z + sigma_q xi_q)`` (xi_q keyed by the drafter's seed and
+the prefix) and g a fixed per-token error: sigma_q, beta_q and tau control
+1 - TV(p, q).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from simulate.rng import combine, fmix, normals, stream_key, uniform
+from simulate.trace import Trace, read_trace
+from simulate.world_kernels import (
+    F_BETA,
+    F_BETA_Q,
+    F_BMAX,
+    F_BQMAX,
+    F_RHO,
+    F_SIGMA,
+    F_SIGMA_Q,
+    KIND_LATENT,
+    KIND_STATIONARY,
+    N_FPARAMS,
+    initial_state,
+    transition,
+)
+from theory.distributions import total_variation, validate_distribution
+from theory.neighbours import neighbour_table
+
+CODEBOOKS = ("sphere", "clustered")
+
+
+@dataclass(frozen=True)
+class LatentParams:
+    """Parameters of a :class:`LatentWorld` (plain data; presets are instances).
+
+    Attributes
+    ----------
+    vocab_size, dim : V and the code dimension d.
+    codebook : "sphere" (uniform unit vectors) or "clustered" (unit vectors
+        around ``n_clusters`` random centres with spread ``cluster_spread``).
+    prior_scale : std of the per-token prior b (Gaussian).
+    beta : inverse temperature of the target's latent term.
+    rho, sigma : state memory and state noise of the transition.
+    draft_beta, draft_sigma, draft_token_noise : the drafter's beta, the
+        noise of its view of z, and the std of its fixed per-token error.
+    seed : seed of the codebook, prior and noise keys.
+    """
+
+    vocab_size: int = 16384
+    dim: int = 8
+    codebook: str = "sphere"
+    n_clusters: int = 512
+    cluster_spread: float = 0.3
+    prior_scale: float = 0.5
+    beta: float = 10.0
+    rho: float = 0.7
+    sigma: float = 0.3
+    draft_beta: float = 10.0
+    draft_sigma: float = 0.2
+    draft_token_noise: float = 0.2
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if int(self.vocab_size) != self.vocab_size or self.vocab_size < 2:
+            raise ValueError(f"vocab_size must be an integer >= 2, got {self.vocab_size!r}")
+        if int(self.dim) != self.dim or self.dim < 1:
+            raise ValueError(f"dim must be a positive integer, got {self.dim!r}")
+        if self.codebook not in CODEBOOKS:
+            raise ValueError(f"codebook must be one of {CODEBOOKS}, got {self.codebook!r}")
+        if int(self.n_clusters) != self.n_clusters or self.n_clusters < 1:
+            raise ValueError(f"n_clusters must be a positive integer, got {self.n_clusters!r}")
+        for name in ("cluster_spread", "prior_scale", "beta", "sigma", "draft_beta", "draft_sigma",
+                     "draft_token_noise"):
+            v = getattr(self, name)
+            if not (np.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be finite and >= 0, got {v!r}")
+        if not (np.isfinite(self.rho) and 0.0 <= self.rho <= 1.0):
+            raise ValueError(f"rho must be in [0, 1], got {self.rho!r}")
+        if int(self.seed) != self.seed:
+            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+
+
+# Calibrated with `relaxspec world-stats`: mean top-1 target probability about 0.77
+# (confident) and 0.09 (ambiguous), with drafters of similar quality (mean 1 - TV(p, q)
+# about 0.85 and 0.74), so the two differ mainly in token selection ambiguity.
+PRESETS: dict[str, LatentParams] = {
+    "confident": LatentParams(codebook="sphere", prior_scale=0.5, beta=150.0, rho=0.6, sigma=0.3,
+                              draft_beta=150.0, draft_sigma=0.02, draft_token_noise=0.1, seed=1),
+    "ambiguous": LatentParams(codebook="clustered", n_clusters=512, cluster_spread=0.08, prior_scale=0.3,
+                              beta=30.0, rho=0.6, sigma=0.3, draft_beta=30.0, draft_sigma=0.05,
+                              draft_token_noise=0.3, seed=2),
+}
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("RELAXSPEC_CACHE", Path.home() / ".cache" / "relaxspec"))
+
+
+class World:
+    """Base class of the worlds the engine decodes in."""
+
+    name: str = "world"
+    vocab_size: int
+
+    def kernel_world(self, temperature: float) -> tuple:
+        """The tuple the Numba engine takes (see :mod:`simulate.world_kernels`)."""
+        raise NotImplementedError
+
+    def neighbours(self, k: int) -> np.ndarray | None:
+        """A neighbour table with at least k columns (None when the world has none)."""
+        raise NotImplementedError
+
+
+class LatentWorld(World):
+    """The latent-field world (SPEC section 6); build with :meth:`preset` or parameters."""
+
+    def __init__(self, params: LatentParams | None = None, name: str | None = None, **overrides) -> None:
+        params = replace(params or LatentParams(), **overrides)
+        self.params = params
+        self.name = name or "latent"
+        self.vocab_size = params.vocab_size
+        rng = np.random.default_rng([params.seed, 0x5EED])
+        V, d = params.vocab_size, params.dim
+        if params.codebook == "sphere":
+            E = rng.standard_normal((V, d))
+        else:
+            centres = rng.standard_normal((params.n_clusters, d))
+            centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+            noise = params.cluster_spread * rng.standard_normal((V, d))
+            E = centres[rng.integers(0, params.n_clusters, V)] + noise
+        E /= np.linalg.norm(E, axis=1, keepdims=True)
+        self.codebook = E
+        self.ET = np.ascontiguousarray(E.T)
+        self.prior = params.prior_scale * rng.standard_normal(V)
+        self.draft_prior = self.prior + params.draft_token_noise * rng.standard_normal(V)
+        self.keys = np.array([fmix(np.uint64(params.seed) * np.uint64(2) + np.uint64(1)),
+                              fmix(np.uint64(params.seed) * np.uint64(2) + np.uint64(2))], dtype=np.uint64)
+        self._tables: dict[int, np.ndarray] = {}
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> LatentWorld:
+        """``confident`` or ``ambiguous`` (overrides replace parameters, e.g. vocab_size for tests)."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown world preset {name!r}; presets: {sorted(PRESETS)}")
+        return cls(PRESETS[name], name=name, **overrides)
+
+    @property
+    def codebook_sha256(self) -> str:
+        """Hash of the codebook (names the neighbour-table cache file)."""
+        return hashlib.sha256(np.ascontiguousarray(self.codebook).tobytes()).hexdigest()
+
+    def neighbours(self, k: int) -> np.ndarray:
+        """Neighbour table of the codebook with ``min(k, V - 1)`` columns (cached on disk)."""
+        k = min(int(k), self.vocab_size - 1)
+        for width, table in self._tables.items():
+            if width >= k:
+                return table
+        width = max(k, min(1024, self.vocab_size - 1))
+        path = _cache_dir() / f"neighbours-{self.codebook_sha256[:16]}-{width}.npy"
+        table = None
+        if path.exists():
+            try:
+                table = np.load(path, allow_pickle=False)
+            except (OSError, ValueError):
+                table = None
+        if table is None or table.shape != (self.vocab_size, width):
+            table = neighbour_table(self.codebook, k_max=width)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                with open(tmp, "wb") as f:
+                    np.save(f, table, allow_pickle=False)
+                os.replace(tmp, path)
+            except OSError:
+                pass  # a read-only home: recompute next time
+        self._tables[width] = table
+        return table
+
+    def kernel_world(self, temperature: float) -> tuple:
+        p = self.params
+        b = self.prior / temperature
+        bq = self.draft_prior / temperature
+        fp = np.zeros(N_FPARAMS)
+        fp[F_BETA] = p.beta / temperature
+        fp[F_RHO] = p.rho
+        fp[F_SIGMA] = p.sigma
+        fp[F_BETA_Q] = p.draft_beta / temperature
+        fp[F_SIGMA_Q] = p.draft_sigma
+        fp[F_BMAX] = b.max()
+        fp[F_BQMAX] = bq.max()
+        dummy = np.zeros(1)
+        return (KIND_LATENT, self.ET, b, bq, fp, self.keys, dummy, dummy)
+
+    # ---- NumPy twins (the readable oracle; agree with the kernels to ~1e-14)
+    def initial(self, seq_key: np.uint64) -> tuple[np.ndarray, np.uint64]:
+        """First state and prefix hash of the sequence keyed ``seq_key``."""
+        z = np.empty(self.params.dim)
+        h = initial_state(self.ET, self.keys[0], np.uint64(seq_key), z)
+        return z, np.uint64(h)
+
+    def advance(self, z: np.ndarray, h: np.uint64, x: int) -> tuple[np.ndarray, np.uint64]:
+        """State and prefix hash after token x."""
+        out = np.empty_like(z)
+        h2 = transition(self.ET, self.kernel_world(1.0)[4], self.keys[0], z, np.uint64(h), int(x), out)
+        return out, np.uint64(h2)
+
+    def target_probs(self, z: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+        """p at state z (NumPy)."""
+        logits = (self.prior + self.params.beta * (self.codebook @ z)) / temperature
+        e = np.exp(logits - logits.max())
+        return e / e.sum()
+
+    def draft_probs(self, z: np.ndarray, h: np.uint64, temperature: float = 1.0) -> np.ndarray:
+        """q at state z with prefix hash h (NumPy)."""
+        xi = np.empty(self.params.dim)
+        normals(np.uint64(combine(self.keys[1], np.int64(np.uint64(h) & np.uint64(0x7FFFFFFFFFFFFFFF)))), xi)
+        zq = z + self.params.draft_sigma * xi
+        zq /= np.linalg.norm(zq)
+        logits = (self.draft_prior + self.params.draft_beta * (self.codebook @ zq)) / temperature
+        e = np.exp(logits - logits.max())
+        return e / e.sum()
+
+    def __repr__(self) -> str:
+        return f"LatentWorld({self.name!r}, {asdict(self.params)})"
+
+
+class StationaryWorld(World):
+    """The same target p and draft q at every node (the i.i.d. setting)."""
+
+    def __init__(self, p: np.ndarray, q: np.ndarray, neighbours: np.ndarray | None = None,
+                 name: str = "stationary") -> None:
+        self.p = validate_distribution(p, name="p")
+        self.q = validate_distribution(q, name="q", size=self.p.size)
+        self.vocab_size = self.p.size
+        self._neighbours = neighbours
+        self.name = name
+
+    def neighbours(self, k: int) -> np.ndarray | None:
+        return self._neighbours
+
+    @staticmethod
+    def _tempered(p: np.ndarray, temperature: float) -> np.ndarray:
+        if temperature == 1.0:
+            return p
+        with np.errstate(divide="ignore"):
+            logp = np.log(p) / temperature
+        e = np.exp(logp - logp.max())
+        return e / e.sum()
+
+    def kernel_world(self, temperature: float) -> tuple:
+        dummy = np.zeros((1, 1))
+        return (KIND_STATIONARY, dummy, np.zeros(1), np.zeros(1), np.zeros(N_FPARAMS),
+                np.zeros(2, dtype=np.uint64), self._tempered(self.p, temperature),
+                self._tempered(self.q, temperature))
+
+    def target_probs(self, z=None, temperature: float = 1.0) -> np.ndarray:
+        """p (at any node)."""
+        return self._tempered(self.p, temperature)
+
+    def draft_probs(self, z=None, h=None, temperature: float = 1.0) -> np.ndarray:
+        """q (at any node)."""
+        return self._tempered(self.q, temperature)
+
+
+class TraceWorld(World):
+    """Logits captured from a real model: each recorded step is re-verified on its own tree.
+
+    The trees, logits and uniforms are the trace's; only the rule, relaxation
+    and variant change. ``neighbours`` overrides the table stored in the trace.
+    """
+
+    def __init__(self, path: str | Path, neighbours: np.ndarray | None = None) -> None:
+        self.trace: Trace = read_trace(path)
+        self.header = self.trace.header
+        self.vocab_size = self.header.vocab_size
+        self.name = f"trace:{Path(path).name}"
+        self._neighbours = neighbours if neighbours is not None else self.trace.neighbours
+
+    def neighbours(self, k: int) -> np.ndarray | None:
+        return self._neighbours
+
+    def kernel_world(self, temperature: float) -> tuple:
+        raise ValueError("a TraceWorld is replayed step by step, not simulated by the kernel")
+
+
+@dataclass(frozen=True)
+class WorldStats:
+    """Ambiguity of a world along sequences sampled from its target."""
+
+    mean_top1: float
+    mean_entropy: float  # nats
+    mean_top10_mass: float
+    mean_acceptance: float  # mean 1 - TV(p, q): single-draft acceptance
+    n_positions: int
+
+
+def world_stats(world: LatentWorld | StationaryWorld, *, n_sequences: int = 8, seq_len: int = 64,
+                seed: int = 0, temperature: float = 1.0) -> WorldStats:
+    """Mean top-1 probability, entropy, top-10 mass and 1 - TV(p, q) over sampled sequences."""
+    if n_sequences < 1 or seq_len < 1:
+        raise ValueError("n_sequences and seq_len must be >= 1")
+    top1, ent, top10, acc = [], [], [], []
+    for s in range(n_sequences):
+        key = np.uint64(stream_key(np.int64(seed), np.int64(s)))
+        if isinstance(world, LatentWorld):
+            z, h = world.initial(key)
+        else:
+            z, h = None, np.uint64(0)
+        for t in range(seq_len):
+            p = world.target_probs(z, temperature)
+            q = world.draft_probs(z, h, temperature)
+            srt = np.sort(p)[::-1]
+            top1.append(srt[0])
+            top10.append(srt[:10].sum())
+            nz = p[p > 0]
+            ent.append(float(-(nz * np.log(nz)).sum()))
+            acc.append(1.0 - total_variation(p, q))
+            x = int(np.searchsorted(np.cumsum(p), uniform(key, t) * p.sum(), side="right"))
+            x = min(x, p.size - 1)
+            if isinstance(world, LatentWorld):
+                z, h = world.advance(z, h, x)
+    return WorldStats(float(np.mean(top1)), float(np.mean(ent)), float(np.mean(top10)), float(np.mean(acc)),
+                      len(top1))
+
+
+def make_world(name: str, **overrides) -> LatentWorld:
+    """A preset world by name (``confident`` or ``ambiguous``)."""
+    return LatentWorld.preset(name, **overrides)
+
+
+__all__ = [
+    "LatentParams",
+    "LatentWorld",
+    "PRESETS",
+    "StationaryWorld",
+    "TraceWorld",
+    "World",
+    "WorldStats",
+    "make_world",
+    "world_stats",
+    "fmix",
+]

@@ -1,0 +1,184 @@
+"""simulate.verify_step / step_expectation against theory's NumPy oracle, exactly."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from simulate import step_expectation, verify_step
+from theory import Relax, Tree, neighbour_table, node_outcome, sample_step
+from theory.tree import choices_to_parents, expected_tokens_per_step
+
+V = 24
+RELAXES = [
+    Relax.none(),
+    Relax.additive(3, 0.05),
+    Relax.additive(6, 0.3),
+    Relax.additive(8, 1.0),  # merges a lot: exercises degenerate residuals
+    Relax.multiplicative(4, 2.0),
+    Relax.multiplicative(8, 10.0),
+]
+
+
+def random_dist(rng, V, sparsity=0.0, concentration=0.5):
+    p = rng.dirichlet(np.full(V, concentration))
+    if sparsity:
+        p[rng.random(V) < sparsity] = 0.0
+        if p.sum() == 0:
+            p[0] = 1.0
+        p /= p.sum()
+    return p
+
+
+def random_tree(rng, V, n, q_rows=None):
+    """A random tree of n nodes with distinct sibling tokens (drawn from q_rows[parent] if given)."""
+    parents = [-1]
+    tokens = [0]
+    used: dict[int, set[int]] = {}
+    for v in range(1, n):
+        u = int(rng.integers(0, v))
+        while len(used.get(u, ())) >= V:
+            u = int(rng.integers(0, v))
+        choices = [t for t in range(V) if t not in used.get(u, set())]
+        if q_rows is not None:
+            w = np.array([q_rows[u][t] for t in choices])
+            if w.sum() == 0:
+                choices, w = [0], None
+            t = int(rng.choice(choices, p=None if w is None else w / w.sum()))
+            if t in used.get(u, set()):
+                continue
+        else:
+            t = int(rng.choice(choices))
+        used.setdefault(u, set()).add(t)
+        parents.append(u)
+        tokens.append(t)
+    # keep topological order: sort nodes by (parent chain) is already topological
+    return Tree(np.array(parents), np.array(tokens))
+
+
+@pytest.fixture(scope="module")
+def table():
+    rng = np.random.default_rng(7)
+    E = rng.standard_normal((V, 3))
+    return neighbour_table(E, k_max=V - 1)
+
+
+@pytest.mark.parametrize("rule", ["r1", "r2", "r3"])
+@pytest.mark.parametrize("variant", ["principled", "official"])
+def test_verify_step_matches_theory_exactly(table, rule, variant):
+    rng = np.random.default_rng(hash((rule, variant)) % 2**32)
+    checked = 0
+    for trial, relax in itertools.product(range(25), RELAXES):
+        n = int(rng.integers(1, 12))
+        p = np.array([random_dist(rng, V, sparsity=0.3 if trial % 3 == 0 else 0.0) for _ in range(n)])
+        q = np.array([random_dist(rng, V, sparsity=0.2 if trial % 4 == 0 else 0.0) for _ in range(n)])
+        tree = random_tree(rng, V, n, q if rule == "r2" else None)
+        n = tree.size
+        p, q = p[:n], q[:n]
+        ua, ud = rng.random(n), rng.random(n)
+        kw = dict(rule=rule, relax=relax, neighbours=table, q_dists=q if rule == "r2" else None,
+                  variant=variant)
+        got = verify_step(tree, p, ua, ud, **kw)
+        want = sample_step(tree, p, ua, ud, rule=rule, relax=relax,
+                           neighbours=table.astype(np.int64), q_dists=kw["q_dists"], variant=variant)
+        assert got == (list(want[0]), int(want[1])), (trial, relax)
+        checked += 1
+    assert checked == 25 * len(RELAXES)
+
+
+@pytest.mark.parametrize("rule", ["r1", "r3"])
+@pytest.mark.parametrize("variant", ["principled", "official"])
+def test_step_expectation_matches_theory(table, rule, variant):
+    rng = np.random.default_rng(3)
+    for trial, relax in itertools.product(range(8), RELAXES):
+        n = int(rng.integers(2, 10))
+        p = np.array([random_dist(rng, V, sparsity=0.3 if trial % 2 else 0.0) for _ in range(n)])
+        tree = random_tree(rng, V, n)
+        p = p[: tree.size]
+        got = step_expectation(tree, p, rule=rule, relax=relax, neighbours=table, variant=variant)
+        want = expected_tokens_per_step(tree, p, rule=rule, relax=relax, neighbours=table, variant=variant)
+        assert got.tokens == pytest.approx(want, rel=1e-12, abs=1e-12)
+        if rule == "r1":
+            tv = 0.0
+            for u in range(tree.size):
+                kids = tree.children(u)
+                if kids.size:
+                    o = node_outcome(p[u], tree.tokens[kids], rule="r1", relax=relax, neighbours=table,
+                                     variant=variant)
+                    tv += got.reach_probs[u] * o.tv
+            assert got.tv == pytest.approx(tv, rel=1e-9, abs=1e-12)
+
+
+def test_r2_expectation_conditional_on_draws(table):
+    rng = np.random.default_rng(5)
+    for relax in RELAXES:
+        for variant in ("principled", "official"):
+            n = 7
+            p = np.array([random_dist(rng, V) for _ in range(n)])
+            q = np.array([random_dist(rng, V) for _ in range(n)])
+            tree = random_tree(rng, V, n, q)
+            got = step_expectation(tree, p, rule="r2", relax=relax, neighbours=table, q_dists=q,
+                                   variant=variant)
+            for u in range(tree.size):
+                kids = tree.children(u)
+                if kids.size:
+                    o = node_outcome(p[u], tree.tokens[kids], rule="r2", relax=relax, neighbours=table,
+                                     q=q[u], variant=variant)
+                    np.testing.assert_allclose(got.edge_probs[kids], o.accept_probs, rtol=1e-12, atol=1e-15)
+            assert np.isnan(got.tv) != relax.is_exact
+
+
+def test_static_tree_expectation_mc_sim(table):
+    parents, _ = choices_to_parents([[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]])
+    rng = np.random.default_rng(11)
+    tokens = np.array([0, 3, 5, 1, 2, 7, 9])
+    tree = Tree(parents, tokens)
+    p = np.array([random_dist(rng, V) for _ in range(tree.size)])
+    got = step_expectation(tree, p, rule="r1")
+    assert got.tokens == pytest.approx(expected_tokens_per_step(tree, p, rule="r1"), rel=1e-13)
+    assert got.tv == 0.0
+
+
+def test_verify_step_rejects_bad_input(table):
+    tree = Tree(np.array([-1, 0]), np.array([0, 1]))
+    p = np.full((2, V), 1.0 / V)
+    with pytest.raises(ValueError, match="node_dists"):
+        verify_step(tree, p[:1], np.zeros(2), np.zeros(2), rule="r1", relax=Relax.none(), neighbours=None)
+    with pytest.raises(ValueError, match="u_accept"):
+        verify_step(tree, p, np.ones(2), np.zeros(2), rule="r1", relax=Relax.none(), neighbours=None)
+    with pytest.raises(ValueError, match="unknown rule"):
+        verify_step(tree, p, np.zeros(2), np.zeros(2), rule="r4", relax=Relax.none(), neighbours=None)
+    with pytest.raises(ValueError, match="neighbour table"):
+        verify_step(tree, p, np.zeros(2), np.zeros(2), rule="r1", relax=Relax.additive(2, 0.1),
+                    neighbours=None)
+    with pytest.raises(ValueError, match="q_dists"):
+        verify_step(tree, p, np.zeros(2), np.zeros(2), rule="r2", relax=Relax.none(), neighbours=None)
+    q = p.copy()
+    q[0, 1] = 0.0
+    q[0] /= q[0].sum()
+    with pytest.raises(ValueError, match="zero draft probability"):
+        verify_step(tree, p, np.zeros(2), np.zeros(2), rule="r2", relax=Relax.none(), neighbours=None,
+                    q_dists=q)
+
+
+def test_r1_exact_residual_without_mass():
+    """p sums to 1 - 1e-7 (valid): rejecting the only child zeroes every token while the tracked
+    mass Z stays 1e-7 > 0; the sampler then draws uniformly, and theory's exact law (fixed in this
+    branch: it divided by r.sum() = 0) and the kernel agree with it."""
+    p = np.array([0.1, 0.2, 0.7 - 1e-7])
+    nb = np.array([[1, 2], [0, 2], [0, 1]])
+    relax = Relax.additive(2, 1.0)
+    o = node_outcome(p, [0], rule="r1", relax=relax, neighbours=nb)
+    assert np.all(np.isfinite(o.emitted))
+    reach = 1.0 - o.accept_probs[0]
+    np.testing.assert_allclose(o.emitted, [o.accept_probs[0] + reach / 3, reach / 3, reach / 3])
+    tree = Tree(np.array([-1, 0]), np.array([0, 0]))
+    got = step_expectation(tree, np.tile(p, (2, 1)), rule="r1", relax=relax, neighbours=nb)
+    assert got.tv == pytest.approx(o.tv, rel=1e-9)
+    path, bonus = sample_step(tree, np.tile(p, (2, 1)), np.array([0.0, 0.9999999999]),
+                              np.array([0.5, 0.5]), rule="r1", relax=relax, neighbours=nb)
+    assert path == [0] and bonus == 1  # floor(0.5 * 3): the uniform draw
+    assert verify_step(tree, np.tile(p, (2, 1)), np.array([0.0, 0.9999999999]), np.array([0.5, 0.5]),
+                       rule="r1", relax=relax, neighbours=nb) == (path, bonus)
