@@ -1,1 +1,16 @@
-"""reference"""
+"""A compact PyTorch decoder compatible with LlamaGen c2i checkpoints (issue 4).
+
+Modules, one concept each:
+
+- :mod:`reference.model`: the GPT (configs GPT-B ... GPT-3B and small ones), static KV
+  cache, tree forward and path acceptance, strict checkpoint loading (:func:`load_gpt`);
+- :mod:`reference.vq`: the VQ tokenizer (codebook, encoder, decoder), PNG output and the
+  neighbour table;
+- :mod:`reference.drafter`: draft sessions for an independent GPT and an EAGLE head;
+- :mod:`reference.train_drafter`: drafter training (``python -m reference.train_drafter``);
+- :mod:`reference.decode`: AR and speculative decoding verified through ``theory``,
+  with per-step statistics and trace capture;
+- :mod:`reference.replay`: trace replay through ``theory`` and ``simulate`` and rescoring;
+- :mod:`reference.generate` / :mod:`reference.cli`: ``relaxspec generate | replay | rescore``;
+- :mod:`reference.checkpoint`: reading and checking state dicts.
+"""

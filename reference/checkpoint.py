@@ -83,14 +83,23 @@ def expected_shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:
     return {k: tuple(v.shape) for k, v in module.state_dict().items()}
 
 
+def load_state(
+    module: nn.Module,
+    state: Mapping[str, torch.Tensor],
+    *,
+    optional: Mapping[str, tuple[int, ...] | None] | None = None,
+    source: str = "checkpoint",
+) -> None:
+    """Load ``state`` into ``module`` after :func:`check_state_dict` (optional tensors are dropped)."""
+    check_state_dict(state, expected_shapes(module), optional=optional, source=source)
+    module.load_state_dict({k: v for k, v in state.items() if k not in (optional or {})}, strict=True)
+
+
 def load_strict(
     module: nn.Module,
     path: str | Path,
     *,
     optional: Mapping[str, tuple[int, ...] | None] | None = None,
-) -> dict[str, torch.Tensor]:
-    """Load ``path`` into ``module`` after :func:`check_state_dict`; returns the raw state dict."""
-    state = read_state_dict(path)
-    check_state_dict(state, expected_shapes(module), optional=optional, source=f"checkpoint {path}")
-    module.load_state_dict({k: v for k, v in state.items() if k not in (optional or {})}, strict=True)
-    return state
+) -> None:
+    """Read ``path`` and load it into ``module`` strictly (:func:`load_state`)."""
+    load_state(module, read_state_dict(path), optional=optional, source=f"checkpoint {path}")

@@ -12,7 +12,8 @@ with one-node trees.
 
 Uniforms come from ``numpy.random.default_rng(SeedSequence([seed, sequence]))``,
 per step in this order: the policy's uniforms (R2's draws without
-replacement), then ``u_accept`` and ``u_draw`` (one per tree node).
+replacement: one per template node of the static tree), then ``u_accept`` and
+``u_draw`` (one per tree node).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 import torch
 
 from reference.drafter import DraftSession
-from reference.model import Transformer
+from reference.model import Transformer, tree_depths
 from simulate.trace import LOGIT_DTYPES, Sampling, TraceStep, TraceWriter
 from theory.relax import Relax
 from theory.tree import Tree, sample_step
@@ -36,10 +37,13 @@ DraftFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
 class TreePolicy(Protocol):
-    """What the decoder needs of a tree builder (``simulate.policies``)."""
+    """What the decoder needs of a tree builder (``simulate.policies.TreePolicy``)."""
 
-    def build(self, q_root: np.ndarray, draft: DraftFn, u: np.ndarray) -> Any:
-        """A built tree (``.tree``: ``theory.Tree``) from the root's draft distribution."""
+    supports_draws: bool
+
+    def build(self, q_root: np.ndarray, draft: DraftFn, u: np.ndarray | None = None) -> Any:
+        """A built tree (``.tree``: ``theory.Tree``, ``.draft_calls``) from the root's draft
+        distribution; ``u`` (one uniform per template node) ranks children by draws (R2)."""
         ...
 
 
@@ -111,8 +115,7 @@ class Decoder:
     """Generate images token by token (``drafter=None``) or speculatively with ``policy``."""
 
     def __init__(self, target: Transformer, settings: DecodeSettings, *, drafter: DraftSession | None = None,
-                 policy: TreePolicy | None = None, neighbours: np.ndarray | None = None,
-                 policy_uniforms: int = 0) -> None:
+                 policy: TreePolicy | None = None, neighbours: np.ndarray | None = None) -> None:
         if (drafter is None) != (policy is None):
             raise ValueError("speculative decoding needs both a drafter and a tree policy")
         if drafter is not None and getattr(drafter, "vocab_size", None) != target.cfg.vocab_size:
@@ -121,7 +124,9 @@ class Decoder:
         self.target, self.settings, self.drafter, self.policy = target, settings, drafter, policy
         self.vocab = target.cfg.vocab_size
         self.neighbours = neighbour_rows(neighbours, self.vocab, settings.relax, settings.variant)
-        self.policy_uniforms = policy_uniforms
+        if policy is not None and settings.rule == "r2" and not policy.supports_draws:
+            raise ValueError(f"rule r2 drafts children by draws without replacement: tree policy {policy} "
+                             "ranks by top-k only; use a static tree")
         self.device = next(target.parameters()).device
         batch = 2 if settings.guided else 1
         target.setup_cache(batch, settings.max_tree_nodes)
@@ -142,8 +147,8 @@ class Decoder:
 
     def _labels(self, label: int) -> torch.Tensor:
         cfg = self.target.cfg
-        if not 0 <= label < cfg.num_classes:
-            raise ValueError(f"class label {label} is out of range [0, {cfg.num_classes})")
+        if not 0 <= label < cfg.class_rows:  # label num_classes (the null class): unconditional
+            raise ValueError(f"class label {label} is out of range [0, {cfg.class_rows})")
         labels = [label, cfg.null_class] if self.settings.guided else [label]
         return torch.tensor(labels, device=self.device)
 
@@ -237,7 +242,7 @@ class Decoder:
             nodes = np.asarray(nodes, dtype=np.int64)
             seen.update(parents=parents, tokens=np.asarray(tokens, dtype=np.int64))
             seen["calls"] += 1
-            idx = np.flatnonzero(_depths(parents)[nodes] < max_depth)  # deeper nodes' children are pruned
+            idx = np.flatnonzero(tree_depths(parents)[nodes] < max_depth)  # deeper nodes' children are pruned
             out = np.full((nodes.size, self.vocab), 1.0 / self.vocab)
             if idx.size:
                 stored = self._stored(drafter.draft(parents, tokens, nodes[idx]))
@@ -247,7 +252,7 @@ class Decoder:
                     out[j] = self._probs(stored[i], st.draft_sampling, "draft")
             return out
 
-        u = rng.random(self.policy_uniforms)
+        u = rng.random(self.policy.n_nodes) if st.rule == "r2" else None
         built = self.policy.build(q_root, draft, u)
         tree = _prune(built.tree, max_depth, root)
         final_keys = _token_paths(tree.parents, tree.tokens)
@@ -259,13 +264,6 @@ class Decoder:
             return np.array([partial_index.get(final_keys[v], -1) for v in path], dtype=np.int64)
 
         return tree, int(getattr(built, "draft_calls", seen["calls"])), located, draft_rows
-
-
-def _depths(parents: np.ndarray) -> np.ndarray:
-    d = np.zeros(parents.size, dtype=np.int64)
-    for v in range(1, parents.size):
-        d[v] = d[parents[v]] + 1
-    return d
 
 
 def _token_paths(parents: np.ndarray, tokens: np.ndarray) -> list[tuple[int, ...]]:

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reference.checkpoint import load_strict
+from reference.checkpoint import load_state, read_state_dict
 
 
 def find_multiple(n: int, k: int) -> int:
@@ -132,7 +132,7 @@ def gpt_config(name: str, **overrides: object) -> GPTConfig:
     if name not in SHAPES:
         raise ValueError(f"unknown GPT model {name!r}; expected one of {sorted(SHAPES)}")
     n_layer, n_head, dim = SHAPES[name]
-    cfg = GPTConfig(dim=dim, n_layer=n_layer, n_head=n_head)
+    cfg = GPTConfig(dim=dim, n_layer=n_layer, n_head=n_head, multiple_of=8 if dim < 64 else 256)
     return replace(cfg, **overrides)  # type: ignore[arg-type]
 
 
@@ -357,10 +357,20 @@ class Transformer(nn.Module):
 def run_tree(layers: nn.ModuleList, norm: nn.Module, rope: torch.Tensor, cache_len: int, x: torch.Tensor,
              parents: np.ndarray, nodes: np.ndarray, prefix_len: int, slots: dict[int, int],
              pos_offset: int = 0) -> torch.Tensor:
-    """Tree forward shared by the GPT and the EAGLE head (see :meth:`Transformer.forward_tree`).
+    """Tree forward shared by the GPT and the EAGLE head (see :meth:`Transformer.forward_tree`)."""
+    table, slot_idx, mask = tree_inputs(rope, cache_len, parents, nodes, prefix_len, slots, pos_offset,
+                                        x.device)
+    return run_layers(layers, norm, x, table, slot_idx, mask)
+
+
+def tree_inputs(rope: torch.Tensor, cache_len: int, parents: np.ndarray, nodes: np.ndarray, prefix_len: int,
+                slots: dict[int, int], pos_offset: int = 0, device: torch.device | str | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rotary rows, cache slots and attention mask of ``nodes``; assigns their slots.
 
     Rotary position = pos_offset + prefix_len + depth (the EAGLE head's slot j
-    holds image token j, at position cls_token_num + j)."""
+    holds image token j, at position cls_token_num + j).
+    """
     if cache_len == 0:
         raise RuntimeError("no KV cache: call setup_cache first")
     parents = np.asarray(parents, dtype=np.int64)
@@ -382,12 +392,17 @@ def run_tree(layers: nn.ModuleList, norm: nn.Module, rope: torch.Tensor, cache_l
                 raise ValueError(f"ancestor {v} of a tree node has not been processed")
             mask[i, prefix_len + slots[v]] = True
             v = int(parents[v])
-    dev = x.device
-    slot_idx = torch.as_tensor([prefix_len + slots[v] for v in nodes.tolist()], device=dev)
-    table = rope[torch.as_tensor(positions, device=dev)]
+    slot_idx = torch.as_tensor([prefix_len + slots[v] for v in nodes.tolist()], device=device)
+    table = rope[torch.as_tensor(positions, device=rope.device)].to(device)
+    return table, slot_idx, torch.from_numpy(mask).to(device)
+
+
+def run_layers(layers: nn.ModuleList, norm: nn.Module, x: torch.Tensor, table: torch.Tensor,
+               slot_idx: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The transformer stack over prepared tree inputs (device work only: what CUDA graphs capture)."""
     h = x
     for layer in layers:
-        h = layer(h, table, slot_idx, torch.from_numpy(mask).to(dev))
+        h = layer(h, table, slot_idx, mask)
     return norm(h)
 
 
@@ -412,7 +427,12 @@ def load_gpt(path: str | Path, name: str, **overrides: object) -> Transformer:
     shape matches this grid and head size; it is recomputed, not loaded.
     """
     cfg = gpt_config(name, **overrides)
+    state = read_state_dict(path)
+    emb = state.get("tok_embeddings.weight")
+    if emb is not None and emb.ndim == 2 and emb.shape[0] != cfg.vocab_size:
+        raise ValueError(f"vocabulary mismatch: checkpoint {path} has {emb.shape[0]} image tokens, the "
+                         f"codebook (--codebook-size) has {cfg.vocab_size}")
     model = Transformer(cfg)
     rope_shape = (cfg.seq_len, cfg.head_dim // 2, 2)
-    load_strict(model, path, optional={"freqs_cis": rope_shape})
+    load_state(model, state, optional={"freqs_cis": rope_shape}, source=f"checkpoint {path}")
     return model.eval()

@@ -94,6 +94,15 @@ class AttnBlock(nn.Module):
         return x + self.proj_out(y)
 
 
+def _level(blk: nn.Module, h: torch.Tensor) -> torch.Tensor:
+    """One resolution level: residual blocks, each followed by its attention block if any."""
+    for j, res in enumerate(blk.res):
+        h = res(h)
+        if len(blk.attn):
+            h = blk.attn[j](h)
+    return h
+
+
 class Encoder(nn.Module):
     def __init__(self, cfg: VQConfig) -> None:
         super().__init__()
@@ -120,10 +129,7 @@ class Encoder(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.conv_in(x)
         for blk in self.conv_blocks:
-            for j, res in enumerate(blk.res):
-                h = res(h)
-                if len(blk.attn):
-                    h = blk.attn[j](h)
+            h = _level(blk, h)
             if hasattr(blk, "downsample"):
                 h = blk.downsample.conv(F.pad(h, (0, 1, 0, 1)))
         for m in self.mid:
@@ -159,10 +165,7 @@ class Decoder(nn.Module):
         for m in self.mid:
             h = m(h)
         for blk in self.conv_blocks:
-            for j, res in enumerate(blk.res):
-                h = res(h)
-                if len(blk.attn):
-                    h = blk.attn[j](h)
+            h = _level(blk, h)
             if hasattr(blk, "upsample"):
                 h = blk.upsample.conv(F.interpolate(h, scale_factor=2.0, mode="nearest"))
         return self.conv_out(F.silu(self.norm_out(h)))

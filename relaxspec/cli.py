@@ -21,6 +21,7 @@ SUBCOMMANDS: list[tuple[str, str]] = [
     ("plot", "simulate.cli:add_plot_parser"),
     ("demo", "simulate.cli:add_demo_parser"),
     ("world-stats", "simulate.cli:add_world_stats_parser"),
+    ("generate, replay, rescore", "reference.cli"),
 ]
 
 

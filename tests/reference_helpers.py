@@ -1,16 +1,11 @@
-"""Shared fixtures of the reference-decoder tests: tiny configurations, random models,
-checkpoints in LlamaGen's key layout and a plain static tree builder."""
+"""Shared fixtures of the reference-decoder tests: tiny configurations, random models and
+checkpoints in LlamaGen's key layout."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
 import torch
 
 from reference.model import GPTConfig, Transformer, gpt_config
-from theory.sampler import draw_without_replacement
-from theory.tree import Tree, choices_to_parents
 
 torch.set_num_threads(1)
 
@@ -64,49 +59,3 @@ def official_state(cfg: GPTConfig, seed: int, std: float = 0.3) -> dict[str, tor
         else:
             state[k] = std * torch.randn(shape, generator=g)
     return state
-
-
-@dataclass
-class Built:
-    tree: Tree
-    draft_calls: int
-
-
-class StaticRankTree:
-    """Test builder for a static tree of rank paths: rank i = i-th largest q (R1/R3), or the
-    i-th draw without replacement from q (R2, one uniform per draw). One draft call per depth."""
-
-    def __init__(self, choices: list[list[int]], sampled: bool) -> None:
-        self.parents, self.ranks = choices_to_parents(choices)
-        self.sampled = sampled
-        self.depths = Tree(self.parents, np.arange(self.parents.size)).depths
-
-    @property
-    def uniforms(self) -> int:
-        return int(self.parents.size)
-
-    def build(self, q_root, draft, u) -> Built:
-        n = self.parents.size
-        tokens = np.zeros(n, dtype=np.int64)
-        q = {0: q_root}
-        calls = 0
-        picks: dict[int, np.ndarray] = {}
-        for d in range(1, int(self.depths.max()) + 1):
-            level = np.flatnonzero(self.depths == d)
-            for v in level:
-                par = int(self.parents[v])
-                if par not in picks:
-                    m = int(self.ranks[self.parents == par].max()) + 1
-                    if self.sampled:
-                        picks[par] = draw_without_replacement(q[par], u[v : v + m])
-                    else:
-                        picks[par] = np.lexsort((np.arange(q[par].size), -q[par]))[:m]
-                tokens[v] = picks[par][self.ranks[v]]
-            inner = np.array([v for v in level if np.any(self.parents == v)], dtype=np.int64)
-            if inner.size:
-                end = int(level.max()) + 1
-                rows = draft(self.parents[:end], tokens[:end], inner)
-                calls += 1
-                for i, v in enumerate(inner):
-                    q[int(v)] = rows[i]
-        return Built(Tree(self.parents, tokens), calls)

@@ -1,0 +1,60 @@
+"""``relaxspec generate``, ``relaxspec replay`` and ``relaxspec rescore`` (the reference decoder)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register the three reference-decoder subcommands; returns the ``generate`` parser."""
+    gen = sub.add_parser("generate", help="generate images (and a trace) with the reference decoder")
+    from reference.generate import add_arguments
+
+    add_arguments(gen)
+    gen.set_defaults(func=_generate)
+    rep = sub.add_parser("replay", help="re-verify every step of a trace through simulate and theory")
+    rep.add_argument("trace", help="trace directory")
+    rep.add_argument("--require-simulate", action="store_true",
+                     help="fail when simulate's Numba verifier is not installed")
+    rep.set_defaults(func=_replay)
+    res = sub.add_parser("rescore", help="exact tokens per step of another rule on a trace's logits")
+    res.add_argument("trace", help="trace directory")
+    res.add_argument("--rule", choices=("r1", "r2", "r3"), required=True)
+    res.add_argument("--relax", default="none", help="none | additive:k=..,delta=.. | multiplicative:..")
+    res.add_argument("--variant", choices=("principled", "official"), default="principled")
+    res.add_argument("--neighbours", help="neighbour table .npy (default: the trace's own)")
+    res.set_defaults(func=_rescore)
+    return gen
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from reference.generate import run
+
+    return run(args)
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from reference.replay import replay
+
+    report = replay(args.trace, require_simulate=args.require_simulate)
+    for line in report.mismatches[:50]:
+        print(line)
+    engines = ", ".join(report.engines)
+    missing = f" ({', '.join(report.missing_engines)} not installed)" if report.missing_engines else ""
+    print(f"{report.steps} steps replayed with {engines}{missing}: {len(report.mismatches)} mismatches")
+    return 0 if report.ok else 1
+
+
+def _rescore(args: argparse.Namespace) -> int:
+    from reference.replay import rescore
+    from theory.neighbours import load_neighbours
+    from theory.relax import Relax
+
+    table = load_neighbours(args.neighbours) if args.neighbours else None
+    res = rescore(args.trace, args.rule, Relax.parse(args.relax), args.variant, table)
+    print(f"rule {args.rule} relax {args.relax} variant {args.variant}: {res['steps']} speculative steps, "
+          f"exact {res['exact_tokens_per_step']:.4f} tokens/step (recorded run: "
+          f"{res['recorded_tokens_per_step']:.4f})")
+    sys.stdout.flush()
+    return 0
