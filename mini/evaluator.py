@@ -11,6 +11,7 @@ whole test set works without the data set installed.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -105,7 +106,9 @@ def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma
     sigma1, sigma2 = np.asarray(sigma1, np.float64), np.asarray(sigma2, np.float64)
     if mu1.shape != mu2.shape or sigma1.shape != sigma2.shape or sigma1.shape != mu1.shape * 2:
         raise ValueError(f"mismatched statistics: {mu1.shape}, {sigma1.shape}, {mu2.shape}, {sigma2.shape}")
-    covmean = scipy.linalg.sqrtm(sigma1 @ sigma2)
+    with warnings.catch_warnings():  # singular products (dead ReLU features) are expected and handled
+        warnings.simplefilter("ignore", scipy.linalg.LinAlgWarning)
+        covmean = scipy.linalg.sqrtm(sigma1 @ sigma2)
     if not np.all(np.isfinite(covmean)):
         eps = 1e-6 * np.eye(sigma1.shape[0])
         covmean = scipy.linalg.sqrtm((sigma1 + eps) @ (sigma2 + eps))

@@ -17,6 +17,7 @@ import sys
 SUBCOMMANDS: list[tuple[str, str]] = [
     ("theory", "theory.cli"),
     ("train-mini", "mini.train_mini"),
+    ("mini", "mini.cli"),
     ("simulate", "simulate.cli"),
     ("plot", "simulate.cli:add_plot_parser"),
     ("demo", "simulate.cli:add_demo_parser"),

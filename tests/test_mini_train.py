@@ -9,6 +9,7 @@ from mini.train_mini import COMPONENTS, train_all
 from mini.weights import WEIGHTS_DIR, component_done, read_card
 from relaxspec.cli import main
 
+
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     if not fm.dataset_available():
