@@ -42,6 +42,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     val = msub.add_parser("validate", help="traces, replay and simulate's predictions vs the decoder")
     val.add_argument("--n-sequences", type=int, default=20)
     val.set_defaults(func=_validate)
+    rep = msub.add_parser("report", help="markdown tables of the cards and of the analyses in --out")
+    rep.set_defaults(func=_report)
     parser.set_defaults(func=lambda args: parser.print_help())
     return parser
 
@@ -84,7 +86,7 @@ def _ambiguity(args: argparse.Namespace) -> int:
 def _quality(args: argparse.Namespace) -> int:
     from mini.fashion_mnist import load_sample
     from mini.figures import sample_grid
-    from mini.quality import QUALITY_CONFIGS, read_records, real_baseline, run_quality, slug
+    from mini.quality import QUALITY_CONFIGS, read_records, real_baseline, run_quality, slug, write_table
     from mini.tokenizer import decode_tokens
 
     mini = _load(args)
@@ -99,6 +101,7 @@ def _quality(args: argparse.Namespace) -> int:
     rows = run_quality(mini, args.out, args.n_images, configs, args.seed, not args.no_progress)
     images, labels = load_sample()
     rows.insert(0, real_baseline(mini, images[:args.n_images], labels[:args.n_images]))
+    write_table(args.out / "quality.csv", rows)
     grid_rows = []
     for c in configs:
         recs = read_records(args.out / slug(c.name) / "images.jsonl")[:10]
@@ -120,3 +123,14 @@ def _validate(args: argparse.Namespace) -> int:
     for r in rows:
         print(r)
     return 0 if all(r["replay_mismatches"] == 0 for r in rows) else 1
+
+
+def _report(args: argparse.Namespace) -> int:
+    from mini.report import render
+    from mini.weights import WEIGHTS_DIR
+
+    text = render(args.weights or WEIGHTS_DIR, args.out)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "tables.md").write_text(text)
+    print(text)
+    return 0

@@ -121,7 +121,7 @@ def run_quality(mini: MiniModel, out: Path, n_images: int = 1000, configs: list[
     for config in configs or QUALITY_CONFIGS:
         records = generate_config(mini, config, n_images, out, seed, progress)
         rows.append(summarise(mini, config, records))
-        _write_csv(out / "quality.csv", rows)
+        write_table(out / "quality.csv", rows)
     return rows
 
 
@@ -132,7 +132,8 @@ def real_baseline(mini: MiniModel, images: np.ndarray, labels: np.ndarray) -> di
             "fd": round(q["fd"], 3), "class_accuracy": round(q["class_accuracy"], 4)}
 
 
-def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+def write_table(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Write table rows to a CSV (atomically)."""
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=TABLE_COLUMNS, extrasaction="ignore")

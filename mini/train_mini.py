@@ -44,7 +44,7 @@ class Budgets:
 
     evaluator: EvaluatorBudget = field(default_factory=EvaluatorBudget)
     tokenizer: TokenizerBudget = field(default_factory=TokenizerBudget)
-    target: GPTBudget = field(default_factory=lambda: GPTBudget(steps=900, batch=64, lr=1e-3, warmup=50))
+    target: GPTBudget = field(default_factory=lambda: GPTBudget(steps=600, batch=64, lr=1e-3, warmup=50))
     eagle_head: EagleBudget = field(default_factory=EagleBudget)
     draft_gpt: GPTBudget = field(default_factory=lambda: GPTBudget(steps=1000, batch=64, lr=2e-3, warmup=50))
     target_shape: dict = field(default_factory=lambda: dict(TARGET_SHAPE))
@@ -223,6 +223,7 @@ def train_all(
     seed: int = 0,
     progress: bool = True,
     command: str = "relaxspec train-mini",
+    threads: int | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Train the components (all, or ``only``) into ``out``; return the card of each one trained now."""
     names = [n for n, _ in COMPONENTS]
@@ -238,8 +239,8 @@ def train_all(
             f"{fashion_mnist.INSTALL_HINT}")
     ctx = TrainContext(out=out, budgets=QUICK if quick else FULL, seed=seed, progress=progress,
                        command=command)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(QUICK_THREADS if quick else TRAIN_THREADS)
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads or (QUICK_THREADS if quick else TRAIN_THREADS))
     trained: dict[str, dict[str, Any]] = {}
     total = time.perf_counter()
     try:
@@ -255,7 +256,7 @@ def train_all(
             trained[name] = card
             tqdm.write(f"[train-mini] {name}: {card['training_seconds']} s, metrics {card['metrics']}")
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(previous_threads)
     tqdm.write(f"[train-mini] done in {time.perf_counter() - total:.0f} s; weights in {out}")
     return trained
 
@@ -273,6 +274,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--only", default=None,
                         help=f"comma-separated components to train, of {[n for n, _ in COMPONENTS]}")
     parser.add_argument("--seed", type=int, default=0, help="training seed")
+    parser.add_argument("--threads", type=int, default=None,
+                        help=f"torch threads (default {TRAIN_THREADS}; {QUICK_THREADS} with --quick)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     parser.set_defaults(func=_main)
     return parser
@@ -290,7 +293,8 @@ def _main(args: argparse.Namespace) -> int:
     try:
         train_all(out, quick=args.quick, force=args.force,
                   only=[s.strip() for s in args.only.split(",")] if args.only else None,
-                  seed=args.seed, progress=not args.no_progress, command=" ".join(parts))
+                  seed=args.seed, progress=not args.no_progress, command=" ".join(parts),
+                  threads=args.threads)
     except fashion_mnist.DatasetMissingError as err:
         print(f"relaxspec train-mini: error: {err}", file=sys.stderr)
         return 2
