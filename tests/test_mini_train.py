@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mini import fashion_mnist as fm
+from mini.report import training_table
 from mini.train_mini import COMPONENTS, train_all
 from mini.weights import WEIGHTS_DIR, component_done, read_card
 from relaxspec.cli import main
@@ -42,3 +43,10 @@ def test_quick_never_writes_into_shipped_weights():
 
 def test_unknown_component_is_named(tmp_path):
     assert main(["train-mini", "--quick", "--out", str(tmp_path), "--only", "evaluator,vae"]) == 2
+
+
+def test_report_renders_the_training_table(quick_run):
+    out, _ = quick_run
+    text = "\n".join(training_table(out))
+    assert all(f"| {name} |" in text for name, _ in COMPONENTS)
+    assert "| total |" in text
