@@ -31,10 +31,10 @@ CLS_WEIGHT = 0.1
 class EagleBudget:
     """``steps`` AdamW steps of ``batch`` token grids (same schedule shape as the GPTs)."""
 
-    steps: int = 400
+    steps: int = 200
     batch: int = 64
-    lr: float = 1e-3
-    warmup: int = 50
+    lr: float = 2e-3
+    warmup: int = 20
     weight_decay: float = 0.0
 
 

@@ -44,7 +44,7 @@ class Budgets:
 
     evaluator: EvaluatorBudget = field(default_factory=EvaluatorBudget)
     tokenizer: TokenizerBudget = field(default_factory=TokenizerBudget)
-    target: GPTBudget = field(default_factory=lambda: GPTBudget(steps=600, batch=64, lr=1e-3, warmup=50))
+    target: GPTBudget = field(default_factory=lambda: GPTBudget(steps=350, batch=64, lr=1.5e-3, warmup=30))
     eagle_head: EagleBudget = field(default_factory=EagleBudget)
     draft_gpt: GPTBudget = field(default_factory=lambda: GPTBudget(steps=1000, batch=64, lr=2e-3, warmup=50))
     target_shape: dict = field(default_factory=lambda: dict(TARGET_SHAPE))
