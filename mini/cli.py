@@ -48,14 +48,14 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return parser
 
 
-def _load(args: argparse.Namespace):
+def _load(args: argparse.Namespace, drafters: bool = True):
     import torch
 
     from mini.shipped import load_mini
     from mini.weights import WEIGHTS_DIR
 
     torch.set_num_threads(1)
-    return load_mini(args.weights or WEIGHTS_DIR)
+    return load_mini(args.weights or WEIGHTS_DIR, drafters=drafters)
 
 
 def _ambiguity(args: argparse.Namespace) -> int:
@@ -89,7 +89,6 @@ def _quality(args: argparse.Namespace) -> int:
     from mini.quality import QUALITY_CONFIGS, read_records, real_baseline, run_quality, slug, write_table
     from mini.tokenizer import decode_tokens
 
-    mini = _load(args)
     configs = QUALITY_CONFIGS
     if args.configs:
         wanted = [s.strip() for s in args.configs.split(",")]
@@ -98,6 +97,7 @@ def _quality(args: argparse.Namespace) -> int:
         if unknown:
             raise ValueError(f"unknown configurations {unknown}; expected some of {names}")
         configs = [c for c in QUALITY_CONFIGS if c.name in wanted]
+    mini = _load(args, drafters=not all(c.is_ar for c in configs))
     rows = run_quality(mini, args.out, args.n_images, configs, args.seed, not args.no_progress)
     images, labels = load_sample()
     rows.insert(0, real_baseline(mini, images[:args.n_images], labels[:args.n_images]))

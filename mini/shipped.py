@@ -68,8 +68,8 @@ class MiniModel:
 
     tokenizer: VQModel
     target: Transformer
-    eagle_head: EagleHead
-    draft_gpt: Transformer
+    eagle_head: EagleHead | None
+    draft_gpt: Transformer | None
     evaluator: FashionClassifier
     cards: dict[str, dict[str, Any]]
     directory: Path
@@ -102,17 +102,21 @@ def check_vocabularies(tokenizer: VQModel, models: dict[str, Transformer]) -> No
                              f"{GRID_TOKENS}")
 
 
-def load_mini(directory: Path = WEIGHTS_DIR, threads: int | None = None) -> MiniModel:
-    """Load and cross-check every component in ``directory`` (default: the shipped weights)."""
+def load_mini(directory: Path = WEIGHTS_DIR, threads: int | None = None, drafters: bool = True) -> MiniModel:
+    """Load and cross-check every component in ``directory`` (default: the shipped weights).
+
+    ``drafters=False`` skips the EAGLE head and the draft GPT (enough for AR sampling).
+    """
     if threads:
         torch.set_num_threads(threads)
     directory = Path(directory)
     tokenizer, tok_card = load_tokenizer(directory)
     target, target_card = load_gpt_component(directory, "target")
-    draft, draft_card = load_gpt_component(directory, "draft_gpt")
-    check_vocabularies(tokenizer, {"target": target, "draft_gpt": draft})
-    head, head_card = load_eagle_head(target, directory)
     evaluator, eval_card = load_evaluator(directory)
-    cards = {"tokenizer": tok_card, "target": target_card, "draft_gpt": draft_card, "eagle_head": head_card,
-             "evaluator": eval_card}
+    cards = {"tokenizer": tok_card, "target": target_card, "evaluator": eval_card}
+    draft = head = None
+    if drafters:
+        draft, cards["draft_gpt"] = load_gpt_component(directory, "draft_gpt")
+        head, cards["eagle_head"] = load_eagle_head(target, directory)
+    check_vocabularies(tokenizer, {"target": target, **({"draft_gpt": draft} if draft else {})})
     return MiniModel(tokenizer, target, head, draft, evaluator, cards, directory)
