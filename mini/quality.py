@@ -70,12 +70,12 @@ def generate_config(mini: MiniModel, config: DecodeConfig, n_images: int, out: P
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "images.jsonl"
     records = read_records(path)
-    with open(path, "w") as f:  # rewrite without a torn tail
-        f.writelines(json.dumps(r) + "\n" for r in records)
     done = {r["index"] for r in records}
     todo = [i for i in range(n_images) if i not in done]
     if not todo:
-        return sorted(records, key=lambda r: r["index"])[:n_images]
+        return sorted((r for r in records if r["index"] < n_images), key=lambda r: r["index"])
+    with open(path, "w") as f:  # rewrite without a torn tail
+        f.writelines(json.dumps(r) + "\n" for r in records)
     decoder = make_decoder(mini, config)
     with open(path, "a") as f:
         for i in tqdm(todo, desc=config.name, disable=not progress, unit="img"):
@@ -90,7 +90,7 @@ def generate_config(mini: MiniModel, config: DecodeConfig, n_images: int, out: P
             f.write(json.dumps(rec) + "\n")
             f.flush()
             records.append(rec)
-    return sorted(records, key=lambda r: r["index"])[:n_images]
+    return sorted((r for r in records if r["index"] < n_images), key=lambda r: r["index"])
 
 
 def summarise(mini: MiniModel, config: DecodeConfig, records: list[dict[str, Any]]) -> dict[str, Any]:
