@@ -1,10 +1,12 @@
 """Fitting a latent-field world (``simulate.worlds.LatentParams``) to a real model's ambiguity.
 
 Two one-dimensional searches, alternated: the target's inverse temperature
-``beta`` (with ``draft_beta = beta``) sets the mean top-1 probability, the
-drafter's per-token error ``draft_token_noise`` sets the mean single-draft
-acceptance 1 - TV(p, q). Both figures are monotone in their knob, so each
-search is a bisection (on log beta). Entropy and top-10 mass are not fitted:
+``beta`` (with ``draft_beta = beta``) sets the mean top-1 probability; a
+common factor on the drafter's errors (its state noise ``draft_sigma`` and its
+per-token error ``draft_token_noise``, from the base world's values) sets the
+mean single-draft acceptance 1 - TV(p, q) (factor 0: the drafter is the
+target). Both figures are monotone in their knob, so each search is a
+bisection (on log beta). Entropy and top-10 mass are not fitted:
 they are reported next to the model's to show how far the world's shape is
 from the model's.
 """
@@ -43,6 +45,9 @@ def fit_world(top1: float, acceptance: float, base: LatentParams | None = None, 
     if not (0 < top1 < 1 and 0 < acceptance < 1):
         raise ValueError(f"top1 and acceptance must lie in (0, 1), got {top1}, {acceptance}")
     params = base or PRESETS["ambiguous"]
+    base_sigma, base_noise = params.draft_sigma, params.draft_token_noise
+    if base_sigma == 0 and base_noise == 0:
+        raise ValueError("the base world's drafter is exact: no error to scale")
 
     def with_beta(log_beta: float) -> LatentParams:
         b = math.exp(log_beta)
@@ -53,11 +58,15 @@ def fit_world(top1: float, acceptance: float, base: LatentParams | None = None, 
                            math.log(1.0), math.log(1000.0), top1, increasing=True, iters=iters)
         params = with_beta(log_beta)
 
-        def accept_at(t: float, fixed: LatentParams = params) -> float:
-            return stats_of(replace(fixed, draft_token_noise=round(t, 4)), n_sequences, seq_len)["acceptance"]
+        def drafter_errors(f: float, fixed: LatentParams = params) -> LatentParams:
+            return replace(fixed, draft_sigma=round(f * base_sigma, 5),
+                           draft_token_noise=round(f * base_noise, 5))
 
-        noise = _bisect(accept_at, 0.0, 5.0, acceptance, increasing=False, iters=iters)
-        params = replace(params, draft_token_noise=round(noise, 4))
+        def accept_at(f: float) -> float:
+            return stats_of(drafter_errors(f), n_sequences, seq_len)["acceptance"]
+
+        factor = _bisect(accept_at, 0.0, 4.0, acceptance, increasing=False, iters=iters)
+        params = drafter_errors(factor)
     return params, stats_of(params, n_sequences, seq_len)
 
 
