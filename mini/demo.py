@@ -41,8 +41,9 @@ def mini_section(out: Path, n_images: int = DEMO_IMAGES, progress: bool = True) 
     lines = ["", "## The same comparison on a real visual AR model (the shipped Fashion-MNIST model)", "",
              f"{n_images} images per row (one per class, same uniforms in every row), target "
              f"{mini.cards['target']['config']['n_layer']} layers x {mini.cards['target']['config']['dim']}, "
-             f"V = {mini.vocab_size}, EAGLE head drafter, R1, CFG 2.0. The full tables (1,000 images, "
-             "FD) are in docs/mini_model.md.", "",
+             f"V = {mini.vocab_size}, EAGLE head drafter, R1, CFG 2.0. The full tables (more images, "
+             "FD) are in docs/mini_model.md. The TV bound is the sum of the exact per-step TVs "
+             "(vacuous above 1).", "",
              "| configuration | tokens/step | exact E[tokens/step] | target forwards/image | "
              "TV bound/sequence | class accuracy |", "|---|---|---|---|---|---|"]
     for r in rows:
