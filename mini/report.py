@@ -60,7 +60,7 @@ def ambiguity_table(path: Path) -> list[str]:
              f"{m['entropy']:.3f}", f"{m['top10_mass']:.3f}",
              f"EAGLE head {m['accept_eagle']:.3f}; draft GPT {m['accept_draft_gpt']:.3f}"]]
     for name, s in d["worlds"].items():
-        rows.append([f"`{name}` world (as measured then)", f"{s['top1']:.3f}", f"{s['entropy']:.3f}", f"{s['top10_mass']:.3f}",
+        rows.append([f"`{name}` world", f"{s['top1']:.3f}", f"{s['entropy']:.3f}", f"{s['top10_mass']:.3f}",
                      f"{s['acceptance']:.3f}"])
     if "fitted" in d:
         s = d["fitted"]["stats"]
