@@ -6,18 +6,28 @@ import argparse
 import sys
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register the three reference-decoder subcommands; returns the ``generate`` parser."""
-    gen = sub.add_parser("generate", help="generate images (and a trace) with the reference decoder")
+def add_generate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``relaxspec generate``."""
     from reference.generate import add_arguments
 
+    gen = sub.add_parser("generate", help="generate images (and a trace) with the reference decoder")
     add_arguments(gen)
     gen.set_defaults(func=_generate)
+    return gen
+
+
+def add_replay_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``relaxspec replay``."""
     rep = sub.add_parser("replay", help="re-verify every step of a trace through simulate and theory")
     rep.add_argument("trace", help="trace directory")
     rep.add_argument("--require-simulate", action="store_true",
                      help="fail when simulate's Numba verifier is not installed")
     rep.set_defaults(func=_replay)
+    return rep
+
+
+def add_rescore_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``relaxspec rescore``."""
     res = sub.add_parser("rescore", help="exact tokens per step of another rule on a trace's logits")
     res.add_argument("trace", help="trace directory")
     res.add_argument("--rule", choices=("r1", "r2", "r3"), required=True)
@@ -25,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     res.add_argument("--variant", choices=("principled", "official"), default="principled")
     res.add_argument("--neighbours", help="neighbour table .npy (default: the trace's own)")
     res.set_defaults(func=_rescore)
-    return gen
+    return res
 
 
 def _generate(args: argparse.Namespace) -> int:
