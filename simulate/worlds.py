@@ -313,9 +313,41 @@ class WorldStats:
     n_positions: int
 
 
-def world_stats(world: LatentWorld | StationaryWorld, *, n_sequences: int = 8, seq_len: int = 64,
+def ambiguity(p: np.ndarray) -> tuple[float, float, float]:
+    """Top-1 probability, entropy (nats) and top-10 mass of one distribution."""
+    srt = np.sort(p)[::-1]
+    nz = p[p > 0]
+    return float(srt[0]), float(-(nz * np.log(nz)).sum()), float(srt[:10].sum())
+
+
+def trace_stats(world: TraceWorld) -> WorldStats:
+    """Ambiguity at the root of every recorded step: the positions the captured model decoded.
+
+    p and q come from the stored logits with the trace's sampling settings;
+    1 - TV(p, q) is averaged over the steps with drafts (NaN when none has).
+    """
+    h = world.header
+    stats, acc = [], []
+    for step in world.trace.steps():
+        p = h.target_sampling.probs(step.target_logits[0].astype(np.float64))
+        stats.append(ambiguity(p))
+        if step.parents.size > 1:  # the drafter ran at the root
+            q = h.draft_sampling.probs(step.draft_logits[0].astype(np.float64))
+            acc.append(1.0 - total_variation(p, q))
+    if not stats:
+        raise ValueError(f"trace {world.trace.path} holds no steps")
+    top1, ent, top10 = np.mean(stats, axis=0)
+    return WorldStats(float(top1), float(ent), float(top10), float(np.mean(acc)) if acc else float("nan"),
+                      len(stats))
+
+
+def world_stats(world: LatentWorld | StationaryWorld | TraceWorld, *, n_sequences: int = 8, seq_len: int = 64,
                 seed: int = 0, temperature: float = 1.0) -> WorldStats:
-    """Mean top-1 probability, entropy, top-10 mass and 1 - TV(p, q) over sampled sequences."""
+    """Mean top-1 probability, entropy, top-10 mass and 1 - TV(p, q) over sampled sequences
+    (over the recorded steps for a :class:`TraceWorld`: :func:`trace_stats`; the other arguments
+    are then unused)."""
+    if isinstance(world, TraceWorld):
+        return trace_stats(world)
     if n_sequences < 1 or seq_len < 1:
         raise ValueError("n_sequences and seq_len must be >= 1")
     top1, ent, top10, acc = [], [], [], []
@@ -328,11 +360,10 @@ def world_stats(world: LatentWorld | StationaryWorld, *, n_sequences: int = 8, s
         for t in range(seq_len):
             p = world.target_probs(z, temperature)
             q = world.draft_probs(z, h, temperature)
-            srt = np.sort(p)[::-1]
-            top1.append(srt[0])
-            top10.append(srt[:10].sum())
-            nz = p[p > 0]
-            ent.append(float(-(nz * np.log(nz)).sum()))
+            t1, e, t10 = ambiguity(p)
+            top1.append(t1)
+            ent.append(e)
+            top10.append(t10)
             acc.append(1.0 - total_variation(p, q))
             x = int(np.searchsorted(np.cumsum(p), uniform(key, t) * p.sum(), side="right"))
             x = min(x, p.size - 1)
@@ -355,7 +386,9 @@ __all__ = [
     "TraceWorld",
     "World",
     "WorldStats",
+    "ambiguity",
     "make_world",
+    "trace_stats",
     "world_stats",
     "fmix",
 ]
