@@ -11,7 +11,7 @@
   string (``"eagle2:10,4,59"``, ``"additive:k=1000,delta=0.1"``), a policy
   name (``"eagle2-10-4-59"``), a policy object or a ``theory.Relax``. The
   official variants keep their method's colour with dashed lines and open
-  markers; rule R2 dash-dots, R3 dots. Methods added later (issue 7's
+  markers; rule R2 dash-dots, R3 dots (official R2: dash-dot-dot). Methods added later (issue 7's
   relaxation-aware policies) register with :func:`register_method`.
 
 Use :func:`pyplot` to get a styled ``matplotlib.pyplot``, :func:`subplots`
@@ -87,6 +87,7 @@ UNKNOWN = MethodStyle("?", "#BBBBBB", "*", "-")
 
 RULE_LINESTYLES = {"r1": None, "r2": "-.", "r3": ":"}
 RULE_SUFFIX = {"r1": "", "r2": ", R2", "r3": ", greedy"}
+OFFICIAL_LINESTYLES = {"r1": "--", "r2": (0, (4, 1, 1, 1, 1, 1)), "r3": (0, (1, 2))}
 
 
 def register_method(key: str, label: str, marker: str = "h", color: str | None = None) -> MethodStyle:
@@ -112,6 +113,9 @@ _TREE_PATTERNS = [
 ]
 
 
+_RELAX_KINDS = ("additive", "multiplicative")
+
+
 def method_key(method: object) -> str:
     """The family key of a method (see the module docstring); unknown names are returned as given."""
     if isinstance(method, Relax):
@@ -121,7 +125,7 @@ def method_key(method: object) -> str:
         return "exact"
     if text.lower() in METHODS:
         return text.lower()
-    if text.split(":")[0] in ("additive", "multiplicative"):
+    if text.split(":")[0] in _RELAX_KINDS:
         return method_key(Relax.parse(text))
     for pattern, key in _TREE_PATTERNS:
         if re.fullmatch(pattern, text, flags=re.IGNORECASE):
@@ -150,7 +154,7 @@ def method_style(method: object, *, variant: str = "principled", rule: str = "r1
     key = method_key(method)
     base = METHODS.get(key, replace(UNKNOWN, label=key))
     text = base.label
-    if isinstance(method, Relax) or (isinstance(method, str) and key in ("lantern", "lantern++")):
+    if isinstance(method, Relax) or (isinstance(method, str) and method.split(":")[0] in _RELAX_KINDS):
         text = relax_label(method)  # type: ignore[arg-type]
     if key == "chain":
         text = f"chain of {re.sub(r'[^0-9]', '', str(method))}"
@@ -159,7 +163,8 @@ def method_style(method: object, *, variant: str = "principled", rule: str = "r1
     if RULE_LINESTYLES.get(rule):
         style = replace(style, linestyle=RULE_LINESTYLES[rule])
     if variant == "official":
-        style = replace(style, label=style.label + " (official)", linestyle="--", fillstyle="none")
+        style = replace(style, label=style.label + " (official)", fillstyle="none",
+                        linestyle=OFFICIAL_LINESTYLES.get(rule, "--"))
     if label is not None:
         style = replace(style, label=label)
     return style
