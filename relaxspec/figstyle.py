@@ -29,7 +29,7 @@ from theory.relax import Relax
 
 COLUMN_WIDTH = 3.3  # inches: one column of a two-column paper
 FULL_WIDTH = 6.9  # inches: a figure across both columns
-PNG_DPI = 200
+PNG_DPI = 150  # enough for the README and slides; the PDF is the figure for papers
 FORMATS = ("pdf", "png")
 
 # Paul Tol's muted qualitative scheme (https://personal.sron.nl/~pault/), colour-blind safe.
