@@ -25,6 +25,7 @@ SUBCOMMANDS: list[tuple[str, str]] = [
     ("generate", "reference.cli:add_generate_parser"),
     ("replay", "reference.cli:add_replay_parser"),
     ("rescore", "reference.cli:add_rescore_parser"),
+    ("figures", "relaxspec.notebooks"),
 ]
 
 

@@ -1,4 +1,5 @@
-"""Standard figures of a results CSV (``relaxspec plot``): vector PDF + PNG, two-column paper sizes.
+"""Standard figures of a results CSV (``relaxspec plot``): vector PDF + PNG, two-column paper sizes,
+in the suite's figure style (:mod:`relaxspec.figstyle`: fonts, palette, one style per tree policy).
 
 1. ``tokens_vs_relaxation``: tokens per step against the relaxation
    strength (LANTERN delta, LANTERN++ lam), one panel per world, one line per tree.
@@ -13,29 +14,18 @@ from pathlib import Path
 
 import numpy as np
 
+from relaxspec.figstyle import FULL_WIDTH, METHODS, MethodStyle, method_key, method_style, pyplot, save
 from simulate.sweep import read_results
 
-FULL_WIDTH = 6.9  # inches: two-column figure
-COLUMN_WIDTH = 3.3
+# tree depth, accepted depth with the exact test, with the most relaxed test
+DEPTH_COLOURS = ("#DDDDDD", METHODS["exact"].color, METHODS["lantern"].color)
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams.update({"font.size": 7, "axes.titlesize": 8, "legend.fontsize": 6, "lines.markersize": 3})
-    return plt
-
-
-def _save(fig, out: Path, name: str) -> list[Path]:
-    paths = []
-    for ext in ("pdf", "png"):
-        p = out / f"{name}.{ext}"
-        fig.savefig(p, dpi=200, bbox_inches="tight")
-        paths.append(p)
-    return paths
+def tree_styles(trees: list[str]) -> dict[str, MethodStyle]:
+    """One style per tree spec; trees of one family in a CSV are told apart by their full spec."""
+    keys = [method_key(t) for t in trees]
+    return {t: method_style(t, label=t if keys.count(k) > 1 else None)
+            for t, k in zip(trees, keys, strict=True)}
 
 
 def _key(row) -> tuple:
@@ -49,10 +39,10 @@ def plot_results(csv_path: str | Path, out: str | Path) -> list[Path]:
         raise ValueError(f"{csv_path} holds no results")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    plt = _plt()
+    plt = pyplot(headless=True)
     worlds = sorted({r["world"] for r in rows})
     trees = sorted({r["tree"] for r in rows})
-    colours = {t: f"C{i % 10}" for i, t in enumerate(trees)}
+    styles = tree_styles(trees)
     written: list[Path] = []
 
     # 1. tokens per step vs relaxation strength
@@ -73,14 +63,13 @@ def plot_results(csv_path: str | Path, out: str | Path) -> list[Path]:
                 if len(pts) < 1:
                     continue
                 x, y, e = (np.array(v) for v in zip(*pts, strict=True))
-                ax.errorbar(x, y, yerr=e, marker="o", color=colours[tree], label=tree, capsize=1.5)
+                ax.errorbar(x, y, yerr=e, **styles[tree].kwargs())
             ax.set_xlabel(label + (" (TV budget)" if kind == "additive" else " (mass ratio)"))
             ax.set_ylabel("tokens per step")
             ax.set_title(f"{world}")
-            ax.grid(alpha=0.3)
     axes[0][0].legend(loc="upper left")
     fig.tight_layout()
-    written += _save(fig, out, "tokens_vs_relaxation")
+    written += save(fig, out, "tokens_vs_relaxation")
     plt.close(fig)
 
     # 2. tree depth vs accepted depth, exact and most relaxed
@@ -97,15 +86,14 @@ def plot_results(csv_path: str | Path, out: str | Path) -> list[Path]:
                                                        if r["relax"] != "none"), default=np.nan)),
         )):
             vals = [pick([r for r in sel if r["tree"] == t]) for t in trees]
-            ax.bar(xs + (off - 1) * 0.27, vals, width=0.27, label=label)
+            ax.bar(xs + (off - 1) * 0.27, vals, width=0.27, label=label, color=DEPTH_COLOURS[off])
         ax.set_xticks(xs)
-        ax.set_xticklabels([t.split(":")[0] for t in trees], rotation=30, ha="right")
+        ax.set_xticklabels([styles[t].label for t in trees], rotation=30, ha="right")
         ax.set_ylabel("depth (tokens)")
         ax.set_title(world)
-        ax.grid(alpha=0.3, axis="y")
     axes[0][0].legend(loc="upper left")
     fig.tight_layout()
-    written += _save(fig, out, "depth")
+    written += save(fig, out, "depth")
     plt.close(fig)
 
     # 3. speed / distortion trade-off
@@ -116,14 +104,13 @@ def plot_results(csv_path: str | Path, out: str | Path) -> list[Path]:
             sel = [r for r in rows if r["world"] == world and r["tree"] == tree and r["rule"] == "r1"
                    and r["variant"] == "principled" and np.isfinite(r["tv_bound_per_token"])]
             sel.sort(key=lambda r: r["tv_bound_per_token"])
-            ax.plot([r["tv_bound_per_token"] for r in sel], [r["mean_tokens_per_step"] for r in sel], "o-",
-                    color=colours[tree], label=tree)
+            ax.plot([r["tv_bound_per_token"] for r in sel], [r["mean_tokens_per_step"] for r in sel],
+                    **styles[tree].kwargs())
         ax.set_xlabel("TV bound per token")
         ax.set_ylabel("tokens per step")
         ax.set_title(world)
-        ax.grid(alpha=0.3)
     axes[0][0].legend(loc="lower right")
     fig.tight_layout()
-    written += _save(fig, out, "tradeoff")
+    written += save(fig, out, "tradeoff")
     plt.close(fig)
     return written

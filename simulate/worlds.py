@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -329,12 +330,40 @@ class WorldStats:
     n_positions: int
 
 
-def world_stats(world: LatentWorld | StationaryWorld, *, n_sequences: int = 8, seq_len: int = 64,
-                seed: int = 0, temperature: float = 1.0) -> WorldStats:
-    """Mean top-1 probability, entropy, top-10 mass and 1 - TV(p, q) over sampled sequences."""
+def ambiguity(p: np.ndarray) -> tuple[float, float, float]:
+    """Top-1 probability, entropy (nats) and top-10 mass of one distribution."""
+    srt = np.sort(p)[::-1]
+    nz = p[p > 0]
+    return float(srt[0]), float(-(nz * np.log(nz)).sum()), float(srt[:10].sum())
+
+
+def trace_stats(world: TraceWorld) -> WorldStats:
+    """Ambiguity at the root of every recorded step: the positions the captured model decoded.
+
+    p and q come from the stored logits with the trace's sampling settings;
+    1 - TV(p, q) is averaged over the steps with drafts (NaN when none has).
+    """
+    h = world.header
+    stats, acc = [], []
+    for step in world.trace.steps():
+        p = h.target_sampling.probs(step.target_logits[0].astype(np.float64))
+        stats.append(ambiguity(p))
+        if step.parents.size > 1:  # the drafter ran at the root
+            q = h.draft_sampling.probs(step.draft_logits[0].astype(np.float64))
+            acc.append(1.0 - total_variation(p, q))
+    if not stats:
+        raise ValueError(f"trace {world.trace.path} holds no steps")
+    top1, ent, top10 = np.mean(stats, axis=0)
+    return WorldStats(float(top1), float(ent), float(top10), float(np.mean(acc)) if acc else float("nan"),
+                      len(stats))
+
+
+def sampled_nodes(world: LatentWorld | StationaryWorld, *, n_sequences: int = 8, seq_len: int = 64,
+                  seed: int = 0, temperature: float = 1.0) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(p, q) at every position of ``n_sequences`` sequences of ``seq_len`` tokens sampled from the
+    world's target (sequence s keyed by (seed, s)): the nodes a lossless decoder visits."""
     if n_sequences < 1 or seq_len < 1:
         raise ValueError("n_sequences and seq_len must be >= 1")
-    top1, ent, top10, acc = [], [], [], []
     for s in range(n_sequences):
         key = np.uint64(stream_key(np.int64(seed), np.int64(s)))
         if isinstance(world, LatentWorld):
@@ -343,19 +372,27 @@ def world_stats(world: LatentWorld | StationaryWorld, *, n_sequences: int = 8, s
             z, h = None, np.uint64(0)
         for t in range(seq_len):
             p = world.target_probs(z, temperature)
-            q = world.draft_probs(z, h, temperature)
-            srt = np.sort(p)[::-1]
-            top1.append(srt[0])
-            top10.append(srt[:10].sum())
-            nz = p[p > 0]
-            ent.append(float(-(nz * np.log(nz)).sum()))
-            acc.append(1.0 - total_variation(p, q))
+            yield p, world.draft_probs(z, h, temperature)
             x = int(np.searchsorted(np.cumsum(p), uniform(key, t) * p.sum(), side="right"))
             x = min(x, p.size - 1)
             if isinstance(world, LatentWorld):
                 z, h = world.advance(z, h, x)
-    return WorldStats(float(np.mean(top1)), float(np.mean(ent)), float(np.mean(top10)), float(np.mean(acc)),
-                      len(top1))
+
+
+def world_stats(world: LatentWorld | StationaryWorld | TraceWorld, *, n_sequences: int = 8, seq_len: int = 64,
+                seed: int = 0, temperature: float = 1.0) -> WorldStats:
+    """Mean top-1 probability, entropy, top-10 mass and 1 - TV(p, q) over sampled sequences
+    (:func:`sampled_nodes`; over the recorded steps for a :class:`TraceWorld`: :func:`trace_stats`,
+    the other arguments are then unused)."""
+    if isinstance(world, TraceWorld):
+        return trace_stats(world)
+    stats, acc = [], []
+    for p, q in sampled_nodes(world, n_sequences=n_sequences, seq_len=seq_len, seed=seed,
+                              temperature=temperature):
+        stats.append(ambiguity(p))
+        acc.append(1.0 - total_variation(p, q))
+    top1, ent, top10 = np.mean(stats, axis=0)
+    return WorldStats(float(top1), float(ent), float(top10), float(np.mean(acc)), len(stats))
 
 
 def make_world(name: str, **overrides) -> LatentWorld:
@@ -371,7 +408,10 @@ __all__ = [
     "TraceWorld",
     "World",
     "WorldStats",
+    "ambiguity",
     "make_world",
+    "sampled_nodes",
+    "trace_stats",
     "world_stats",
     "fmix",
 ]

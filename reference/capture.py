@@ -1,0 +1,49 @@
+"""Capturing a trace (SPEC section 7) from a decoder held in memory.
+
+``relaxspec generate --trace`` captures from LlamaGen checkpoint files; this
+captures from any :class:`~reference.decode.Decoder` (the shipped mini model,
+a random-weight model built in a notebook), with the header filled from the
+decoder's own settings and a hash of the target's weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from reference.decode import Decoder, DecodeResult
+from simulate.trace import TraceHeader, TraceWriter, array_sha256
+
+
+def module_sha256(module: torch.nn.Module) -> str:
+    """SHA-256 of a module's state dict (names, dtypes, shapes and bytes, in order)."""
+    h = hashlib.sha256()
+    for name, t in module.state_dict().items():
+        a = t.detach().cpu().contiguous()
+        h.update(f"{name}{a.dtype}{tuple(a.shape)}".encode())
+        h.update(a.view(torch.uint8).numpy().tobytes() if a.numel() else b"")
+    return h.hexdigest()
+
+
+def capture_trace(decoder: Decoder, path: str | Path, labels: Sequence[int], *, seed: int = 0,
+                  neighbours: np.ndarray | None = None, codebook: np.ndarray | None = None,
+                  model: str = "in-memory", extra: dict | None = None) -> list[DecodeResult]:
+    """Generate one sequence per label (sequence i keyed by (seed, i)) and write their trace to ``path``.
+
+    ``neighbours`` is the table the decoder relaxes with (stored in the trace;
+    required when the decoder relaxes), ``codebook`` the VQ code vectors
+    whose hash names the vocabulary (zeros when not given).
+    """
+    st = decoder.settings
+    header = TraceHeader(
+        model=model, checkpoint_sha256=module_sha256(decoder.target), vocab_size=decoder.vocab,
+        codebook_sha256=array_sha256(codebook) if codebook is not None else "0" * 64, rule=st.rule,
+        relax=str(st.relax), variant=st.variant, tree=str(decoder.policy) if decoder.policy else "ar",
+        target_sampling=st.target_sampling, draft_sampling=st.draft_sampling, logits_dtype=st.logits_dtype,
+        extra={"cfg_scale": st.cfg_scale, "seed": seed, **(extra or {})})
+    with TraceWriter(path, header, neighbours) as writer:
+        return [decoder.generate(int(c), seed, sequence=i, trace=writer) for i, c in enumerate(labels)]

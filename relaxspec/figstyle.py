@@ -1,0 +1,234 @@
+"""One figure style for every figure of the suite: two-column paper sizes, fonts, palette, methods.
+
+- Sizes: :data:`COLUMN_WIDTH` (3.3 in, one column) and :data:`FULL_WIDTH`
+  (6.9 in, both columns); font sizes read at print size (7 pt text).
+- Palette: Paul Tol's *muted* scheme (:data:`PALETTE`), distinguishable
+  under the common colour-vision deficiencies; black and grey for baselines.
+- Methods: one mapping from a method to its label, colour, marker and line
+  style (:func:`method_style`). A method is a tree policy (AR, EAGLE-2, DDD,
+  static ``naive_extend_57`` / ``mc_sim_7b_63``, Sequoia, chains) or a
+  verification rule (exact, LANTERN delta, LANTERN++ lam), given as a spec
+  string (``"eagle2:10,4,59"``, ``"additive:k=1000,delta=0.1"``), a policy
+  name (``"eagle2-10-4-59"``), a policy object or a ``theory.Relax``. The
+  official variants keep their method's colour with dashed lines and open
+  markers; rule R2 dash-dots, R3 dots (official R2: dash-dot-dot). Methods added later (issue 7's
+  relaxation-aware policies) register with :func:`register_method`.
+
+Use :func:`pyplot` to get a styled ``matplotlib.pyplot``, :func:`subplots`
+for a figure of paper width and :func:`save` to write vector PDF + PNG.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from theory.relax import Relax
+
+COLUMN_WIDTH = 3.3  # inches: one column of a two-column paper
+FULL_WIDTH = 6.9  # inches: a figure across both columns
+PNG_DPI = 150  # enough for the README and slides; the PDF is the figure for papers
+FORMATS = ("pdf", "png")
+
+# Paul Tol's muted qualitative scheme (https://personal.sron.nl/~pault/), colour-blind safe.
+PALETTE: dict[str, str] = {
+    "indigo": "#332288", "cyan": "#88CCEE", "teal": "#44AA99", "green": "#117733", "olive": "#999933",
+    "sand": "#DDCC77", "rose": "#CC6677", "wine": "#882255", "purple": "#AA4499",
+}
+BLACK, GREY = "#000000", "#777777"
+
+RC: dict[str, Any] = {
+    "font.size": 7, "axes.titlesize": 7.5, "axes.labelsize": 7, "legend.fontsize": 6,
+    "xtick.labelsize": 6, "ytick.labelsize": 6, "lines.linewidth": 1.1, "lines.markersize": 3.5,
+    "axes.linewidth": 0.6, "xtick.major.width": 0.6, "ytick.major.width": 0.6, "axes.grid": True,
+    "grid.alpha": 0.3, "grid.linewidth": 0.5, "legend.frameon": False, "figure.dpi": 120,
+    "savefig.dpi": PNG_DPI, "savefig.bbox": "tight", "savefig.pad_inches": 0.02, "pdf.fonttype": 42,
+    "ps.fonttype": 42, "mathtext.fontset": "dejavusans", "axes.spines.top": False,
+    "axes.spines.right": False, "errorbar.capsize": 1.5,
+}
+
+
+@dataclass(frozen=True)
+class MethodStyle:
+    """How one method is drawn: legend label, colour, marker, line style and marker fill."""
+
+    label: str
+    color: str
+    marker: str
+    linestyle: str = "-"
+    fillstyle: str = "full"
+
+    def kwargs(self, **overrides: Any) -> dict[str, Any]:
+        """Keyword arguments for ``Axes.plot`` / ``errorbar`` (``overrides`` win)."""
+        kw = {"label": self.label, "color": self.color, "marker": self.marker, "linestyle": self.linestyle,
+              "fillstyle": self.fillstyle}
+        kw.update(overrides)
+        return kw
+
+
+# Method families. Keys are what :func:`method_key` returns.
+METHODS: dict[str, MethodStyle] = {
+    "ar": MethodStyle("AR", BLACK, "x", ":"),
+    "exact": MethodStyle("exact", GREY, "o"),
+    "lantern": MethodStyle("LANTERN", PALETTE["teal"], "o"),
+    "lantern++": MethodStyle("LANTERN++", PALETTE["purple"], "s"),
+    "eagle2": MethodStyle("EAGLE-2", PALETTE["indigo"], "o"),
+    "ddd": MethodStyle("DDD", PALETTE["cyan"], "s"),
+    "naive_extend_57": MethodStyle("static naive_extend_57", PALETTE["rose"], "^"),
+    "mc_sim_7b_63": MethodStyle("static mc_sim_7b_63", PALETTE["wine"], "v"),
+    "sequoia": MethodStyle("Sequoia", PALETTE["green"], "D"),
+    "chain": MethodStyle("chain", PALETTE["sand"], "P"),
+}
+# Colours not yet taken by a family, in the order :func:`register_method` hands them out.
+RESERVED_COLOURS = [PALETTE["olive"]]
+UNKNOWN = MethodStyle("?", "#BBBBBB", "*", "-")
+
+RULE_LINESTYLES = {"r1": None, "r2": "-.", "r3": ":"}
+RULE_SUFFIX = {"r1": "", "r2": ", R2", "r3": ", greedy"}
+OFFICIAL_LINESTYLES = {"r1": "--", "r2": (0, (4, 1, 1, 1, 1, 1)), "r3": (0, (1, 2))}
+
+
+def register_method(key: str, label: str, marker: str = "h", color: str | None = None) -> MethodStyle:
+    """Add a method family (e.g. a new tree policy); the colour defaults to the next reserved one."""
+    if key in METHODS:
+        raise ValueError(f"method {key!r} is already registered as {METHODS[key]}")
+    if color is None:
+        used = {s.color for s in METHODS.values()}
+        free = [c for c in RESERVED_COLOURS if c not in used]
+        color = free[0] if free else UNKNOWN.color
+    METHODS[key] = MethodStyle(label, color, marker)
+    return METHODS[key]
+
+
+_TREE_PATTERNS = [
+    (r"ar", "ar"),
+    (r"eagle-?2\b.*", "eagle2"),
+    (r"ddd\b.*", "ddd"),
+    (r"(static:)?naive_extend_57", "naive_extend_57"),
+    (r"(static:)?mc_sim_7b_63", "mc_sim_7b_63"),
+    (r"sequoia\b.*", "sequoia"),
+    (r"chain:?\d+", "chain"),
+]
+
+
+_RELAX_KINDS = ("additive", "multiplicative")
+
+
+def method_key(method: object) -> str:
+    """The family key of a method (see the module docstring); unknown names are returned as given."""
+    if isinstance(method, Relax):
+        return {"none": "exact", "additive": "lantern", "multiplicative": "lantern++"}[method.kind]
+    text = str(method).strip()
+    if text.lower() in ("exact", "none", "lossless"):
+        return "exact"
+    if text.lower() in METHODS:
+        return text.lower()
+    if text.split(":")[0] in _RELAX_KINDS:
+        return method_key(Relax.parse(text))
+    for pattern, key in _TREE_PATTERNS:
+        if re.fullmatch(pattern, text, flags=re.IGNORECASE):
+            return key
+    return text
+
+
+def relax_label(relax: Relax | str, *, show_k: bool = False) -> str:
+    """``exact``, ``LANTERN δ=0.1`` or ``LANTERN++ λ=2`` (with ``k=...`` when ``show_k``)."""
+    r = Relax.parse(relax) if isinstance(relax, str) else relax
+    if r.kind == "none":
+        return METHODS["exact"].label
+    k = f", k={r.k}" if show_k else ""
+    if r.kind == "additive":
+        return f"{METHODS['lantern'].label} δ={r.delta:g}{k}"
+    return f"{METHODS['lantern++'].label} λ={r.lam:g}{k}"
+
+
+def method_style(method: object, *, variant: str = "principled", rule: str = "r1",
+                 label: str | None = None) -> MethodStyle:
+    """The style of ``method`` (a relaxation's label carries its parameter).
+
+    ``variant="official"`` draws dashed with open markers; ``rule`` r2 / r3
+    changes the line style and tags the label. ``label`` replaces the label.
+    """
+    key = method_key(method)
+    base = METHODS.get(key, replace(UNKNOWN, label=key))
+    text = base.label
+    if isinstance(method, Relax) or (isinstance(method, str) and method.split(":")[0] in _RELAX_KINDS):
+        text = relax_label(method)  # type: ignore[arg-type]
+    if key == "chain":
+        text = f"chain of {re.sub(r'[^0-9]', '', str(method))}"
+    text += RULE_SUFFIX.get(rule, f", {rule}")
+    style = replace(base, label=text)
+    if RULE_LINESTYLES.get(rule):
+        style = replace(style, linestyle=RULE_LINESTYLES[rule])
+    if variant == "official":
+        style = replace(style, label=style.label + " (official)", fillstyle="none",
+                        linestyle=OFFICIAL_LINESTYLES.get(rule, "--"))
+    if label is not None:
+        style = replace(style, label=label)
+    return style
+
+
+def shades(color: str, n: int, lightest: float = 0.35) -> list[str]:
+    """``n`` shades of ``color`` from light (mixed with white) to the colour itself: a swept parameter."""
+    from matplotlib.colors import to_hex, to_rgb
+
+    rgb = to_rgb(color)
+    if n == 1:
+        return [to_hex(rgb)]
+    out = []
+    for i in range(n):
+        t = lightest + (1.0 - lightest) * i / (n - 1)
+        out.append(to_hex(tuple(1.0 - t * (1.0 - c) for c in rgb)))
+    return out
+
+
+def apply() -> None:
+    """Set matplotlib's rcParams to the suite's style (palette as the default colour cycle)."""
+    import matplotlib as mpl
+    from cycler import cycler
+
+    mpl.rcParams.update(RC)
+    mpl.rcParams["axes.prop_cycle"] = cycler(color=list(PALETTE.values()))
+
+
+def pyplot(headless: bool = False):
+    """``matplotlib.pyplot`` with the style applied; ``headless`` selects the Agg backend first."""
+    import matplotlib
+
+    if headless:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    apply()
+    return plt
+
+
+def subplots(nrows: int = 1, ncols: int = 1, *, width: str | float = "full", height: float | None = None,
+             **kw: Any):
+    """``plt.subplots`` at paper width (``"column"``, ``"full"`` or inches); height 2.2 in per row."""
+    import matplotlib.pyplot as plt
+
+    w = {"column": COLUMN_WIDTH, "full": FULL_WIDTH}.get(width, width) if isinstance(width, str) else width
+    if not isinstance(w, (int, float)):
+        raise ValueError(f"width must be 'column', 'full' or inches, got {width!r}")
+    return plt.subplots(nrows, ncols, figsize=(float(w), height or 2.2 * nrows), **kw)
+
+
+def panel_label(ax, letter: str) -> None:
+    """A bold panel letter ((a), (b), ...) in the top-left corner outside the axes."""
+    ax.set_title(f"({letter})", loc="left", fontweight="bold", fontsize=RC["axes.titlesize"])
+
+
+def save(fig, out: str | Path, name: str, formats: tuple[str, ...] = FORMATS) -> list[Path]:
+    """Write ``out/name.pdf`` (vector) and ``out/name.png``; returns the paths."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for ext in formats:
+        path = out / f"{name}.{ext}"
+        fig.savefig(path, dpi=PNG_DPI, bbox_inches="tight", metadata={"CreationDate": None}
+                    if ext == "pdf" else None)
+        paths.append(path)
+    return paths

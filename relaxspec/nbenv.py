@@ -1,0 +1,113 @@
+"""What a notebook reads from its environment: the size switch, where figures go, the repository.
+
+- ``RELAXSPEC_NB_SIZE`` = ``small`` | ``full`` (default ``full``): every
+  notebook picks its sample sizes with :func:`pick`. CI runs ``small``
+  (seconds per notebook, a smoke test of every cell), ``relaxspec figures``
+  runs ``full`` (the figures of the paper).
+- ``RELAXSPEC_FIGURES``: the folder figures are written to (default
+  ``figures/`` at the repository root).
+- ``RELAXSPEC_ROOT``: the repository root, when the notebook cannot find it
+  (it looks beside the installed package, then upwards from the working folder).
+
+Prose that quotes numbers is printed from code with :func:`say` (Markdown),
+so that every number in a notebook's text is computed by the notebook.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TypeVar
+
+SIZE_VAR = "RELAXSPEC_NB_SIZE"
+FIGURES_VAR = "RELAXSPEC_FIGURES"
+ROOT_VAR = "RELAXSPEC_ROOT"
+SIZES = ("small", "full")
+DEFAULT_SIZE = "full"
+
+T = TypeVar("T")
+
+
+def size() -> str:
+    """The run size from ``RELAXSPEC_NB_SIZE`` (``small`` or ``full``)."""
+    value = os.environ.get(SIZE_VAR, DEFAULT_SIZE).strip().lower() or DEFAULT_SIZE
+    if value not in SIZES:
+        raise ValueError(f"{SIZE_VAR} must be one of {SIZES}, got {value!r}")
+    return value
+
+
+def pick(small: T, full: T) -> T:
+    """``small`` or ``full``, by the run size."""
+    return small if size() == "small" else full
+
+
+def _is_root(path: Path) -> bool:
+    return (path / "pyproject.toml").is_file() and (path / "relaxspec").is_dir()
+
+
+def repo_root() -> Path:
+    """The repository root: ``RELAXSPEC_ROOT``, the package's parent, or above the working folder."""
+    if os.environ.get(ROOT_VAR):
+        root = Path(os.environ[ROOT_VAR]).expanduser().resolve()
+        if not _is_root(root):
+            raise ValueError(f"{ROOT_VAR}={root} is not a relaxspec checkout (no pyproject.toml, relaxspec/)")
+        return root
+    here = Path(__file__).resolve().parents[1]
+    if _is_root(here):
+        return here
+    for parent in [Path.cwd(), *Path.cwd().parents]:
+        if _is_root(parent):
+            return parent
+    raise ValueError(f"cannot find the relaxspec repository; set {ROOT_VAR}")
+
+
+def figures_dir() -> Path:
+    """Where figures are written (``RELAXSPEC_FIGURES`` or ``<root>/figures``); created if missing."""
+    value = os.environ.get(FIGURES_VAR, "").strip()
+    path = Path(value).expanduser() if value else repo_root() / "figures"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def env_path(var: str) -> Path | None:
+    """The path in environment variable ``var`` (None when unset or empty); must exist."""
+    value = os.environ.get(var, "").strip()
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    if not path.exists():
+        raise ValueError(f"{var}={value} does not exist")
+    return path
+
+
+def say(text: str) -> None:
+    """Show computed prose as Markdown in a notebook (plain print elsewhere)."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import Markdown, display
+    except ImportError:  # pragma: no cover - IPython ships with ipykernel
+        print(text)
+        return
+    if get_ipython() is None:
+        print(text)
+    else:
+        display(Markdown(text))
+
+
+# The mini model of issue 5 (branch ``mini``): package ``mini``, weights in ``weights/`` as
+# ``NAME.safetensors`` + ``NAME.json`` per component.
+SHIPPED_COMPONENTS = ("tokenizer", "target", "eagle_head", "draft_gpt", "evaluator")
+
+
+def shipped_model_missing() -> str | None:
+    """None when the shipped mini model can be loaded (``mini.shipped``); otherwise what is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec("mini") is None or importlib.util.find_spec("mini.shipped") is None:
+        return "the `mini` package (issue 5, the Fashion-MNIST model) is not in this checkout yet"
+    weights = repo_root() / "weights"
+    absent = [c for c in SHIPPED_COMPONENTS
+              if not ((weights / f"{c}.safetensors").is_file() and (weights / f"{c}.json").is_file())]
+    if absent:
+        return f"`weights/` lacks the trained component(s) {', '.join(absent)}"
+    return None
