@@ -27,6 +27,16 @@ Modes
   (non-maximum suppression). Under R1 a rejected child removes its whole
   proximity set from the residual, so a later sibling inside it could only
   win through its own neighbours. May return fewer than m children.
+- ``"walk"``: the R1 walk run on q itself (``theory.stages``, principled):
+  candidates in q~ order; one whose residual draft mass is 0 (it lies in an
+  earlier sibling's proximity set) is skipped; a taken child's value is
+  min(Z, r(x) + C_J), its acceptance probability if the target were q
+  (docs/theory.md, Lemma 5: P(c_i accepted) = p(B_i)), with A(x) formed on
+  the residual as the verifier forms it; its proximity set is then removed.
+  Stops when the residual runs out of mass. Only the sibling's own token
+  must not be absorbed: neighbour sets may overlap (the verifier merges
+  other neighbours instead). Without merging (``Relax.none()``, k = 0) the
+  walk's values are q(x) exactly (Theorem 1), so the mode is ``"q"``.
 
 ``select`` is the NumPy oracle; :mod:`simulate.latent_kernels` is its Numba
 twin (same children and values given the same q row, tested exactly).
@@ -39,8 +49,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from theory.relax import Relax, merge_count
+from theory.stages import r1_reject, zero_set
 
-SELECTION_MODES = ("q", "latent", "diverse")
+SELECTION_MODES = ("q", "latent", "diverse", "walk")
 DEFAULT_POOL = 40
 
 
@@ -113,7 +124,7 @@ class ChildSelector:
     def select(self, q: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
         """Children (int64, rank order) and their values (q or q~, float64) for a node with row q."""
         self.check_row(q)
-        if self.mode == "q":
+        if self.mode == "q" or (self.mode == "walk" and not self.merges):
             kids = top_ranked(q, m)
             return kids, q[kids].astype(np.float64)
         cand = top_ranked(q, max(self.pool, m))
@@ -123,6 +134,8 @@ class ChildSelector:
         if self.mode == "latent":
             pick = order[:m]
             return cand[pick], qt[pick]
+        if self.mode == "walk":
+            return self._walk(q, cand[order], m)
         taken: set[int] = set()
         pick_list: list[int] = []
         for j in order.tolist():
@@ -135,6 +148,25 @@ class ChildSelector:
             pick_list.append(j)
         pick = np.array(pick_list, dtype=np.int64)
         return cand[pick], qt[pick]
+
+    def _walk(self, q: np.ndarray, cands: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """Mode ``"walk"``: R1 (principled) on q over the candidates in order (see the module docstring)."""
+        r, Z = q.astype(np.float64, copy=True), 1.0
+        kids: list[int] = []
+        vals: list[float] = []
+        for x in cands.tolist():
+            if len(kids) == m:
+                break
+            if r[x] == 0.0:
+                continue
+            J, c = merge_count(r, Z, x, self.neighbours[x], self.relax)
+            kids.append(x)
+            vals.append(min(Z, r[x] + c))
+            Z_next = r1_reject(r, Z, zero_set(x, self.neighbours[x], J, self.relax, "principled"))
+            if Z_next > Z:  # the residual ran out of mass and restarted uniform: nothing is left
+                break
+            Z = Z_next
+        return np.array(kids, dtype=np.int64), np.array(vals, dtype=np.float64)
 
     def overlapping(self, q: np.ndarray, children: np.ndarray) -> int:
         """How many children's proximity sets (on q) share a token with an earlier child's."""

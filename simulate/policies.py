@@ -405,17 +405,19 @@ class LatentAwareTree(Eagle2Tree):
     node's children are the ``top_k`` tokens of largest q~(x) = q(A(x)) among
     the ``pool`` most probable tokens of q, A(x) formed on q with the
     verifier's relaxation ``relax`` and table ``neighbours``, and a node's
-    score is the sum of log q~ along its path. ``diverse=True`` picks
+    score is the sum of log q~ along its path. ``mode="diverse"`` picks
     siblings greedily by q~ while skipping any whose proximity set overlaps a
-    chosen sibling's (:mod:`simulate.latent`). With ``Relax.none()`` (or
-    k = 0) the tree is EAGLE-2's, node for node.
+    chosen sibling's; ``mode="walk"`` scores each sibling by its acceptance
+    probability under R1 run on q (:mod:`simulate.latent`). With
+    ``Relax.none()`` (or k = 0) the tree is EAGLE-2's, node for node.
     """
 
     def __init__(self, top_k: int = 10, depth: int = 4, total_tokens: int = 59, *, relax: Relax,
-                 neighbours: np.ndarray | None, pool: int = 40, diverse: bool = False) -> None:
-        selector = ChildSelector("diverse" if diverse else "latent", relax, neighbours, pool)
+                 neighbours: np.ndarray | None, pool: int = 40, mode: str = "latent") -> None:
+        if mode == "q":
+            raise ValueError("a latent-aware tree selects by 'latent', 'diverse' or 'walk' (q: Eagle2Tree)")
+        selector = ChildSelector(mode, relax, neighbours, pool)
         self._init(top_k, 1 + depth, total_tokens, (), 0.0, selector)
         self.depth = int(depth)
-        self.diverse = bool(diverse)
-        kind = "latent-diverse" if diverse else "latent"
+        kind = "latent" if mode == "latent" else f"latent-{mode}"
         self.name = f"{kind}-{self.top_k}-{self.depth}-{self.total_tokens}"

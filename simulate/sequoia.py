@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from simulate.latent import ChildSelector
 from simulate.policies import StaticTree
 
 
@@ -66,29 +67,37 @@ def sequoia_choices(acceptance: Sequence[float], n_nodes: int,
 
 
 class SequoiaTree(StaticTree):
-    """Sequoia's optimal static tree for a positional acceptance vector."""
+    """Sequoia's optimal static tree for a positional acceptance vector.
 
-    def __init__(self, acceptance_vector: Sequence[float], n_nodes: int, max_depth: int) -> None:
+    ``selector`` ranks each node's children (default: by q, as Sequoia
+    does); the acceptance vector should be measured with the same ranking
+    (:func:`measure_positional_acceptance`)."""
+
+    def __init__(self, acceptance_vector: Sequence[float], n_nodes: int, max_depth: int,
+                 selector: ChildSelector | None = None) -> None:
         choices, value = sequoia_choices(acceptance_vector, n_nodes, max_depth)
         if not choices:
             raise ValueError("the acceptance vector is all zero: the optimal tree is empty")
-        super().__init__(choices, name=f"sequoia-{n_nodes}-{max_depth}")
+        super().__init__(choices, name=f"sequoia-{n_nodes}-{max_depth}", selector=selector)
         self.acceptance_vector = np.asarray(acceptance_vector, dtype=np.float64)
         self.value = value
 
 
 def measure_positional_acceptance(world, *, width: int = 16, rule: str = "r1", relax=None,
                                   variant: str = "principled", n_sequences: int = 16, seq_len: int = 64,
-                                  temperature: float = 1.0, seed: int = 0, threads: int | None = None
-                                  ) -> np.ndarray:
+                                  temperature: float = 1.0, seed: int = 0, threads: int | None = None,
+                                  selector: ChildSelector | None = None) -> np.ndarray:
     """Sequoia's measurement: decode with a one-level tree of ``width`` children and return, per rank i,
-    the fraction of steps in which the rank-i child was accepted."""
+    the fraction of steps in which the rank-i child was accepted.
+
+    ``selector`` ranks the children (default: by q); with a latent-aware one
+    the vector is the relaxation-aware tree's (issue 7)."""
     from simulate.engine import run
     from theory.relax import Relax
 
     if int(width) != width or width < 1:
         raise ValueError(f"width must be a positive integer, got {width!r}")
-    star = StaticTree([[i] for i in range(int(width))], name=f"star{int(width)}")
+    star = StaticTree([[i] for i in range(int(width))], name=f"star{int(width)}", selector=selector)
     res = run(world, star, rule=rule, relax=relax or Relax.none(), variant=variant, n_sequences=n_sequences,
               seq_len=seq_len, temperature=temperature, seed=seed, threads=threads)
     counts = np.bincount(res.root_choice[res.root_choice >= 0], minlength=int(width))
