@@ -16,6 +16,8 @@ import sys
 # (subcommand, module providing add_parser, or "module:function")
 SUBCOMMANDS: list[tuple[str, str]] = [
     ("theory", "theory.cli"),
+    ("train-mini", "mini.train_mini"),
+    ("mini", "mini.cli"),
     ("simulate", "simulate.cli"),
     ("plot", "simulate.cli:add_plot_parser"),
     ("demo", "simulate.cli:add_demo_parser"),

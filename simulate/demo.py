@@ -125,6 +125,10 @@ def main(out: str | Path = "demo-output", threads: int | None = None, progress: 
     rows = read_results(out / "results.csv")
     figs = plot_results(out / "results.csv", out)
     report = write_report(rows, out, time.perf_counter() - t0)
+    from mini.demo import mini_section  # the same comparison on the shipped real model (issue 5)
+
+    with open(report, "a") as f:
+        f.write("\n".join(mini_section(out / "mini", progress=progress)))
     print(report.read_text())
     took = time.perf_counter() - t0
     print(f"wrote {out / 'results.csv'}, {len(figs)} figure files and {report} in {took:.0f} s")

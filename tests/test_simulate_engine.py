@@ -14,7 +14,7 @@ from theory.tree import choices_to_parents, expected_tokens_per_step
 
 @pytest.fixture(scope="module")
 def small_world():
-    return LatentWorld.preset("ambiguous", vocab_size=512, n_clusters=32)
+    return LatentWorld.preset("ambiguous", vocab_size=512, n_clusters=32, draft_sigma=0.05, draft_token_noise=0.3)
 
 
 CASES = [  # (tree, rule, relax, variant, exact_expectations)

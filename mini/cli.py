@@ -1,0 +1,136 @@
+"""``relaxspec mini ...``: the analyses of the shipped Fashion-MNIST model (tables in docs/mini_model.md).
+
+- ``ambiguity``: token selection ambiguity of the model vs the synthetic presets (``--fit`` fits a world);
+- ``quality``: FD and class accuracy per decoding configuration, tokens per step, TV bound, sample grid;
+- ``validate``: traces, replay, and simulate's predicted vs the decoder's measured tokens per step.
+
+Every command resumes from what ``--out`` already holds. Decoding runs on one
+thread: batch-2 (CFG) forwards of a small model are latency-bound, and a
+second thread only adds synchronisation (28x slower on a loaded 2-core machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_OUT = Path("results/mini")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``relaxspec mini``."""
+    parser = sub.add_parser("mini", help="analyses of the shipped Fashion-MNIST model (ambiguity, image "
+                                         "quality, simulator validation)")
+    parser.add_argument("--weights", type=Path, default=None, help="weights folder (default: weights/)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                        help=f"output folder (default {DEFAULT_OUT})")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-progress", action="store_true")
+    msub = parser.add_subparsers(dest="mini_command", metavar="MINI_COMMAND")
+    amb = msub.add_parser("ambiguity", help="target ambiguity and drafter acceptance vs the world presets")
+    amb.add_argument("--n-images", type=int, default=200, help="AR samples to measure along")
+    amb.add_argument("--fit", action="store_true", help="fit a latent world to the model's statistics")
+    amb.set_defaults(func=_ambiguity)
+    qual = msub.add_parser("quality",
+                           help="FD / class accuracy / tokens per step / TV bound per configuration")
+    qual.add_argument("--n-images", type=int, default=1000)
+    qual.add_argument("--configs", default=None, help="comma-separated configuration names (default: all)")
+    qual.set_defaults(func=_quality)
+    val = msub.add_parser("validate", help="traces, replay and simulate's predictions vs the decoder")
+    val.add_argument("--n-sequences", type=int, default=20)
+    val.set_defaults(func=_validate)
+    rep = msub.add_parser("report", help="markdown tables of the cards and of the analyses in --out")
+    rep.set_defaults(func=_report)
+    parser.set_defaults(func=lambda args: parser.print_help())
+    return parser
+
+
+def _load(args: argparse.Namespace, drafters: bool = True):
+    import torch
+
+    from mini.shipped import load_mini
+    from mini.weights import WEIGHTS_DIR
+
+    torch.set_num_threads(1)
+    return load_mini(args.weights or WEIGHTS_DIR, drafters=drafters)
+
+
+def _ambiguity(args: argparse.Namespace) -> int:
+    from mini.ambiguity import model_ambiguity
+    from mini.calibration import fit_world, params_literal, stats_of
+    from mini.decoding import CFG_SCALE
+    from mini.quality import QUALITY_CONFIGS, generate_config
+    from simulate.worlds import PRESETS
+
+    mini = _load(args)
+    records = generate_config(mini, QUALITY_CONFIGS[0], args.n_images, args.out, args.seed,
+                              not args.no_progress)
+    tokens = np.array([r["tokens"] for r in records])
+    labels = np.array([r["label"] for r in records])
+    result = {"model": model_ambiguity(mini, tokens, labels, CFG_SCALE), "cfg_scale": CFG_SCALE,
+              "n_images": len(records),
+              "worlds": {name: stats_of(PRESETS[name]) for name in ("confident", "ambiguous")}}
+    if args.fit:
+        m = result["model"]
+        params, fitted = fit_world(m["top1"], m["accept_eagle"])
+        result["fitted"] = {"params": params_literal(params), "stats": fitted}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "ambiguity.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def _quality(args: argparse.Namespace) -> int:
+    from mini.fashion_mnist import load_sample
+    from mini.figures import sample_grid
+    from mini.quality import QUALITY_CONFIGS, read_records, real_baseline, run_quality, slug, write_table
+    from mini.tokenizer import decode_tokens
+
+    configs = QUALITY_CONFIGS
+    if args.configs:
+        wanted = [s.strip() for s in args.configs.split(",")]
+        names = [c.name for c in QUALITY_CONFIGS]
+        unknown = sorted(set(wanted) - set(names))
+        if unknown:
+            raise ValueError(f"unknown configurations {unknown}; expected some of {names}")
+        configs = [c for c in QUALITY_CONFIGS if c.name in wanted]
+    mini = _load(args, drafters=not all(c.is_ar for c in configs))
+    rows = run_quality(mini, args.out, args.n_images, configs, args.seed, not args.no_progress)
+    images, labels = load_sample()
+    rows.insert(0, real_baseline(mini, images[:args.n_images], labels[:args.n_images]))
+    write_table(args.out / "quality.csv", rows)
+    grid_rows = []
+    for c in configs:
+        recs = read_records(args.out / slug(c.name) / "images.jsonl")[:10]
+        grid_rows.append((c.name, decode_tokens(mini.tokenizer, np.array([r["tokens"] for r in recs]))))
+    sample_grid(grid_rows, np.arange(10), args.out / "samples.png",
+                "Same class and seed per column (uniforms keyed by (seed, image index))")
+    for r in rows:
+        print(r)
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from mini.validation import run_validation
+    from simulate.worlds import PRESETS
+
+    mini = _load(args)
+    rows = run_validation(mini, args.out / "validation", PRESETS["ambiguous"], args.n_sequences,
+                          seed=args.seed, progress=not args.no_progress)
+    for r in rows:
+        print(r)
+    return 0 if all(r["replay_mismatches"] == 0 for r in rows) else 1
+
+
+def _report(args: argparse.Namespace) -> int:
+    from mini.report import render
+    from mini.weights import WEIGHTS_DIR
+
+    text = render(args.weights or WEIGHTS_DIR, args.out)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "tables.md").write_text(text)
+    print(text)
+    return 0

@@ -1,0 +1,99 @@
+"""Training the reference LlamaGen GPT on Fashion-MNIST token grids (the target and the draft GPT).
+
+Next-token cross-entropy over the 64 image tokens after the class token, with
+LlamaGen's classifier-free-guidance dropout (each label replaced by the null
+class with probability ``class_dropout_prob``), AdamW (LlamaGen: betas 0.9 /
+0.95, weight decay 0.05) with a warm-up and cosine decay.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from reference.model import GPTConfig, Transformer
+
+
+@dataclass(frozen=True)
+class GPTBudget:
+    """``steps`` AdamW steps of ``batch`` token grids; peak ``lr`` after ``warmup`` steps, cosine to 10%."""
+
+    steps: int = 3000
+    batch: int = 64
+    lr: float = 1e-3
+    warmup: int = 100
+    weight_decay: float = 0.05
+
+
+def lr_factor(step: int, budget: GPTBudget) -> float:
+    """Learning-rate multiplier at ``step``: linear warm-up, then cosine decay to 0.1."""
+    if step < budget.warmup:
+        return (step + 1) / budget.warmup
+    t = (step - budget.warmup) / max(1, budget.steps - budget.warmup)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(t, 1.0)))
+
+
+def check_tokens(tokens: np.ndarray, labels: np.ndarray, cfg: GPTConfig) -> None:
+    """Raise if token grids or labels do not fit the model's vocabulary, grid and classes."""
+    if tokens.ndim != 2 or tokens.shape[1] != cfg.block_size:
+        raise ValueError(f"token grids have shape {tokens.shape}; the model expects (N, {cfg.block_size})")
+    if tokens.min() < 0 or tokens.max() >= cfg.vocab_size:
+        raise ValueError(f"token ids reach {tokens.max()}, outside the model's vocabulary of "
+                         f"{cfg.vocab_size} (checkpoint and codebook do not match)")
+    if labels.shape != (len(tokens),) or labels.min() < 0 or labels.max() >= cfg.num_classes:
+        raise ValueError(f"labels must be {len(tokens)} classes in [0, {cfg.num_classes})")
+
+
+def train_gpt(cfg: GPTConfig, tokens: np.ndarray, labels: np.ndarray, budget: GPTBudget, *, name: str,
+              seed: int = 0, progress: bool = True) -> tuple[Transformer, dict]:
+    """Train a fresh ``Transformer(cfg)``; return it (eval mode) and a card fragment."""
+    check_tokens(tokens, labels, cfg)
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.from_numpy(np.asarray(tokens, dtype=np.int64))
+    y = torch.from_numpy(np.asarray(labels, dtype=np.int64))
+    model = Transformer(cfg)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": budget.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=budget.lr, betas=(0.9, 0.95))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, budget))
+    model.train()
+    start = time.perf_counter()
+    bar = tqdm(range(budget.steps), desc=name, disable=not progress, unit="step")
+    for _ in bar:
+        idx = torch.randint(len(x), (budget.batch,), generator=gen)
+        drop = torch.rand(budget.batch, generator=gen) < cfg.class_dropout_prob
+        logits = model(x[idx, :-1], y[idx], drop_labels=drop)
+        loss = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), x[idx].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        bar.set_postfix(loss=f"{loss.item():.3f}")
+    model.eval()
+    return model, {"config": cfg.to_dict(), "budget": asdict(budget),
+                   "training_seconds": time.perf_counter() - start}
+
+
+@torch.no_grad()
+def token_nll(model: Transformer, tokens: np.ndarray, labels: np.ndarray, batch: int = 250) -> float:
+    """Mean class-conditional negative log-likelihood per image token (nats)."""
+    check_tokens(tokens, labels, model.cfg)
+    model.eval()
+    total, count = 0.0, 0
+    x = torch.from_numpy(np.asarray(tokens, dtype=np.int64))
+    y = torch.from_numpy(np.asarray(labels, dtype=np.int64))
+    for i in range(0, len(x), batch):
+        logits = model(x[i:i + batch, :-1], y[i:i + batch])
+        total += F.cross_entropy(logits.reshape(-1, model.cfg.vocab_size), x[i:i + batch].reshape(-1),
+                                 reduction="sum").item()
+        count += x[i:i + batch].numel()
+    return total / count

@@ -1,0 +1,107 @@
+"""Markdown tables of the mini model's cards and analyses (what docs/mini_model.md shows).
+
+``relaxspec mini report`` renders, from the weights' cards and the files the
+other ``relaxspec mini`` commands wrote into ``--out``, the training table,
+the ambiguity table, the image-quality table and the validation table; any
+analysis not run yet is left out.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from mini.shipped import COMPONENT_NAMES
+from mini.weights import read_card
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
+        "| " + " | ".join(r) + " |" for r in rows]
+
+
+def training_table(weights: Path) -> list[str]:
+    """Components, parameters, storage, wall and CPU training time, key metrics."""
+    rows = []
+    total_wall = total_cpu = 0.0
+    for name in COMPONENT_NAMES:
+        c = read_card(weights, name)
+        m = c["metrics"]
+        key = {
+            "evaluator": f"test accuracy {m.get('test_accuracy', 0):.4f} "
+                         f"(sample {m.get('sample_accuracy', 0):.4f})",
+            "tokenizer": f"PSNR {m.get('psnr_db', 0):.2f} dB, codes used {m.get('fraction_used', 0):.3f}, "
+                         f"perplexity {m.get('perplexity', 0):.1f}",
+            "target": f"test NLL {m.get('test_nll_per_token_nats', 0):.4f} nats/token",
+            "draft_gpt": f"test NLL {m.get('test_nll_per_token_nats', 0):.4f} nats/token",
+            "eagle_head": f"top-1 agreement {m.get('top1_agreement', 0):.4f}, CE {m.get('cls', 0):.4f}",
+        }[name]
+        budget = c.get("budget", {})
+        steps = budget.get("steps", budget.get("epochs"))
+        unit = "steps" if "steps" in budget else "epochs"
+        cpu = c.get("training_cpu_seconds")
+        total_wall += c["training_seconds"]
+        total_cpu += cpu or 0.0
+        size = (weights / c["weights_file"]).stat().st_size / 2**20
+        rows.append([name, f"{c['n_parameters']:,}", c["storage_dtype"], f"{size:.2f}",
+                     f"{steps} {unit} x {budget.get('batch')}", f"{c['training_seconds']:.0f}",
+                     "n/a" if cpu is None else f"{cpu:.0f}", key])
+    rows.append(["total", "", "", "", "", f"{total_wall:.0f}", f"{total_cpu:.0f}", ""])
+    return _table(["component", "parameters", "stored as", "MiB", "budget", "wall s", "CPU s", "metrics"],
+                  rows)
+
+
+def ambiguity_table(path: Path) -> list[str]:
+    """The model's ambiguity next to the presets (and the fitted world when present)."""
+    d = json.loads(path.read_text())
+    m = d["model"]
+    rows = [[f"mini model (target, CFG {d['cfg_scale']}, {d['n_images']} AR samples)", f"{m['top1']:.3f}",
+             f"{m['entropy']:.3f}", f"{m['top10_mass']:.3f}",
+             f"EAGLE head {m['accept_eagle']:.3f}; draft GPT {m['accept_draft_gpt']:.3f}"]]
+    for name, s in d["worlds"].items():
+        rows.append([f"`{name}` world", f"{s['top1']:.3f}", f"{s['entropy']:.3f}", f"{s['top10_mass']:.3f}",
+                     f"{s['acceptance']:.3f}"])
+    if "fitted" in d:
+        s = d["fitted"]["stats"]
+        rows.append(["world fitted to the mini model (now the `ambiguous` preset)", f"{s['top1']:.3f}",
+                     f"{s['entropy']:.3f}", f"{s['top10_mass']:.3f}", f"{s['acceptance']:.3f}"])
+    return _table(["model / world", "mean top-1", "mean entropy (nats)", "mean top-10 mass",
+                   "mean 1 - TV(p, q)"], rows)
+
+
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def quality_table(path: Path) -> list[str]:
+    """The image-quality table."""
+    rows = [[r["config"], r["decoding"], r["n_images"], r["fd"], r["class_accuracy"], r["tokens_per_step"],
+             r["expected_tokens_per_step"], r["target_forwards_per_image"], r["tv_bound_per_sequence"]]
+            for r in _csv_rows(path)]
+    return _table(["configuration", "decoding", "images", "FD", "class accuracy", "tokens/step",
+                   "exact E[tokens/step]", "target forwards/image", "TV bound/sequence"], rows)
+
+
+def validation_table(path: Path) -> list[str]:
+    """The simulator-validation table."""
+    rows = [[r["config"], r["sequences"], r["speculative_steps"], r["replay_mismatches"],
+             r["measured_tokens_per_step"], r["trace_driven_prediction"],
+             f"{100 * float(r['trace_driven_rel_error']):.1f}%", r.get("world_prediction") or "",
+             f"{100 * float(r['world_rel_error']):.1f}%" if r.get("world_rel_error") else ""]
+            for r in _csv_rows(path)]
+    return _table(["configuration", "sequences", "speculative steps", "replay mismatches",
+                   "measured tokens/step", "trace-driven", "rel. error", "calibrated world", "rel. error"],
+                  rows)
+
+
+def render(weights: Path, out: Path) -> str:
+    """All available tables as markdown."""
+    parts = ["### Training", ""] + training_table(weights)
+    for title, name, fn in (("Ambiguity", "ambiguity.json", ambiguity_table),
+                            ("Image quality", "quality.csv", quality_table),
+                            ("Simulator validation", "validation/validation.csv", validation_table)):
+        if (out / name).exists():
+            parts += ["", f"### {title}", ""] + fn(out / name)
+    return "\n".join(parts) + "\n"

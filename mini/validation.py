@@ -1,0 +1,120 @@
+"""Simulator validation on real logits: traces of the mini model, replay, predicted vs measured.
+
+For each tree policy and rule, the reference decoder generates images with
+the mini model and writes a trace. Then:
+
+- replay (``reference.replay.replay``: ``theory`` and ``simulate``'s Numba
+  verifier) must reproduce every recorded outcome;
+- the *trace-driven* prediction is ``simulate.run`` on the
+  :class:`~simulate.worlds.TraceWorld`: the exact expected tokens per step on
+  the recorded trees and logits, averaged over the speculative steps;
+- the *calibrated-world* prediction is ``simulate.run`` in a latent-field
+  world fitted to the model's ambiguity (:mod:`mini.calibration`), with the
+  same tree policy, rule and relaxation;
+
+each against the decoder's measured mean tokens per speculative step, with
+the relative error.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from mini.decoding import DecodeConfig, make_decoder, trace_header
+from mini.fashion_mnist import NUM_CLASSES
+from mini.quality import EAGLE2, NEIGHBOURS_K, STATIC, slug
+from mini.shipped import MiniModel
+from reference.generate import policy_from_spec
+from reference.replay import replay
+from simulate import run
+from simulate.trace import TraceWriter
+from simulate.worlds import LatentParams, LatentWorld, TraceWorld
+
+DDD = {"top_k": 10, "max_calls": 11, "check_steps": [5, 7, 9], "threshold": -0.3, "total_tokens": 60}
+VALIDATION_CONFIGS: list[DecodeConfig] = [
+    DecodeConfig("EAGLE-2 r1 exact", tree="eagle2", tree_args=EAGLE2),
+    DecodeConfig("EAGLE-2 r1 LANTERN delta=0.2", tree="eagle2", tree_args=EAGLE2,
+                 relax=f"additive:k={NEIGHBOURS_K},delta=0.2"),
+    DecodeConfig("EAGLE-2 r3 exact", tree="eagle2", tree_args=EAGLE2, rule="r3"),
+    DecodeConfig("DDD r1 exact", tree="ddd", tree_args=DDD),
+    DecodeConfig("static r1 exact", tree="static", tree_args=STATIC),
+    DecodeConfig("static r1 LANTERN++ lam=5", tree="static", tree_args=STATIC,
+                 relax=f"multiplicative:k={NEIGHBOURS_K},lam=5"),
+    DecodeConfig("static r2 exact", tree="static", tree_args=STATIC, rule="r2"),
+    DecodeConfig("static r2 exact, draft GPT", tree="static", tree_args=STATIC, rule="r2",
+                 drafter="draft_gpt"),
+]
+COLUMNS = ("config", "decoding", "sequences", "speculative_steps", "replayed_steps", "replay_mismatches",
+           "measured_tokens_per_step", "trace_driven_prediction", "trace_driven_rel_error",
+           "world_prediction", "world_se", "world_rel_error", "seconds")
+
+
+def capture(mini: MiniModel, config: DecodeConfig, n_sequences: int, out: Path, seed: int = 0,
+            progress: bool = True) -> Path:
+    """Generate ``n_sequences`` images (class i % 10) with a trace at ``OUT/<config>.trace`` (resumes)."""
+    path = out / f"{slug(config.name)}.trace"
+    decoder = make_decoder(mini, config)
+    neighbours = None if config.relaxation.is_exact else mini.neighbours()
+    writer = TraceWriter(path, trace_header(mini, config), neighbours, resume=True)
+    todo = [i for i in range(n_sequences) if i not in writer.done_sequences]
+    for i in tqdm(todo, desc=config.name, disable=not progress or not todo, unit="img"):
+        decoder.generate(i % NUM_CLASSES, seed, sequence=i, trace=writer)
+    return path
+
+
+def validate_config(mini: MiniModel, config: DecodeConfig, world: LatentParams | None, n_sequences: int,
+                    out: Path, seed: int = 0, progress: bool = True) -> dict[str, Any]:
+    """Capture, replay and predict one configuration; one row of the validation table."""
+    start = time.perf_counter()
+    path = capture(mini, config, n_sequences, out, seed, progress)
+    report = replay(path, require_simulate=True)
+    traced = run(TraceWorld(path), None, rule=config.rule, relax=config.relaxation, n_sequences=1)
+    spec = traced.tree_size > 1
+    measured = float(traced.tokens[spec].mean())
+    predicted = float(traced.expected_tokens[spec].mean())
+    row: dict[str, Any] = {
+        "config": config.name, "decoding": config.describe(), "sequences": n_sequences,
+        "speculative_steps": int(spec.sum()), "replayed_steps": report.steps,
+        "replay_mismatches": len(report.mismatches), "measured_tokens_per_step": round(measured, 4),
+        "trace_driven_prediction": round(predicted, 4),
+        "trace_driven_rel_error": round(abs(predicted - measured) / measured, 4),
+    }
+    if world is not None:
+        policy = policy_from_spec(config.tree, **dict(config.tree_args))
+        sim = run(LatentWorld(world, name="fitted"), policy, rule=config.rule, relax=config.relaxation,
+                  n_sequences=max(n_sequences, 16), seq_len=64, seed=seed)
+        row.update(world_prediction=round(sim.mean_tokens_per_step, 4),
+                   world_se=round(sim.se_tokens_per_step, 4),
+                   world_rel_error=round(abs(sim.mean_tokens_per_step - measured) / measured, 4))
+    row["seconds"] = round(time.perf_counter() - start, 1)
+    return row
+
+
+def run_validation(mini: MiniModel, out: Path, world: LatentParams | None, n_sequences: int = 20,
+                   configs: list[DecodeConfig] | None = None, seed: int = 0,
+                   progress: bool = True) -> list[dict[str, Any]]:
+    """Every configuration; ``OUT/validation.csv`` is rewritten after each one."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for config in configs or VALIDATION_CONFIGS:
+        rows.append(validate_config(mini, config, world, n_sequences, out, seed, progress))
+        tmp = out / "validation.csv.tmp"
+        with open(tmp, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=COLUMNS)
+            w.writeheader()
+            w.writerows(rows)
+        tmp.replace(out / "validation.csv")
+    return rows
+
+
+def max_rel_error(rows: list[dict[str, Any]], column: str) -> float:
+    """Largest relative error in ``column`` over the rows that have it."""
+    vals = [r[column] for r in rows if r.get(column) is not None]
+    return float(np.max(vals)) if vals else float("nan")

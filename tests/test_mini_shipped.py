@@ -1,0 +1,95 @@
+"""The shipped mini model: cards, shapes, a forward pass, generation, trace capture and replay."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from mini import fashion_mnist as fm
+from mini.decoding import DecodeConfig, StepScorer, make_decoder
+from mini.quality import EAGLE2, STATIC
+from mini.shipped import COMPONENT_NAMES, GRID_TOKENS, check_vocabularies, load_mini
+from mini.tokenizer import decode_tokens, encode_images, psnr
+from mini.validation import capture
+from mini.weights import WEIGHTS_DIR, read_card
+from reference.model import Transformer
+from reference.replay import replay
+
+
+@pytest.fixture(scope="module")
+def mini():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield load_mini()
+    torch.set_num_threads(threads)
+
+
+def test_cards_and_sizes():
+    total = 0
+    for name in COMPONENT_NAMES:
+        card = read_card(WEIGHTS_DIR, name)
+        assert card["training_command"].startswith("relaxspec train-mini")
+        assert card["training_seconds"] > 0 and card["metrics"]
+        total += (WEIGHTS_DIR / card["weights_file"]).stat().st_size
+    assert total <= 25 * 2**20
+    tok = read_card(WEIGHTS_DIR, "tokenizer")
+    assert 512 <= tok["config"]["codebook_size"] <= 1024 and tok["config"]["codebook_embed_dim"] == 8
+    assert tok["metrics"]["fraction_used"] > 0.9
+    target = read_card(WEIGHTS_DIR, "target")
+    assert 6 <= target["config"]["n_layer"] <= 8 and 256 <= target["config"]["dim"] <= 384
+    assert target["config"]["class_dropout_prob"] > 0
+    assert target["metrics"]["test_nll_per_token_nats"] < np.log(tok["config"]["codebook_size"])
+
+
+def test_shapes_and_forward_pass(mini):
+    V = mini.vocab_size
+    assert mini.target.cfg.vocab_size == V == mini.draft_gpt.cfg.vocab_size
+    assert mini.target.cfg.block_size == GRID_TOKENS and mini.tokenizer.cfg.downsample == 4
+    n_draft = sum(p.numel() for p in mini.draft_gpt.parameters())
+    assert n_draft < sum(p.numel() for p in mini.target.parameters())
+    images, labels = fm.load_sample()
+    tokens = encode_images(mini.tokenizer, images[:100])
+    assert tokens.shape == (100, GRID_TOKENS) and tokens.min() >= 0 and tokens.max() < V
+    recon = decode_tokens(mini.tokenizer, tokens)
+    card_psnr = read_card(WEIGHTS_DIR, "tokenizer")["metrics"]["psnr_db"]
+    assert psnr(recon, fm.pad_to_32(images[:100])) > card_psnr - 2
+    with torch.no_grad():
+        logits = mini.target(torch.as_tensor(tokens[:4, :-1], dtype=torch.long), torch.as_tensor(labels[:4]))
+    assert logits.shape == (4, GRID_TOKENS, V) and torch.isfinite(logits).all()
+    assert mini.neighbours().shape == (V, V - 1)
+
+
+def test_vocabulary_mismatch_is_named(mini):
+    other = Transformer(replace(mini.target.cfg, vocab_size=mini.vocab_size // 2))
+    with pytest.raises(ValueError, match="vocabulary mismatch"):
+        check_vocabularies(mini.tokenizer, {"target": other})
+
+
+@pytest.mark.parametrize("config", [
+    DecodeConfig("AR"),
+    DecodeConfig("EAGLE-2 exact", tree="eagle2", tree_args=EAGLE2),
+    DecodeConfig("LANTERN++", tree="static", tree_args=STATIC, relax="multiplicative:k=50,lam=5"),
+], ids=lambda c: c.name)
+def test_generation_is_deterministic(mini, config):
+    decoder = make_decoder(mini, config)
+    scorer = StepScorer(mini, config)
+    a = decoder.generate(7, seed=3, sequence=0, trace=scorer)
+    b = decoder.generate(7, seed=3, sequence=0)
+    assert np.array_equal(a.tokens, b.tokens) and a.tokens.shape == (GRID_TOKENS,)
+    assert 0 <= a.tokens.min() and a.tokens.max() < mini.vocab_size
+    assert sum(s.tokens for s in a.steps) >= GRID_TOKENS
+    if not config.is_ar:
+        assert len(scorer.expected) == len(scorer.emitted) > 0
+    image = decode_tokens(mini.tokenizer, a.tokens[None])
+    assert image.shape == (1, 32, 32) and image.dtype == np.uint8
+
+
+def test_captured_trace_replays_exactly(mini, tmp_path):
+    config = DecodeConfig("LANTERN", tree="eagle2", tree_args=EAGLE2, relax="additive:k=50,delta=0.2")
+    path = capture(mini, config, 2, tmp_path, progress=False)
+    report = replay(path, require_simulate=True)
+    assert report.steps > 2 and report.ok, report.mismatches[:3]
+    assert "simulate" in report.engines and "theory" in report.engines
