@@ -7,9 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy.stats import chi2
+from test_simulate_engine import test_numba_run_matches_numpy_oracle as engine_matches_oracle
 
 from simulate import Eagle2Tree, StaticTree
-from simulate.engine import STEP_FIELDS, run
+from simulate.engine import run
 from simulate.latent import ChildSelector
 from simulate.policies import LatentAwareTree
 from simulate.policy_kernels import kernel_build, kernel_draft
@@ -83,13 +84,7 @@ def test_no_merging_gives_eagle2_trees(world, mode):
 @pytest.mark.parametrize("index", range(3))
 def test_numba_run_matches_numpy_oracle(world, index):
     policy = policies(world.neighbours(40), RELAX)[[0, 2, 4][index]]
-    kw = dict(rule="r1", relax=RELAX, n_sequences=2, seq_len=20, seed=4, exact_expectations=True)
-    a = run(world, policy, **kw)
-    b = run(world, policy, backend="numpy", **kw)
-    for f in STEP_FIELDS:
-        np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f)
-    np.testing.assert_allclose(a.token_tv, b.token_tv, rtol=1e-7, atol=1e-12)
-    np.testing.assert_allclose(a.expected_tokens, b.expected_tokens, rtol=1e-9)
+    engine_matches_oracle(world, policy, "r1", RELAX, "principled", True)
 
 
 def stationary(V: int, seed: int):
