@@ -182,3 +182,14 @@ def test_policy_bad_input(world):
         static.build(np.full(384, 1 / 384), lambda *a: None, np.zeros(3))
     with pytest.raises(ValueError, match="ChildSelector"):
         StaticTree([[0]], selector="diverse")
+
+
+def test_thread_count_invariance(world):
+    """The selection's scratch is per sequence: same seed, same numbers with 1 or 2 threads."""
+    nb = world.neighbours(40)
+    for policy in (LatentAwareTree(6, 3, 30, relax=RELAX, neighbours=nb, mode="diverse"),
+                   LatentAwareTree(6, 3, 30, relax=RELAX, neighbours=nb, mode="walk")):
+        kw = dict(rule="r1", relax=RELAX, n_sequences=6, seq_len=32, seed=9)
+        one, two = run(world, policy, threads=1, **kw), run(world, policy, threads=2, **kw)
+        for f in ("tokens", "tree_size", "tree_depth", "accepted_depth", "root_choice", "token_tv"):
+            np.testing.assert_array_equal(getattr(one, f), getattr(two, f), err_msg=f)
