@@ -70,7 +70,8 @@ def make_decoder(mini: MiniModel, config: DecodeConfig, logits_dtype: str = "flo
         return Decoder(mini.target, settings, neighbours=neighbours)
     drafter = (EagleDraftSession(mini.eagle_head, mini.target) if config.drafter == "eagle"
                else GPTDraftSession(mini.draft_gpt))
-    policy = policy_from_spec(config.tree, **dict(config.tree_args))
+    policy = policy_from_spec(config.tree, relax=config.relaxation, neighbours=neighbours,
+                              **dict(config.tree_args))
     return Decoder(mini.target, settings, drafter=drafter, policy=policy, neighbours=neighbours)
 
 

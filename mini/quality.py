@@ -84,6 +84,7 @@ def generate_config(mini: MiniModel, config: DecodeConfig, n_images: int, out: P
             result = decoder.generate(i % NUM_CLASSES, seed, sequence=i, trace=scorer)
             rec = {"index": i, "label": i % NUM_CLASSES, "seed": seed, "tokens": result.tokens.tolist(),
                    "steps": len(result.steps), "emitted": scorer.emitted,
+                   "tree_depths": [st.depth for st in result.steps if st.nodes > 1],
                    "expected": [round(x, 6) for x in scorer.expected],
                    "tv_bound": float(np.nansum(scorer.tv)) if scorer.tv else 0.0,
                    "seconds": time.perf_counter() - start}

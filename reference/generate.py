@@ -31,12 +31,15 @@ from reference.decode import Decoder, DecodeSettings, StepStats
 from reference.drafter import EagleDraftSession, EagleHead, GPTDraftSession
 from reference.model import load_gpt
 from reference.vq import VQModel, save_png, to_uint8, vq_config
-from simulate.policies import DDDTree, Eagle2Tree, StaticTree, TreePolicy
+from simulate.cost import DEFAULT_TABLE, CostTable, choose_static_size
+from simulate.latent import ChildSelector
+from simulate.policies import DDDTree, Eagle2Tree, LatentAwareTree, StaticTree, TreePolicy
+from simulate.sequoia import SequoiaTree
 from simulate.trace import Sampling, TraceHeader, TraceWriter, array_sha256, file_sha256
 from theory.neighbours import DEFAULT_K_MAX, load_neighbours
 from theory.relax import Relax
 
-TREES = ("ar", "static", "eagle2", "ddd")
+TREES = ("ar", "static", "eagle2", "ddd", "latent", "sequoia", "costaware")
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -54,11 +57,18 @@ def parse_kv(text: str) -> dict[str, object]:
     return out
 
 
-def policy_from_spec(tree: str, **kw: object) -> TreePolicy:
+def policy_from_spec(tree: str, *, relax: Relax = Relax.none(), neighbours: np.ndarray | None = None,
+                     **kw: object) -> TreePolicy:
     """A ``simulate.policies`` tree builder by name: ``static`` (``choices``: ``mc_sim_7b_63``,
     ``naive_extend_57`` or a JSON list of rank paths), ``eagle2`` (``top_k``, ``depth``,
-    ``total_tokens``; LANTERN's LlamaGen defaults 10, 4, 59) or ``ddd`` (``top_k``, ``max_calls``,
-    ``check_steps``, ``threshold``, ``total_tokens``; paper defaults 10, 11, [5, 7, 9], -0.3, 60)."""
+    ``total_tokens``; LANTERN's LlamaGen defaults 10, 4, 59), ``ddd`` (``top_k``, ``max_calls``,
+    ``check_steps``, ``threshold``, ``total_tokens``; paper defaults 10, 11, [5, 7, 9], -0.3, 60),
+    or the relaxation-aware trees of issue 7, which rank children with the verifier's ``relax`` and
+    ``neighbours``: ``latent`` (``top_k``, ``depth``, ``total_tokens``, ``pool``, ``mode``: latent,
+    diverse or walk), ``sequoia`` (``acceptance``: a JSON list, e.g. from ``relaxspec
+    trace-acceptance``; ``n_nodes``, ``max_depth``, ``mode``: q, latent, diverse or walk) and
+    ``costaware`` (the Sequoia tree of largest predicted speedup: ``acceptance``, ``max_nodes``,
+    ``max_depth``, ``mode``, ``table``: a latency CSV, default the committed CPU table, ``model``)."""
     try:
         if tree == "static":
             choices = kw.pop("choices", "naive_extend_57")
@@ -69,6 +79,19 @@ def policy_from_spec(tree: str, **kw: object) -> TreePolicy:
             return Eagle2Tree(**kw)  # type: ignore[arg-type]
         if tree == "ddd":
             return DDDTree(**kw)  # type: ignore[arg-type]
+        if tree == "latent":
+            return LatentAwareTree(relax=relax, neighbours=neighbours, **kw)  # type: ignore[arg-type]
+        if tree in ("sequoia", "costaware"):
+            if "acceptance" not in kw:
+                raise ValueError(f"tree policy {tree!r} needs acceptance=[a_1, a_2, ...]")
+            acceptance = kw.pop("acceptance")
+            selector = ChildSelector(str(kw.pop("mode", "q")), relax, neighbours)
+            if tree == "sequoia":
+                return SequoiaTree(acceptance, selector=selector, **kw)  # type: ignore[arg-type]
+            cost = CostTable.load(str(kw.pop("table", DEFAULT_TABLE)), str(kw.pop("model", "GPT-B")))
+            chosen = choose_static_size(acceptance, cost, **kw)  # type: ignore[arg-type]
+            return StaticTree(chosen.choices, name=f"costaware-{chosen.n_nodes}-{chosen.depth}",
+                              selector=selector)
     except TypeError as err:
         raise ValueError(f"bad arguments for tree policy {tree!r}: {err}") from err
     raise ValueError(f"unknown tree policy {tree!r}; expected one of {TREES}")
@@ -154,7 +177,8 @@ def run(args: argparse.Namespace) -> int:
         neighbours = load_neighbours(args.neighbours, args.codebook_size)
     elif args.trace or not relax.is_exact:
         neighbours = vq.neighbours(args.k_max, normalize=args.neighbours_normalized)
-    policy = None if args.tree == "ar" else policy_from_spec(args.tree, **parse_kv(args.tree_args))
+    policy = None if args.tree == "ar" else policy_from_spec(args.tree, relax=relax, neighbours=neighbours,
+                                                             **parse_kv(args.tree_args))
     settings = DecodeSettings(rule=args.rule, relax=relax, variant=args.variant, target_sampling=sampling,
                               draft_sampling=sampling, cfg_scale=args.cfg_scale,
                               logits_dtype=args.logits_dtype)

@@ -22,6 +22,7 @@ SUBCOMMANDS: list[tuple[str, str]] = [
     ("plot", "simulate.cli:add_plot_parser"),
     ("demo", "simulate.cli:add_demo_parser"),
     ("world-stats", "simulate.cli:add_world_stats_parser"),
+    ("trace-acceptance", "simulate.cli:add_trace_acceptance_parser"),
     ("generate", "reference.cli:add_generate_parser"),
     ("replay", "reference.cli:add_replay_parser"),
     ("rescore", "reference.cli:add_rescore_parser"),

@@ -47,6 +47,38 @@ def add_world_stats_parser(sub: argparse._SubParsersAction) -> argparse.Argument
     return p
 
 
+def add_trace_acceptance_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``relaxspec trace-acceptance``."""
+    p = sub.add_parser("trace-acceptance", help="Sequoia's positional acceptance vector measured exactly "
+                                                "on a trace (JSON, for generate --tree sequoia|costaware)")
+    p.add_argument("trace", help="trace directory")
+    p.add_argument("--width", type=int, default=16, help="children ranked at the root (default 16)")
+    p.add_argument("--rule", choices=("r1", "r3"), default="r1")
+    p.add_argument("--relax", default="none", help="none | additive:k=..,delta=.. | multiplicative:..")
+    p.add_argument("--variant", choices=("principled", "official"), default="principled")
+    p.add_argument("--mode", choices=("q", "latent", "diverse", "walk"), default="q",
+                   help="how the root's children are ranked (simulate.latent)")
+    p.set_defaults(func=_trace_acceptance)
+    return p
+
+
+def _trace_acceptance(args: argparse.Namespace) -> int:
+    import json
+
+    from simulate.latent import ChildSelector
+    from simulate.sequoia import trace_positional_acceptance
+    from simulate.worlds import TraceWorld
+    from theory.relax import Relax
+
+    world = TraceWorld(args.trace)
+    relax = Relax.parse(args.relax)
+    nb = None if relax.is_exact else world.neighbours(relax.k)
+    a = trace_positional_acceptance(world, width=args.width, rule=args.rule, relax=relax,
+                                    variant=args.variant, selector=ChildSelector(args.mode, relax, nb))
+    print(json.dumps([round(float(x), 6) for x in a]))
+    return 0
+
+
 def _simulate(args: argparse.Namespace) -> int:
     from simulate.sweep import SweepConfig, run_sweep
 

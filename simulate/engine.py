@@ -195,8 +195,8 @@ def _p_row(W, v, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es,
 
 @njit(cache=True, error_model="numpy")
 def _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps,
-              threshold, max_nodes, max_buffer, n_q, rule, code, k, param, variant, nb, exact, seq_len, seed,
-              o_int, o_exp, o_tv, o_ttv, n_steps):
+              threshold, S, max_nodes, max_buffer, n_q, rule, code, k, param, variant, nb, exact, seq_len,
+              seed, o_int, o_exp, o_tv, o_ttv, n_steps):
     V = vocab_size(W)
     d = W[1].shape[0]
     keep_q = rule == 2  # R2 verifies with q; R1 and R3 never read it after the build
@@ -233,6 +233,7 @@ def _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tok
     tops = np.empty(max_nodes, dtype=np.int64)
     mark = np.zeros(V, dtype=np.int64)
     seen = np.zeros(V, dtype=np.int64)
+    smark = np.zeros(V + 1, dtype=np.int64)  # the child selection's scratch
     epoch = 0
     key = stream_key(seed, s)
     if W[0] == 0:
@@ -245,12 +246,12 @@ def _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tok
             if rule == 2:
                 for w in range(nt):
                     utree[w] = uniform(key, step_counter(step, w, U_TREE))
-            n, calls = build_static(W, tparents, tranks, tdepths, rule == 2, keep_q, utree, bparent, btoken,
-                                    bdepth, zs, hs, have, qrow, q_rows, es, cmaxs, scratch, parents, tokens,
-                                    depths, buf_of)
+            n, calls = build_static(W, tparents, tranks, tdepths, rule == 2, keep_q, utree, S, smark, bparent,
+                                    btoken, bdepth, zs, hs, have, qrow, q_rows, es, cmaxs, scratch, parents,
+                                    tokens, depths, buf_of)
         else:
-            n, calls = build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, keep_q,
-                                     bparent, btoken, bdepth, zs, hs, have, qrow, q_rows, es, cmaxs,
+            n, calls = build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, S, smark,
+                                     keep_q, bparent, btoken, bdepth, zs, hs, have, qrow, q_rows, es, cmaxs,
                                      score, parents, tokens, depths, buf_of)
         children_csr(parents, n, cstart, cidx)
         for v in range(n):
@@ -316,12 +317,12 @@ def _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tok
 
 @njit(parallel=True, cache=True, error_model="numpy")
 def simulate_kernel(W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps,
-                    threshold, max_nodes, max_buffer, n_q, rule, code, k, param, variant, nb, exact, n_seq,
+                    threshold, S, max_nodes, max_buffer, n_q, rule, code, k, param, variant, nb, exact, n_seq,
                     seq_len, seed, o_int, o_exp, o_tv, o_ttv, n_steps):
     """Decode ``n_seq`` sequences in parallel; per-step outputs (n_seq, seq_len, ...)."""
     for s in prange(n_seq):
         _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps,
-                  threshold, max_nodes, max_buffer, n_q, rule, code, k, param, variant, nb, exact, seq_len,
+                  threshold, S, max_nodes, max_buffer, n_q, rule, code, k, param, variant, nb, exact, seq_len,
                   seed, o_int[s], o_exp[s], o_tv[s], o_ttv[s], n_steps)
 
 
@@ -348,6 +349,8 @@ def _check_run_args(world, tree, rule, variant, n_sequences, seq_len, temperatur
     if rule == "r2" and isinstance(tree, TreePolicy) and not tree.supports_draws:
         raise ValueError(f"rule r2 draws children without replacement: tree {tree} ranks by top-k; "
                          "use a static tree (StaticTree, SequoiaTree)")
+    if not isinstance(world, TraceWorld):
+        tree.check_vocab(world.vocab_size)
 
 
 def run(
@@ -434,8 +437,8 @@ def _run_numba(world, ps: PolicySpec, spec: RuleSpec, n_seq, seq_len, temperatur
         if threads is not None:
             numba.set_num_threads(int(threads))
         simulate_kernel(W, ps.kind, ps.parents, ps.ranks, tdepths, ps.top_k, ps.max_calls, ps.total_tokens,
-                        ps.check_steps, ps.threshold, ps.max_nodes, ps.max_buffer, max(n_q, 1), *spec.args,
-                        exact, int(n_seq), int(seq_len), int(seed), *out)
+                        ps.check_steps, ps.threshold, ps.selection, ps.max_nodes, ps.max_buffer, max(n_q, 1),
+                        *spec.args, exact, int(n_seq), int(seq_len), int(seed), *out)
     finally:
         numba.set_num_threads(old)
     return out

@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from simulate.latent import ChildSelector
+from theory.relax import Relax
 from theory.sampler import draw_without_replacement
 from theory.tree import Tree, choices_to_parents
 
@@ -95,11 +97,7 @@ class PolicySpec:
     threshold: float
     max_nodes: int  # nodes of the largest tree, root included
     max_buffer: int  # nodes the builder may create (dynamic pool + root)
-
-
-def top_ranked(q: np.ndarray, m: int) -> np.ndarray:
-    """The m most probable tokens, ties by lowest id (rank order)."""
-    return np.argsort(-q, kind="stable")[:m].astype(np.int64)
+    selection: tuple = ()  # how children are picked: ChildSelector.kernel_args()
 
 
 def safe_log(x: float) -> float:
@@ -128,6 +126,14 @@ class TreePolicy:
     """Base class: a named way to build a draft tree each step."""
 
     name: str = "policy"
+    selector: ChildSelector = ChildSelector()  # how a node's children are picked (simulate.latent)
+
+    def check_vocab(self, vocab_size: int) -> None:
+        """Raise ``ValueError`` if the policy cannot build trees over ``vocab_size`` tokens."""
+        V = self.selector.vocab_size
+        if V is not None and V != vocab_size:
+            raise ValueError(f"tree policy {self} uses a neighbour table over V = {V} tokens, "
+                             f"the world has V = {vocab_size}")
 
     def build(self, q_root: np.ndarray, draft: DraftFn, u: np.ndarray | None = None) -> BuiltTree:
         """Build one step's tree (see the module docstring)."""
@@ -152,9 +158,16 @@ class StaticTree(TreePolicy):
     Every node's child ranks must be 0..m-1 (so that R2's draws are a prefix).
     Template nodes are ordered by (depth, path) as EAGLE sorts them; one
     draft call per depth level that has children (q_root's included).
+    ``selector`` ranks the children (default: by q; a latent-aware one ranks
+    by proximity mass, see :mod:`simulate.latent`; the diverse one may leave
+    high ranks, and their subtrees, out).
     """
 
-    def __init__(self, choices: Sequence[Sequence[int]], name: str | None = None) -> None:
+    def __init__(self, choices: Sequence[Sequence[int]], name: str | None = None,
+                 selector: ChildSelector | None = None) -> None:
+        if selector is not None and not isinstance(selector, ChildSelector):
+            raise ValueError("selector must be a simulate.latent.ChildSelector, "
+                             f"got {type(selector).__name__}")
         parents, ranks = choices_to_parents(choices)
         for v in range(parents.size):
             kid_ranks = sorted(ranks[parents == v].tolist())
@@ -164,6 +177,7 @@ class StaticTree(TreePolicy):
         self.parents = parents
         self.ranks = ranks
         self.template = Tree(parents, np.maximum(ranks, 0))
+        self.selector = selector or ChildSelector()
         self.name = name or f"static{len(self.choices)}"
 
     @classmethod
@@ -192,7 +206,7 @@ class StaticTree(TreePolicy):
 
     @property
     def supports_draws(self) -> bool:
-        return True
+        return self.selector.mode == "q"
 
     @property
     def n_nodes(self) -> int:
@@ -203,7 +217,11 @@ class StaticTree(TreePolicy):
         q_root = _check_q(q_root, "q_root")
         V = q_root.size
         n_t = self.n_nodes
+        self.check_vocab(V)
         if u is not None:
+            if not self.supports_draws:
+                raise ValueError(f"{self.name} ranks children by {self.selector.mode}, not by draws: "
+                                 "rule r2 needs a static tree ranked by q")
             u = np.asarray(u, dtype=np.float64)
             if u.shape != (n_t,):
                 raise ValueError(f"u must have one uniform per template node, shape ({n_t},), got {u.shape}")
@@ -228,7 +246,7 @@ class StaticTree(TreePolicy):
                 kids = np.flatnonzero(self.parents == v)
                 kids = kids[np.argsort(self.ranks[kids], kind="stable")]
                 if u is None:
-                    chosen = top_ranked(qrow[v], kids.size)
+                    chosen, _ = self.selector.select(qrow[v], kids.size)
                 else:
                     chosen = draw_without_replacement(qrow[v], u[kids])
                 for w, t in zip(kids, chosen, strict=False):
@@ -253,7 +271,8 @@ class StaticTree(TreePolicy):
 
     def kernel_spec(self) -> PolicySpec:
         return PolicySpec(KIND_STATIC, self.parents.copy(), self.ranks.copy(), 0, 0, 0,
-                          np.zeros(0, dtype=np.int64), 0.0, self.n_nodes, self.n_nodes)
+                          np.zeros(0, dtype=np.int64), 0.0, self.n_nodes, self.n_nodes,
+                          self.selector.kernel_args())
 
 
 class Eagle2Tree(TreePolicy):
@@ -274,7 +293,8 @@ class Eagle2Tree(TreePolicy):
         self.depth = int(depth)
         self.name = f"eagle2-{self.top_k}-{self.depth}-{self.total_tokens}"
 
-    def _init(self, top_k, max_calls, total_tokens, check_steps, threshold) -> None:
+    def _init(self, top_k, max_calls, total_tokens, check_steps, threshold,
+              selector: ChildSelector | None = None) -> None:
         checks = (("top_k", top_k, 1), ("max_calls", max_calls, 1), ("total_tokens", total_tokens, 2))
         for nm, val, lo in checks:
             if int(val) != val or val < lo:
@@ -289,6 +309,7 @@ class Eagle2Tree(TreePolicy):
             raise ValueError(f"check steps must be draft-call numbers in [2, {self.max_calls}], got {steps}")
         self.check_steps = np.array(steps, dtype=np.int64)
         self.threshold = float(threshold)
+        self.selector = selector or ChildSelector()
 
     @property
     def pool_size(self) -> int:
@@ -300,13 +321,14 @@ class Eagle2Tree(TreePolicy):
             raise ValueError(f"{self.name} ranks children by top-k, not draws: rule r2 needs a static tree")
         q_root = _check_q(q_root, "q_root")
         V = q_root.size
+        self.check_vocab(V)
         K = min(self.top_k, V)
         # pool node i is partial-tree node i + 1
         par, tok, score, depth = [], [], [], []
-        for x in top_ranked(q_root, K):
+        for x, val in zip(*self.selector.select(q_root, K), strict=True):
             par.append(-1)
             tok.append(int(x))
-            score.append(safe_log(q_root[x]))
+            score.append(safe_log(val))
             depth.append(1)
         beam = list(range(len(par)))
         qrow: dict[int, np.ndarray] = {}
@@ -323,11 +345,11 @@ class Eagle2Tree(TreePolicy):
             cands = []
             for i, row in zip(beam, rows, strict=True):
                 qrow[i] = row
-                for x in top_ranked(row, K):
+                for x, val in zip(*self.selector.select(row, K), strict=True):
                     cands.append(len(par))
                     par.append(i)
                     tok.append(int(x))
-                    score.append(score[i] + safe_log(row[x]))
+                    score.append(score[i] + safe_log(val))
                     depth.append(depth[i] + 1)
             cs = np.array([score[c] for c in cands])
             beam = [cands[j] for j in np.argsort(-cs, kind="stable")[:K]]
@@ -352,7 +374,8 @@ class Eagle2Tree(TreePolicy):
     def kernel_spec(self) -> PolicySpec:
         return PolicySpec(KIND_EAGLE, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
                           self.top_k, self.max_calls, self.total_tokens, self.check_steps.copy(),
-                          self.threshold, min(self.total_tokens, self.pool_size + 1), self.pool_size + 1)
+                          self.threshold, min(self.total_tokens, self.pool_size + 1), self.pool_size + 1,
+                          self.selector.kernel_args())
 
 
 class DDDTree(Eagle2Tree):
@@ -372,3 +395,29 @@ class DDDTree(Eagle2Tree):
         self.depth = self.max_calls - 1
         steps = ",".join(str(s) for s in self.check_steps)
         self.name = f"ddd-{self.top_k}-{self.max_calls}-{steps}-{self.threshold:g}-{self.total_tokens}"
+
+
+class LatentAwareTree(Eagle2Tree):
+    """EAGLE-2's expansion and rerank with children picked and scored by proximity mass (issue 7).
+
+    Same budgets as :class:`Eagle2Tree` (``top_k``, ``depth``,
+    ``total_tokens``) and the same code path; only the selector differs: a
+    node's children are the ``top_k`` tokens of largest q~(x) = q(A(x)) among
+    the ``pool`` most probable tokens of q, A(x) formed on q with the
+    verifier's relaxation ``relax`` and table ``neighbours``, and a node's
+    score is the sum of log q~ along its path. ``mode="diverse"`` picks
+    siblings greedily by q~ while skipping any whose proximity set overlaps a
+    chosen sibling's; ``mode="walk"`` scores each sibling by its acceptance
+    probability under R1 run on q (:mod:`simulate.latent`). With
+    ``Relax.none()`` (or k = 0) the tree is EAGLE-2's, node for node.
+    """
+
+    def __init__(self, top_k: int = 10, depth: int = 4, total_tokens: int = 59, *, relax: Relax,
+                 neighbours: np.ndarray | None, pool: int = 40, mode: str = "latent") -> None:
+        if mode == "q":
+            raise ValueError("a latent-aware tree selects by 'latent', 'diverse' or 'walk' (q: Eagle2Tree)")
+        selector = ChildSelector(mode, relax, neighbours, pool)
+        self._init(top_k, 1 + depth, total_tokens, (), 0.0, selector)
+        self.depth = int(depth)
+        kind = "latent" if mode == "latent" else f"latent-{mode}"
+        self.name = f"{kind}-{self.top_k}-{self.depth}-{self.total_tokens}"

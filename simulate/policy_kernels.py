@@ -24,13 +24,13 @@ import math
 import numpy as np
 from numba import njit
 
+from simulate.latent_kernels import select_children
+from simulate.row_kernels import keep_row, top_m, top_tokens  # noqa: F401  (top_tokens: re-exported)
 from simulate.verify_kernels import draw_token
 from simulate.world_kernels import (
-    KIND_STATIONARY,
     draft_exps,
     ensure_state,
     row_scratch,
-    scale_into,
     vocab_size,
 )
 
@@ -43,70 +43,6 @@ def safe_log(x):
     if x > 0.0:
         return math.log(x)
     return -math.inf
-
-
-@njit(cache=True, error_model="numpy")
-def top_m(values, lo, hi, m, out):
-    """Indices in [lo, hi) of the m largest ``values`` (ties: lower index first), in rank order.
-
-    Equivalent to ``lo + np.argsort(-values[lo:hi], kind="stable")[:m]``; returns the count."""
-    cnt = 0
-    for x in range(lo, hi):
-        vx = values[x]
-        if cnt == m and not vx > values[out[m - 1]]:
-            continue
-        pos = cnt if cnt < m else m - 1
-        while pos > 0 and vx > values[out[pos - 1]]:
-            if pos < m:
-                out[pos] = out[pos - 1]
-            pos -= 1
-        out[pos] = x
-        if cnt < m:
-            cnt += 1
-    return cnt
-
-
-@njit(cache=True, error_model="numpy")
-def _insert(vx, x, m, cnt, out, vals):
-    """Insert token x of value vx into the ranked ``out[:cnt]`` / ``vals`` (value desc, then id asc,
-    keeping m); returns the new count."""
-    if cnt == m and not (vx > vals[m - 1] or (vx == vals[m - 1] and x < out[m - 1])):
-        return cnt
-    pos = cnt if cnt < m else m - 1
-    while pos > 0 and (vx > vals[pos - 1] or (vx == vals[pos - 1] and x < out[pos - 1])):
-        out[pos] = out[pos - 1]
-        vals[pos] = vals[pos - 1]
-        pos -= 1
-    out[pos] = x
-    vals[pos] = vx
-    return min(cnt + 1, m)
-
-
-@njit(cache=True, error_model="numpy")
-def top_tokens(e, V, cmax, inv, m, out, vals):
-    """The m largest of q[x] = ``e[x] * inv`` (float64) over x < V, ties by lower id, in rank order
-    (``np.argsort(-q, kind="stable")[:m]``); ``vals`` gets their q. Returns the count.
-
-    ``cmax[c]`` bounds ``e`` on the chunk x = c mod NCH (``simulate.world_kernels``).
-    Rounding is monotone, so after scanning the m chunks with the largest
-    maxima only chunks whose maximum times ``inv`` reaches the m-th value so
-    far can still hold a winner; the ranking is by (value, id), so the scan
-    order does not matter."""
-    nch = cmax.shape[0]
-    chunks = np.empty(max(m, 1), dtype=np.int64)
-    nc = top_m(cmax, 0, nch, m, chunks)
-    done = np.zeros(nch, dtype=np.bool_)
-    cnt = 0
-    for i in range(nc):
-        c = chunks[i]
-        done[c] = True
-        for x in range(c, V, nch):
-            cnt = _insert(e[x] * inv, x, m, cnt, out, vals)
-    for c in range(nch):
-        if not done[c] and (cnt < m or cmax[c] * inv >= vals[m - 1]):
-            for x in range(c, V, nch):
-                cnt = _insert(e[x] * inv, x, m, cnt, out, vals)
-    return cnt
 
 
 @njit(cache=True, error_model="numpy")
@@ -141,30 +77,14 @@ def _expand(W, nodes, bparent, btoken, zs, hs, have, es, cmaxs, invs):
 
 
 @njit(cache=True, error_model="numpy")
-def _top(W, es, cmaxs, invs, i, m, out, vals):
-    """:func:`top_tokens` on expanded row i."""
-    if W[0] == KIND_STATIONARY:
-        return top_tokens(W[7], W[7].shape[0], cmaxs[i], invs[i], m, out, vals)
-    return top_tokens(es[i], vocab_size(W), cmaxs[i], invs[i], m, out, vals)
-
-
-@njit(cache=True, error_model="numpy")
-def _keep(W, es, invs, i, row):
-    """The normalised q of expanded row i into the float64 ``row``."""
-    if W[0] == KIND_STATIONARY:
-        row[:] = W[7]
-    else:
-        scale_into(es[i], invs[i], row)
-
-
-@njit(cache=True, error_model="numpy")
-def build_static(W, tparents, tranks, tdepths, draws, keep_q, utree, bparent, btoken, bdepth, zs, hs, have,
-                 qrow, q_rows, es, cmaxs, scratch, parents, tokens, depths, buf_of):
+def build_static(W, tparents, tranks, tdepths, draws, keep_q, utree, S, smark, bparent, btoken, bdepth, zs,
+                 hs, have, qrow, q_rows, es, cmaxs, scratch, parents, tokens, depths, buf_of):
     """Static tree from a template (``StaticTree.build``); returns (n, draft calls).
 
     ``draws``: rank children by draws without replacement with ``utree[w]``
     drawing template node w (R2; ``scratch``: float64 (2, V)), else by
-    top-rank. ``keep_q``: leave every expanded node's normalised q in its own
+    ``select_children`` with the selection ``S`` (``smark``: its scratch, see
+    :mod:`simulate.latent_kernels`). ``keep_q``: leave every expanded node's normalised q in its own
     row ``q_rows[qrow[v]]`` (R2 verifies with them), else ``qrow[v] = -1``.
     A level's rows are computed ``len(es)`` at a time in one codebook pass
     (``es`` / ``cmaxs``: ``row_scratch``). ``have[0]`` and the root's state
@@ -215,7 +135,7 @@ def build_static(W, tparents, tranks, tdepths, draws, keep_q, utree, bparent, bt
                         m += 1
                 q = q_rows[nq if keep_q else 0]
                 if draws or keep_q:
-                    _keep(W, es, invs, i, q)
+                    keep_row(W, es, invs, i, q)
                 if keep_q:
                     qrow[v] = nq
                     nq += 1
@@ -224,7 +144,7 @@ def build_static(W, tparents, tranks, tdepths, draws, keep_q, utree, bparent, bt
                         ukids[j] = utree[kids[j]]
                     got = draws_without_replacement(q, ukids, m, scratch[0], scratch[1], chosen)
                 else:
-                    got = _top(W, es, cmaxs, invs, i, m, chosen, vals)
+                    got = select_children(W, es, cmaxs, invs, i, m, S, smark, chosen, vals)
                 for j in range(got):
                     exists[kids[j]] = True
                     btoken[kids[j]] = chosen[j]
@@ -242,10 +162,11 @@ def build_static(W, tparents, tranks, tdepths, draws, keep_q, utree, bparent, bt
 
 
 @njit(cache=True, error_model="numpy")
-def _propose(W, es, cmaxs, invs, i, K, b, nb, sel, vals, bparent, btoken, bdepth, score, qrow, have):
-    """Add the top-K children of buffer node b (expanded row i) to the pool from entry nb; returns
-    the new pool end."""
-    got = _top(W, es, cmaxs, invs, i, K, sel, vals)
+def _propose(W, es, cmaxs, invs, i, K, S, smark, b, nb, sel, vals, bparent, btoken, bdepth, score, qrow,
+             have):
+    """Add the K children of buffer node b (expanded row i) that the selection ``S`` picks to the pool
+    from entry nb, scored by the log of their values (q, or q~); returns the new pool end."""
+    got = select_children(W, es, cmaxs, invs, i, K, S, smark, sel, vals)
     for r in range(got):
         bparent[nb] = b
         btoken[nb] = sel[r]
@@ -258,9 +179,13 @@ def _propose(W, es, cmaxs, invs, i, K, b, nb, sel, vals, bparent, btoken, bdepth
 
 
 @njit(cache=True, error_model="numpy")
-def build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, keep_q, bparent, btoken, bdepth,
-                  zs, hs, have, qrow, q_rows, es, cmaxs, score, parents, tokens, depths, buf_of):
-    """EAGLE-2 / DDD tree (``Eagle2Tree.build``); returns (n, draft calls).
+def build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, S, smark, keep_q, bparent,
+                  btoken, bdepth, zs, hs, have, qrow, q_rows, es, cmaxs, score, parents, tokens, depths,
+                  buf_of):
+    """EAGLE-2 / DDD / latent-aware tree (``Eagle2Tree.build``); returns (n, draft calls).
+
+    Children are picked by the selection ``S`` (``smark``: its scratch;
+    :mod:`simulate.latent_kernels`) and scored by the log of their values.
 
     ``keep_q``, ``es``, ``cmaxs`` as in :func:`build_static` (the rules that verify dynamic
     trees never read q); a beam's rows are computed in one codebook pass."""
@@ -275,9 +200,10 @@ def build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, kee
     nq = 0
     sel = np.empty(max(K, total_tokens), dtype=np.int64)
     vals = np.empty(K)
-    nb = _propose(W, es, cmaxs, invs, 0, K, 0, 1, sel, vals, bparent, btoken, bdepth, score, qrow, have)
+    nb = _propose(W, es, cmaxs, invs, 0, K, S, smark, 0, 1, sel, vals, bparent, btoken, bdepth, score, qrow,
+                  have)
     if keep_q:
-        _keep(W, es, invs, 0, q_rows[0])
+        keep_row(W, es, invs, 0, q_rows[0])
         qrow[0] = 0
         nq = 1
     nbeam = nb - 1
@@ -301,10 +227,10 @@ def build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, kee
             _expand(W, beam[b0:b0 + cnt], bparent, btoken, zs, hs, have, es, cmaxs, invs)
             for i in range(cnt):
                 b = beam[b0 + i]
-                nb = _propose(W, es, cmaxs, invs, i, K, b, nb, sel, vals, bparent, btoken, bdepth, score,
-                              qrow, have)
+                nb = _propose(W, es, cmaxs, invs, i, K, S, smark, b, nb, sel, vals, bparent, btoken, bdepth,
+                              score, qrow, have)
                 if keep_q:
-                    _keep(W, es, invs, i, q_rows[nq])
+                    keep_row(W, es, invs, i, q_rows[nq])
                     qrow[b] = nq
                     nq += 1
         nbeam = top_m(score, start, nb, K, beam)
@@ -345,9 +271,11 @@ def kernel_build(policy, world, z0: np.ndarray, h0: np.uint64, temperature: floa
     final nodes (uniform where never expanded), as ``BuiltTree`` holds them."""
     from simulate.policies import KIND_STATIC
 
+    policy.check_vocab(world.vocab_size)
     ps = policy.kernel_spec()
     W = world.kernel_world(float(temperature))
     V = world.vocab_size
+    smark = np.zeros(V + 1, dtype=np.int64)
     d = W[1].shape[0]
     nbuf = ps.max_buffer
     bparent = np.zeros(nbuf, dtype=np.int64)
@@ -372,13 +300,13 @@ def kernel_build(policy, world, z0: np.ndarray, h0: np.uint64, temperature: floa
         for v in range(1, ps.parents.size):
             tdepths[v] = tdepths[ps.parents[v]] + 1
         utree = np.zeros(ps.parents.size) if u is None else np.asarray(u, dtype=np.float64)
-        n, calls = build_static(W, ps.parents, ps.ranks, tdepths, u is not None, True, utree, bparent,
-                                btoken, bdepth, zs, hs, have, qrow, q_rows, es, cmaxs, np.empty((2, V)),
-                                parents, tokens, depths, buf_of)
+        n, calls = build_static(W, ps.parents, ps.ranks, tdepths, u is not None, True, utree, ps.selection,
+                                smark, bparent, btoken, bdepth, zs, hs, have, qrow, q_rows, es, cmaxs,
+                                np.empty((2, V)), parents, tokens, depths, buf_of)
     else:
         n, calls = build_dynamic(W, ps.top_k, ps.max_calls, ps.total_tokens, ps.check_steps, ps.threshold,
-                                 True, bparent, btoken, bdepth, zs, hs, have, qrow, q_rows, es, cmaxs,
-                                 np.zeros(nbuf), parents, tokens, depths, buf_of)
+                                 ps.selection, smark, True, bparent, btoken, bdepth, zs, hs, have, qrow,
+                                 q_rows, es, cmaxs, np.zeros(nbuf), parents, tokens, depths, buf_of)
     q = np.full((n, V), 1.0 / V)
     for v in range(n):
         if qrow[buf_of[v]] >= 0:

@@ -19,10 +19,26 @@ A config (TOML) holds the grid and the run sizes::
     n_sequences = 8
     seq_len = 64
 
+    [cost]                                       # optional: the cost table of costaware trees
+    table = "benchmarks/decoder_cpu.csv"
+    model = "GPT-B"
+
 Tree specs: ``static:NAME`` (mc_sim_7b_63, naive_extend_57), ``chain:N``,
 ``eagle2:K,D,M``, ``ddd:K,CALLS,S1/S2/..,THRESHOLD,M``, ``sequoia:N,DEPTH``
 (acceptance measured per world, rule, relaxation and temperature, as
 Sequoia does, with a one-level tree). Rule r2 is run on static trees only.
+
+Relaxation-aware trees (issue 7; the selection uses the job's relaxation
+and the world's neighbour table, see :mod:`simulate.latent`):
+``latent:K,D,M[,POOL]``, ``latent-diverse:K,D,M[,POOL]``,
+``latent-walk:K,D,M[,POOL]`` (:class:`~simulate.policies.LatentAwareTree`);
+``sequoia-lossless:N,DEPTH`` (acceptance measured with the exact rule,
+children by q: Sequoia as published, verified with the job's rule);
+``sequoia-latent:N,DEPTH``, ``sequoia-diverse:N,DEPTH``,
+``sequoia-walk:N,DEPTH`` (measured under the job's rule with children
+picked by that selection); ``costaware:N,DEPTH[,MODE]`` (the Sequoia tree
+of at most N nodes and depth DEPTH whose predicted speedup on the
+``[cost]`` table is largest; MODE q, latent, diverse or walk, default q).
 
 Each finished configuration appends one CSV row; a configuration whose
 hash (of its config columns) is already in the CSV is skipped, so an
@@ -41,8 +57,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
+from simulate.cost import DEFAULT_TABLE, CostTable, choose_static_size
 from simulate.engine import SimResult, run
-from simulate.policies import DDDTree, Eagle2Tree, StaticTree, TreePolicy
+from simulate.latent import SELECTION_MODES, ChildSelector
+from simulate.policies import DDDTree, Eagle2Tree, LatentAwareTree, StaticTree, TreePolicy
 from simulate.sequoia import SequoiaTree, measure_positional_acceptance
 from simulate.worlds import PRESETS, LatentParams, LatentWorld
 from theory.relax import Relax
@@ -58,8 +78,12 @@ CONFIG_COLUMNS = COLUMNS[:12]
 _LIST_KEYS = {"worlds": str, "trees": str, "rules": str, "variants": str, "relaxations": str,
               "temperatures": (int, float)}
 _SCALAR_KEYS = {"n_sequences": int, "seq_len": int, "seed": int, "threads": int}
-_TABLE_KEYS = {"world_overrides", "sequoia"}
+_TABLE_KEYS = {"world_overrides", "sequoia", "cost"}
 _SEQUOIA_KEYS = {"width": int, "n_sequences": int, "seq_len": int}
+_COST_KEYS = {"table", "model", "drafter"}
+LATENT_KINDS = {"latent": "latent", "latent-diverse": "diverse", "latent-walk": "walk"}
+SEQUOIA_KINDS = {"sequoia": "q", "sequoia-lossless": "q", "sequoia-latent": "latent",
+                 "sequoia-diverse": "diverse", "sequoia-walk": "walk"}
 
 
 @dataclass(frozen=True)
@@ -78,6 +102,7 @@ class SweepConfig:
     threads: int | None = None
     world_overrides: dict = field(default_factory=dict)
     sequoia: dict = field(default_factory=lambda: {"width": 16, "n_sequences": 8, "seq_len": 64})
+    cost: dict = field(default_factory=lambda: {"table": str(DEFAULT_TABLE), "model": "GPT-B"})
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "config") -> SweepConfig:
@@ -139,7 +164,19 @@ class SweepConfig:
                 raise ValueError(f"{source}: sequoia.{key} must be a positive integer, got {val!r}")
         seq.update(extra)
         kw["sequoia"] = seq
+        cost = dict(cls.__dataclass_fields__["cost"].default_factory())
+        extra = d.get("cost", {})
+        if not isinstance(extra, dict) or set(extra) - _COST_KEYS:
+            raise ValueError(f"{source}: cost takes only {sorted(_COST_KEYS)}")
+        if not all(isinstance(v, str) for v in extra.values()):
+            raise ValueError(f"{source}: cost values must be strings")
+        cost.update(extra)
+        kw["cost"] = cost
         return cls(**kw)
+
+    def cost_table(self) -> CostTable:
+        """The ``[cost]`` table (``CostTable.load``)."""
+        return CostTable.load(self.cost["table"], self.cost["model"], self.cost.get("drafter"))
 
     @classmethod
     def load(cls, path: str | Path) -> SweepConfig:
@@ -164,12 +201,19 @@ def _ints(text: str, n: int, spec: str) -> list[int]:
         raise ValueError(f"tree spec {spec!r}: {err}") from err
 
 
-def parse_tree(spec: str, *, probe: bool = False,
-               acceptance: Callable[[int], list[float]] | None = None) -> TreePolicy | None:
+Acceptance = Callable[[ChildSelector, Relax], list[float]]
+
+
+def parse_tree(spec: str, *, probe: bool = False, acceptance: Acceptance | None = None,
+               relax: Relax | None = None, neighbours: Callable[[int], np.ndarray] | None = None,
+               cost: Callable[[], CostTable] | None = None) -> TreePolicy | None:
     """A tree policy from its spec string (see the module docstring).
 
-    ``sequoia`` needs ``acceptance(width)`` (the measured vector); with
-    ``probe=True`` only the syntax is checked and None may be returned."""
+    Sequoia-type trees need ``acceptance(selector, relax)`` (the positional
+    vector measured with that ranking and rule); relaxation-aware trees need
+    the verifier's ``relax`` and ``neighbours(k)``; ``costaware`` needs
+    ``cost()``. With ``probe=True`` only the syntax is checked and None may
+    be returned."""
     kind, _, args = spec.partition(":")
     try:
         if kind == "static":
@@ -184,20 +228,61 @@ def parse_tree(spec: str, *, probe: bool = False,
                 raise ValueError(f"tree spec {spec!r} needs K,CALLS,S1/S2/..,THRESHOLD,M")
             steps = [int(s) for s in parts[2].split("/") if s]
             return DDDTree(int(parts[0]), int(parts[1]), steps, float(parts[3]), int(parts[4]))
-        if kind == "sequoia":
-            n, depth = _ints(args, 2, spec)
+        if kind in LATENT_KINDS:
+            vals = _ints(args, len(args.split(",")), spec)
+            if len(vals) not in (3, 4):
+                raise ValueError(f"tree spec {spec!r} needs K,D,M or K,D,M,POOL")
+            if probe:
+                return None
+            rel, table = _relaxation(relax, neighbours, spec)
+            tree = LatentAwareTree(*vals[:3], relax=rel, neighbours=table,
+                                   **({"pool": vals[3]} if len(vals) == 4 else {}), mode=LATENT_KINDS[kind])
+            tree.name = spec
+            return tree
+        if kind in SEQUOIA_KINDS or kind == "costaware":
+            parts = args.split(",")
+            mode = SEQUOIA_KINDS.get(kind, "q")
+            if kind == "costaware" and len(parts) == 3:
+                mode = parts.pop()
+                if mode not in SELECTION_MODES:
+                    raise ValueError(f"tree spec {spec!r}: MODE must be one of {SELECTION_MODES}")
+            n, depth = _ints(",".join(parts), 2, spec)
             if n < 1 or depth < 1:
                 raise ValueError(f"tree spec {spec!r}: n and depth must be >= 1")
             if probe:
                 return None
             if acceptance is None:
                 raise ValueError("a sequoia tree needs a measured acceptance vector")
-            tree = SequoiaTree(acceptance(n), n, depth)
-            tree.name = spec
+            if mode == "q":
+                rel, table = relax or Relax.none(), None
+            else:
+                rel, table = _relaxation(relax, neighbours, spec)
+            selector = ChildSelector(mode, rel, table)
+            vector = acceptance(selector, Relax.none() if kind == "sequoia-lossless" else rel)
+            if kind == "costaware":
+                if cost is None:
+                    raise ValueError("a costaware tree needs a cost table")
+                chosen = choose_static_size(vector, cost(), n, depth)
+                tree = StaticTree(chosen.choices, name=spec, selector=selector)
+            else:
+                tree = SequoiaTree(vector, n, depth, selector=selector)
+                tree.name = spec
             return tree
     except ValueError as err:
         raise ValueError(f"bad tree spec {spec!r}: {err}") from err
-    raise ValueError(f"unknown tree kind in {spec!r}; expected static, chain, eagle2, ddd or sequoia")
+    raise ValueError(f"unknown tree kind in {spec!r}; expected static, chain, eagle2, ddd, sequoia, "
+                     f"{', '.join(LATENT_KINDS)}, {', '.join(k for k in SEQUOIA_KINDS if k != 'sequoia')} "
+                     "or costaware")
+
+
+def _relaxation(relax: Relax | None, neighbours, spec: str) -> tuple[Relax, np.ndarray | None]:
+    """The verifier's relaxation and its neighbour table, for a relaxation-aware tree."""
+    relax = relax or Relax.none()
+    if relax.is_exact:
+        return relax, None
+    if neighbours is None:
+        raise ValueError(f"tree {spec!r} ranks by proximity mass and needs the world's neighbour table")
+    return relax, neighbours(relax.k)
 
 
 def config_key(row: dict) -> str:
@@ -240,11 +325,21 @@ def jobs(cfg: SweepConfig) -> Iterator[Job]:
     """Every configuration of the grid (r2 on static trees only; variants only where they differ)."""
     for w, t, rule, var, relax, temp in itertools.product(cfg.worlds, cfg.trees, cfg.rules, cfg.variants,
                                                           cfg.relaxations, cfg.temperatures):
-        if rule == "r2" and t.split(":")[0] in ("eagle2", "ddd"):
+        if rule == "r2" and not _draws_children(t):
             continue
         if var == "official" and (relax.is_exact or rule == "r3"):
             continue  # identical to principled
         yield Job(w, t, rule, var, relax, temp)
+
+
+def _draws_children(spec: str) -> bool:
+    """Whether a tree spec can rank children by draws without replacement (rule r2): static trees by q."""
+    kind, _, args = spec.partition(":")
+    if kind in ("static", "chain"):
+        return True
+    if kind in SEQUOIA_KINDS:
+        return SEQUOIA_KINDS[kind] == "q"
+    return kind == "costaware" and (len(args.split(",")) == 2 or args.endswith(",q"))
 
 
 def read_done(path: Path) -> set[str]:
@@ -278,16 +373,18 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, progress: bool = True) -> li
         world = worlds.get(job.world)
         if world is None:
             world = worlds[job.world] = LatentWorld.preset(job.world, **cfg.world_overrides)
-        def acceptance(n: int, job: Job = job, world: LatentWorld = world) -> list[float]:
-            key = (job.world, job.rule, job.variant, str(job.relax), job.temperature)
+        def acceptance(selector: ChildSelector, relax: Relax, job: Job = job,
+                       world: LatentWorld = world) -> list[float]:
+            key = (job.world, job.rule, job.variant, str(relax), job.temperature, str(selector))
             if key not in vectors:
                 s = cfg.sequoia
                 vectors[key] = measure_positional_acceptance(
-                    world, width=s["width"], rule=job.rule, relax=job.relax, variant=job.variant,
+                    world, width=s["width"], rule=job.rule, relax=relax, variant=job.variant,
                     n_sequences=s["n_sequences"], seq_len=s["seq_len"], temperature=job.temperature,
-                    seed=cfg.seed + 1, threads=cfg.threads).tolist()
+                    seed=cfg.seed + 1, threads=cfg.threads, selector=selector).tolist()
             return vectors[key]
-        tree = parse_tree(job.tree, acceptance=acceptance)
+        tree = parse_tree(job.tree, acceptance=acceptance, relax=job.relax, neighbours=world.neighbours,
+                          cost=cfg.cost_table)
         t0 = time.perf_counter()
         res = run(world, tree, rule=job.rule, relax=job.relax, variant=job.variant,
                   n_sequences=cfg.n_sequences, seq_len=cfg.seq_len, temperature=job.temperature,

@@ -1,0 +1,416 @@
+"""Issue 7's measurement: relaxation-aware draft trees against EAGLE-2, LANTERN++'s static tree, DDD, Sequoia.
+
+    python benchmarks/relaxation_trees.py                  # worlds + shipped model (resumable)
+    python benchmarks/relaxation_trees.py --skip-shipped   # the synthetic worlds only
+    python benchmarks/relaxation_trees.py --quick          # smoke run (results/relaxation_trees-quick)
+
+One table, one run, one seed: every policy at the same node budget (57
+draft nodes) and the same relaxations, in the ``ambiguous`` and
+``confident`` worlds (``simulate.run``, 256-token sequences, seed 0; Sequoia
+vectors measured with seed 1) and on the shipped Fashion-MNIST model (the
+reference decoder, the same images and uniforms in every row; FD and class
+accuracy from its evaluator, ``mini.quality``). Around the table: how often
+plain top-k siblings' proximity sets overlap (``simulate.latent.sibling_overlap``),
+and the analysis of why the goal is or is not met (a perfect drafter, and the
+merged-mass budget at the root: docs/theory.md, Theorem 6).
+
+Outputs (``--out``, default ``results/relaxation_trees``): ``worlds.csv`` (sweep
+rows, resumable), ``shipped/`` (per-image records, resumable) and
+``shipped.csv``, ``overlap.csv``, ``ceiling.csv``, ``table.md`` and the
+figure ``tradeoff`` (PDF and PNG).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from simulate.cost import DEFAULT_TABLE, CostTable  # noqa: E402
+from simulate.engine import run  # noqa: E402
+from simulate.latent import ChildSelector, sibling_overlap, top_ranked  # noqa: E402
+from simulate.policies import Eagle2Tree, LatentAwareTree  # noqa: E402
+from simulate.sequoia import SequoiaTree, measure_positional_acceptance  # noqa: E402
+from simulate.sweep import SweepConfig, read_results, run_sweep  # noqa: E402
+from simulate.worlds import LatentWorld  # noqa: E402
+from theory import Relax, node_outcome, r1_distortion  # noqa: E402
+
+WORLDS = ["ambiguous", "confident"]
+RELAXATIONS = ["none", "additive:k=1000,delta=0.1", "additive:k=1000,delta=0.2",
+               "multiplicative:k=1000,lam=2", "multiplicative:k=1000,lam=5"]
+NODES = 57  # draft nodes of every tree (naive_extend_57's budget)
+EXISTING = {  # spec -> label
+    "eagle2:10,4,58": "EAGLE-2 (10, 4, 58)",
+    "eagle2:10,8,58": "EAGLE-2 (10, 8, 58)",
+    "static:naive_extend_57": "static naive_extend_57 (LANTERN++'s tree)",
+    "ddd:10,11,5/7/9,-0.3,58": "DDD (10, 11, {5,7,9}, -0.3, 58)",
+    "sequoia-lossless:57,8": "Sequoia (57, 8), vector of the exact rule",
+    "sequoia:57,8": "Sequoia (57, 8), vector of the relaxed rule",
+}
+NEW = {
+    "latent:10,4,58": "latent-aware EAGLE-2: q~ (1)",
+    "latent-diverse:10,4,58": "latent-diverse siblings (2)",
+    "latent-walk:10,4,58": "latent-aware EAGLE-2: R1 walk on q",
+    "latent:10,8,58": "latent-aware EAGLE-2 (10, 8, 58): q~ (1)",
+    "latent-walk:10,8,58": "latent-aware EAGLE-2 (10, 8, 58): R1 walk on q",
+    "sequoia-diverse:57,8": "relaxation-aware Sequoia, diverse siblings (3)",
+    "sequoia-walk:57,8": "relaxation-aware Sequoia, walk siblings (3)",
+    "costaware:57,8,walk": "cost-aware size, walk siblings (4)",
+}
+LABELS = {**EXISTING, **NEW}
+SHIPPED_RELAX = ["none", "additive:k=50,delta=0.2", "multiplicative:k=50,lam=5"]
+
+
+# ---------------------------------------------------------------- synthetic worlds
+def sweep_configs(n_sequences: int, seq_len: int, overrides: dict, cost: dict) -> list[SweepConfig]:
+    """The R1 grid over every tree and the R2 grid of LANTERN++'s static tree (SPEC: its verification)."""
+    common = {"worlds": WORLDS, "relaxations": RELAXATIONS, "n_sequences": n_sequences, "seq_len": seq_len,
+              "seed": 0, "threads": 1, "sequoia": {"width": 16, "n_sequences": 16, "seq_len": 64},
+              "cost": cost, **({"world_overrides": overrides} if overrides else {})}
+    return [SweepConfig.from_dict({**common, "trees": list(LABELS), "rules": ["r1"]}, source="benchmark"),
+            SweepConfig.from_dict({**common, "trees": ["static:naive_extend_57"], "rules": ["r2"]},
+                                  source="benchmark")]
+
+
+def overlap_rows(overrides: dict, n_sequences: int, seq_len: int) -> list[dict]:
+    """How often plain top-10 siblings' proximity sets overlap, per world and relaxation."""
+    rows = []
+    for w in WORLDS:
+        world = LatentWorld.preset(w, **overrides)
+        for text in RELAXATIONS[1:]:
+            st = sibling_overlap(world, Relax.parse(text), top_k=10, n_sequences=n_sequences, seq_len=seq_len)
+            rows.append({"world": w, "relax": text, **{k: round(v, 4) if isinstance(v, float) else v
+                                                        for k, v in st.__dict__.items()}})
+    return rows
+
+
+def root_budget(world: LatentWorld, relax: Relax, selector: ChildSelector | None, n_sequences: int,
+                seq_len: int) -> dict:
+    """At the root of sampled positions, with 10 children (top-10 of q, or the selector's): exact R1
+    acceptance, the target mass of the children, the merged mass M and its cap (Theorem 6)."""
+    nb = world.neighbours(relax.k)
+    acc, mass, merged, cap = [], [], [], []
+    from simulate.rng import stream_key, uniform
+
+    for s in range(n_sequences):
+        key = np.uint64(stream_key(np.int64(0), np.int64(s)))
+        z, h = world.initial(key)
+        for t in range(seq_len):
+            p, q = world.target_probs(z), world.draft_probs(z, h)
+            kids = top_ranked(q, 10) if selector is None else selector.select(q, 10)[0]
+            out = node_outcome(p, kids, rule="r1", relax=relax, neighbours=nb)
+            d = r1_distortion(p, kids, relax=relax, neighbours=nb)
+            acc.append(1.0 - out.reject_prob)
+            mass.append(float(p[kids].sum()))
+            merged.append(d.merged)
+            cap.append(d.nominal)
+            x = min(int(np.searchsorted(np.cumsum(p), uniform(key, t) * p.sum(), side="right")), p.size - 1)
+            z, h = world.advance(z, h, x)
+    return {"acceptance": np.mean(acc), "p_children": np.mean(mass), "merged": np.mean(merged),
+            "merged_cap": np.mean(cap)}
+
+
+def ceiling_rows(overrides: dict, n_sequences: int, seq_len: int,
+                 budget_positions: tuple[int, int]) -> list[dict]:
+    """Why (not): tokens per step with a perfect drafter (q = p), and the root's merged-mass budget."""
+    rows = []
+    for w in WORLDS:
+        world = LatentWorld.preset(w, **overrides)
+        par = world.params
+        perfect = LatentWorld.preset(w, draft_beta=par.beta, draft_sigma=0.0, draft_token_noise=0.0,
+                                     **overrides)
+        for text in RELAXATIONS[1:]:
+            relax = Relax.parse(text)
+            nb = world.neighbours(relax.k)
+            walk = ChildSelector("walk", relax, nb)
+            row = {"world": w, "relax": text}
+            for name, sel in (("top10", None), ("walk10", walk)):
+                b = root_budget(world, relax, sel, *budget_positions)
+                row.update({f"{name}_{k}": round(float(v), 4) for k, v in b.items()})
+            a = measure_positional_acceptance(perfect, width=16, rule="r1", relax=relax, n_sequences=16,
+                                              seq_len=64, seed=1)
+            for name, pol in (("eagle2", Eagle2Tree(10, 4, NODES + 1)),
+                              ("latent_walk", LatentAwareTree(10, 4, NODES + 1, relax=relax, neighbours=nb,
+                                                              mode="walk")),
+                              ("sequoia", SequoiaTree(a, NODES, 8))):
+                res = run(perfect, pol, rule="r1", relax=relax, n_sequences=n_sequences, seq_len=seq_len,
+                          seed=0)
+                row[f"perfect_{name}"] = round(res.mean_tokens_per_step, 4)
+            rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------- the shipped model
+def shipped_rows(out: Path, n_images: int, n_trace: int, cost: CostTable) -> list[dict]:
+    """Every policy on the shipped model with the EAGLE head: FD, class accuracy, tokens per step, depths."""
+    import torch
+
+    from mini.decoding import DecodeConfig, StepScorer, make_decoder, trace_header
+    from mini.quality import generate_config, summarise
+    from mini.shipped import load_mini
+    from simulate.sequoia import trace_positional_acceptance
+    from simulate.trace import TraceWriter
+    from simulate.worlds import TraceWorld
+
+    torch.set_num_threads(1)  # one core each: the worlds can run beside (--skip-worlds / --skip-shipped)
+    mini = load_mini()
+    nb = mini.neighbours()
+    eagle = {"top_k": 10, "depth": 4, "total_tokens": NODES + 1}
+    # the trace the Sequoia vectors are measured on (exact EAGLE-2, images n_images.. so they are not reused)
+    base = DecodeConfig("trace EAGLE-2", tree="eagle2", tree_args=eagle)
+    trace_dir = out / "trace"
+    if not (trace_dir / "header.json").exists() or len(list(trace_dir.glob("chunk-*.npz"))) < n_trace:
+        decoder = make_decoder(mini, base)
+        with TraceWriter(trace_dir, trace_header(mini, base), nb, resume=True) as writer:
+            for i in tqdm(range(n_trace), desc="trace", unit="img"):
+                if i in writer.done_sequences:
+                    continue
+                decoder.generate(i % 10, 1, sequence=n_images + i, trace=StepScorer(mini, base, writer))
+    world = TraceWorld(trace_dir)
+    configs = [DecodeConfig("AR")]
+    for text in SHIPPED_RELAX:
+        relax = Relax.parse(text)
+
+        def vector(mode: str, measured: Relax, relax: Relax = relax) -> list[float]:
+            sel = ChildSelector(mode, relax, None if relax.is_exact else nb)
+            a = trace_positional_acceptance(world, width=16, rule="r1", relax=measured, selector=sel)
+            return [round(float(x), 6) for x in a]
+
+        seq = {"n_nodes": NODES, "max_depth": 8}
+        specs = [("eagle2", eagle, "r1", "eagle2:10,4,58"),
+                 ("static", {"choices": "naive_extend_57"}, "r1", "static:naive_extend_57"),
+                 ("static", {"choices": "naive_extend_57"}, "r2", "static:naive_extend_57"),
+                 ("ddd", {"top_k": 10, "max_calls": 11, "check_steps": [5, 7, 9], "threshold": -0.3,
+                          "total_tokens": NODES + 1}, "r1", "ddd:10,11,5/7/9,-0.3,58"),
+                 ("sequoia", {"acceptance": vector("q", Relax.none()), **seq}, "r1", "sequoia-lossless:57,8"),
+                 ("sequoia", {"acceptance": vector("q", relax), **seq}, "r1", "sequoia:57,8"),
+                 ("latent", {**eagle, "mode": "latent"}, "r1", "latent:10,4,58"),
+                 ("latent", {**eagle, "mode": "diverse"}, "r1", "latent-diverse:10,4,58"),
+                 ("latent", {**eagle, "mode": "walk"}, "r1", "latent-walk:10,4,58"),
+                 ("latent", {**eagle, "depth": 8, "mode": "walk"}, "r1", "latent-walk:10,8,58"),
+                 ("sequoia", {"acceptance": vector("diverse", relax), **seq, "mode": "diverse"}, "r1",
+                  "sequoia-diverse:57,8"),
+                 ("sequoia", {"acceptance": vector("walk", relax), **seq, "mode": "walk"}, "r1",
+                  "sequoia-walk:57,8"),
+                 ("costaware", {"acceptance": vector("walk", relax), "max_nodes": NODES, "max_depth": 8,
+                                "mode": "walk", "table": cost.path, "model": cost.model}, "r1",
+                  "costaware:57,8,walk")]
+        for tree, args, rule, spec in specs:
+            if relax.is_exact and spec not in ("eagle2:10,4,58", "static:naive_extend_57"):
+                continue
+            configs.append(DecodeConfig(f"{spec} {rule} {text}", tree=tree, tree_args=args, rule=rule,
+                                        relax=text))
+    rows = []
+    for c in tqdm(configs, desc="shipped configurations", unit="config"):
+        records = generate_config(mini, c, n_images, out, progress=False)
+        row = summarise(mini, c, records)
+        spec = c.name.split(" ")[0] if not c.is_ar else "ar"
+        depths = [d for r in records for d in r.get("tree_depths", [])]
+        steps = [len(r["emitted"]) for r in records]
+        row.update({"world": "shipped", "tree": spec, "rule": c.rule, "relax": c.relax,
+                    "mean_tree_depth": float(np.mean(depths)) if depths else 0.0,
+                    "mean_accepted_depth": row["tokens_per_step"] - 1.0,
+                    "speculative_steps": int(np.sum(steps))})
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------- the table
+def relax_label(text: str) -> str:
+    r = Relax.parse(text)
+    if r.kind == "none":
+        return "exact"
+    return f"LANTERN δ={r.delta:g}" if r.kind == "additive" else f"LANTERN++ λ={r.lam:g}"
+
+
+def relax_text(row: dict) -> str:
+    if row["relax"] == "none":
+        return "none"
+    k = int(row["k"])
+    return (f"additive:k={k},delta={row['delta']:g}" if row["relax"] == "additive"
+            else f"multiplicative:k={k},lam={row['lam']:g}")
+
+
+def world_table(rows: list[dict], cost: CostTable) -> tuple[list[str], list[dict]]:
+    """Markdown rows of the synthetic table and, per (world, relaxation), the goal's comparison."""
+    lines = ["| world | relaxation | policy | rule | tokens/step | accepted depth | tree depth | nodes | "
+             "draft calls | TV bound/sequence | TV bound/token | speedup (cost model) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    verdicts = []
+    for w in WORLDS:
+        for text in RELAXATIONS:
+            sel = [r for r in rows if r["world"] == w and relax_text(r) == text]
+            order = list(LABELS)
+            sel.sort(key=lambda r: (order.index(r["tree"]), r["rule"]))
+            for r in sel:
+                s = cost.speedup(r["mean_tokens_per_step"], r["mean_tree_size"] + 1,
+                                 r["draft_calls_per_step"])
+                new = "**" if r["tree"] in NEW else ""
+                lines.append(
+                    f"| {w} | {relax_label(text)} | {new}{LABELS[r['tree']]}{new} | {r['rule'].upper()} | "
+                    f"{r['mean_tokens_per_step']:.3f} ± {r['se_tokens_per_step']:.3f} | "
+                    f"{r['mean_accepted_depth']:.3f} | {r['mean_tree_depth']:.2f} | "
+                    f"{r['mean_tree_size']:.1f} | "
+                    f"{r['draft_calls_per_step']:.2f} | {fmt_tv(r['tv_bound_per_sequence'])} | "
+                    f"{fmt_tv(r['tv_bound_per_token'])} | {s:.2f} |")
+            verdicts.append(compare(w, text, sel, "mean_tokens_per_step", "se_tokens_per_step"))
+    return lines, verdicts
+
+
+def shipped_tv(row: dict) -> float:
+    """The shipped rows' TV bound (NaN for relaxed R2: its per-step TV is not computed exactly)."""
+    return float("nan") if row["rule"] == "r2" and row["relax"] != "none" else row["tv_bound_per_sequence"]
+
+
+def fmt_tv(x: float) -> str:
+    return "n/a (R2)" if not np.isfinite(x) else f"{x:.3f}"
+
+
+def compare(world: str, text: str, rows: list[dict], col: str, se_col: str | None) -> dict:
+    """Best new policy at the equal budget (cost-aware excluded) against the best existing one, both verified
+    with R1 (R2's distortion is not bounded by the relaxation: docs/theory.md, Finding 3)."""
+    equal = [r for r in rows if not r["tree"].startswith("costaware") and r["rule"] == "r1"]
+    old = max((r for r in equal if r["tree"] in EXISTING), key=lambda r: r[col])
+    new = max((r for r in equal if r["tree"] in NEW), key=lambda r: r[col])
+    gain = new[col] / old[col] - 1.0
+    se = None
+    if se_col:
+        se = (new[col] / old[col]) * np.hypot(new[se_col] / new[col], old[se_col] / old[col])
+    return {"world": world, "relax": text, "best_existing": f"{LABELS[old['tree']]} {old['rule'].upper()}",
+            "existing": old[col], "best_new": LABELS[new["tree"]], "new": new[col], "gain": gain,
+            "gain_se": se, "new_row": new, "old_row": old}
+
+
+def shipped_table(rows: list[dict]) -> tuple[list[str], list[dict]]:
+    lines = ["| relaxation | policy | rule | tokens/step | accepted depth | tree depth | "
+             "target forwards/image | TV bound/sequence | FD | class accuracy |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    verdicts = []
+    for text in ["none"] + SHIPPED_RELAX[1:]:
+        sel = [r for r in rows if r["relax"] == text and r["tree"] != "ar"]
+        if text == "none":
+            sel = [r for r in rows if r["tree"] == "ar"] + sel
+        for r in sel:
+            name = "AR sampling" if r["tree"] == "ar" else LABELS[r["tree"]]
+            new = "**" if r["tree"] in NEW else ""
+            lines.append(f"| {relax_label(text)} | {new}{name}{new} | {r['rule'].upper()} | "
+                         f"{r['tokens_per_step']:.3f} | {r['mean_accepted_depth']:.3f} | "
+                         f"{r['mean_tree_depth']:.2f} | "
+                         f"{r['target_forwards_per_image']:.1f} | {fmt_tv(shipped_tv(r))} | "
+                         f"{r['fd']:.2f} | {r['class_accuracy']:.2f} |")
+        spec = [r for r in sel if r["tree"] != "ar"]
+        if text != "none" and any(r["tree"] in NEW for r in spec):
+            verdicts.append(compare("shipped", text, spec, "tokens_per_step", None))
+    return lines, verdicts
+
+
+def figure(rows: list[dict], out: Path) -> list[Path]:
+    """Tokens per step against the TV bound per token (R1), one panel per world, one line per policy."""
+    from simulate.figures import FULL_WIDTH, _plt, _save
+
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(FULL_WIDTH, 2.8))
+    for ax, w in zip(axes, WORLDS, strict=True):
+        for i, tree in enumerate(LABELS):
+            for kind, marker in (("additive", "o"), ("multiplicative", "s")):
+                sel = [r for r in rows if r["world"] == w and r["tree"] == tree and r["rule"] == "r1"
+                       and r["relax"] in ("none", kind)]
+                sel.sort(key=lambda r: r["tv_bound_per_token"])
+                ax.plot([r["tv_bound_per_token"] for r in sel], [r["mean_tokens_per_step"] for r in sel],
+                        marker=marker, ls="-" if tree in NEW else "--", color=f"C{i % 10}",
+                        label=LABELS[tree] if kind == "additive" else None)
+        ax.set_xlabel("TV bound per token (sum of exact node TVs / tokens)")
+        ax.set_ylabel("tokens per step")
+        ax.set_title(f"{w} world (o: LANTERN δ, □: LANTERN++ λ)")
+        ax.grid(alpha=0.3)
+    axes[1].legend(loc="lower right", fontsize=4.5)
+    fig.tight_layout()
+    paths = _save(fig, out, "tradeoff")
+    plt.close(fig)
+    return paths
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    if not rows:
+        return
+    keys = list(rows[0])
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=None, help="output folder (default results/relaxation_trees[-quick])")
+    ap.add_argument("--sequences", type=int, default=32, help="sequences per world configuration")
+    ap.add_argument("--seq-len", type=int, default=256, help="tokens per sequence (a 16 x 16 image)")
+    ap.add_argument("--cost-table", default=str(DEFAULT_TABLE),
+                    help="latency CSV (benchmarks/decoder_bench.py)")
+    ap.add_argument("--cost-model", default="GPT-B", help="model rows for the worlds (V = 16384)")
+    ap.add_argument("--shipped-cost-model", default="GPT-S", help="model rows for the shipped model")
+    ap.add_argument("--shipped-images", type=int, default=100, help="images per shipped-model configuration")
+    ap.add_argument("--trace-images", type=int, default=20, help="images of the trace Sequoia is measured on")
+    ap.add_argument("--skip-shipped", action="store_true", help="no shipped-model rows")
+    ap.add_argument("--skip-worlds", action="store_true",
+                    help="only generate the shipped-model images (run beside a --skip-shipped run)")
+    ap.add_argument("--quick", action="store_true", help="V = 2048, 4 x 64 tokens, 4 shipped images")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    overrides = {"vocab_size": 2048, "n_clusters": 64} if args.quick else {}
+    if args.quick:
+        args.sequences, args.seq_len, args.shipped_images, args.trace_images = 4, 64, 4, 2
+    out = Path(args.out or ("results/relaxation_trees-quick" if args.quick else "results/relaxation_trees"))
+    out.mkdir(parents=True, exist_ok=True)
+    cost = {"table": args.cost_table, "model": args.cost_model}
+    table = CostTable.load(args.cost_table, args.cost_model)
+    shipped_lines: list[str] = []
+    verdicts: list[dict] = []
+    if not args.skip_shipped:
+        scost = CostTable.load(args.cost_table, args.shipped_cost_model)
+        srows = shipped_rows(out / "shipped", args.shipped_images, args.trace_images, scost)
+        write_csv(out / "shipped.csv", srows)
+        shipped_lines, verdicts = shipped_table(srows)
+    if args.skip_worlds:
+        return 0
+    for cfg in sweep_configs(args.sequences, args.seq_len, overrides, cost):
+        run_sweep(cfg, out / "worlds.csv")
+    rows = [r for r in read_results(out / "worlds.csv")
+            if r["n_sequences"] == args.sequences and r["seq_len"] == args.seq_len]
+    pos = (4, 32) if args.quick else (8, 64)
+    if not (out / "overlap.csv").exists():
+        write_csv(out / "overlap.csv", overlap_rows(overrides, *pos))
+    if not (out / "ceiling.csv").exists():
+        write_csv(out / "ceiling.csv", ceiling_rows(overrides, args.sequences, args.seq_len, pos))
+    lines, world_verdicts = world_table(rows, table)
+    verdicts = world_verdicts + verdicts
+    figure(rows, out)
+    goal = "## Goal: best new vs best existing policy, R1, 57 nodes, same relaxation"
+    report = ["## Synthetic worlds", "", *lines, "", "## Shipped model", "",
+              *(shipped_lines or ["(skipped)"]), "", goal, "",
+              "| setting | relaxation | best existing | tokens/step | best new | tokens/step | gain |",
+              "|---|---|---|---|---|---|---|"]
+    for v in verdicts:
+        se = f" ± {100 * v['gain_se']:.1f}%" if v["gain_se"] is not None else ""
+        report.append(f"| {v['world']} | {relax_label(v['relax'])} | {v['best_existing']} | "
+                      f"{v['existing']:.3f} | {v['best_new']} | {v['new']:.3f} | "
+                      f"{100 * v['gain']:+.1f}%{se} |")
+    shipped_cost = "" if args.skip_shipped else f", {args.shipped_cost_model} (shipped model)"
+    report += ["", f"Cost model: {table} (worlds){shipped_cost}; {time.perf_counter() - t0:.0f} s.", ""]
+    (out / "table.md").write_text("\n".join(report))
+    with open(out / "verdicts.json", "w") as f:
+        json.dump([{k: v for k, v in d.items() if not k.endswith("_row")} for d in verdicts], f, indent=1)
+    print("\n".join(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
