@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from simulate.cost import DEFAULT_TABLE, CostTable  # noqa: E402
+from reference.cost import DEFAULT_TABLE, CostModel  # noqa: E402
 from simulate.engine import run  # noqa: E402
 from simulate.latent import ChildSelector, sibling_overlap, top_ranked  # noqa: E402
 from simulate.policies import Eagle2Tree, LatentAwareTree  # noqa: E402
@@ -149,7 +149,7 @@ def ceiling_rows(overrides: dict, n_sequences: int, seq_len: int,
 
 
 # ---------------------------------------------------------------- the shipped model
-def shipped_rows(out: Path, n_images: int, n_trace: int, cost: CostTable) -> list[dict]:
+def shipped_rows(out: Path, n_images: int, n_trace: int, cost: CostModel) -> list[dict]:
     """Every policy on the shipped model with the EAGLE head: FD, class accuracy, tokens per step, depths."""
     import torch
 
@@ -239,7 +239,7 @@ def relax_text(row: dict) -> str:
             else f"multiplicative:k={k},lam={row['lam']:g}")
 
 
-def world_table(rows: list[dict], cost: CostTable) -> tuple[list[str], list[dict]]:
+def world_table(rows: list[dict], cost: CostModel) -> tuple[list[str], list[dict]]:
     """Markdown rows of the synthetic table and, per (world, relaxation), the goal's comparison."""
     lines = ["| world | relaxation | policy | rule | tokens/step | accepted depth | tree depth | nodes | "
              "draft calls | TV bound/sequence | TV bound/token | speedup (cost model) |",
@@ -371,11 +371,11 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or ("results/relaxation_trees-quick" if args.quick else "results/relaxation_trees"))
     out.mkdir(parents=True, exist_ok=True)
     cost = {"table": args.cost_table, "model": args.cost_model}
-    table = CostTable.load(args.cost_table, args.cost_model)
+    table = CostModel.from_table(args.cost_table, args.cost_model)
     shipped_lines: list[str] = []
     verdicts: list[dict] = []
     if not args.skip_shipped:
-        scost = CostTable.load(args.cost_table, args.shipped_cost_model)
+        scost = CostModel.from_table(args.cost_table, args.shipped_cost_model)
         srows = shipped_rows(out / "shipped", args.shipped_images, args.trace_images, scost)
         write_csv(out / "shipped.csv", srows)
         shipped_lines, verdicts = shipped_table(srows)

@@ -31,7 +31,7 @@ from reference.decode import Decoder, DecodeSettings, StepStats
 from reference.drafter import EagleDraftSession, EagleHead, GPTDraftSession
 from reference.model import load_gpt
 from reference.vq import VQModel, save_png, to_uint8, vq_config
-from simulate.cost import DEFAULT_TABLE, CostTable, choose_static_size
+from simulate.cost import DEFAULT_TABLE, CostModel, choose_static_size
 from simulate.latent import ChildSelector
 from simulate.policies import DDDTree, Eagle2Tree, LatentAwareTree, StaticTree, TreePolicy
 from simulate.sequoia import SequoiaTree
@@ -88,7 +88,7 @@ def policy_from_spec(tree: str, *, relax: Relax = Relax.none(), neighbours: np.n
             selector = ChildSelector(str(kw.pop("mode", "q")), relax, neighbours)
             if tree == "sequoia":
                 return SequoiaTree(acceptance, selector=selector, **kw)  # type: ignore[arg-type]
-            cost = CostTable.load(str(kw.pop("table", DEFAULT_TABLE)), str(kw.pop("model", "GPT-B")))
+            cost = CostModel.from_table(str(kw.pop("table", DEFAULT_TABLE)), str(kw.pop("model", "GPT-B")))
             chosen = choose_static_size(acceptance, cost, **kw)  # type: ignore[arg-type]
             return StaticTree(chosen.choices, name=f"costaware-{chosen.n_nodes}-{chosen.depth}",
                               selector=selector)

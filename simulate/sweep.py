@@ -59,7 +59,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simulate.cost import DEFAULT_TABLE, CostTable, choose_static_size
+from simulate.cost import DEFAULT_TABLE, CostModel, choose_static_size
 from simulate.engine import SimResult, run
 from simulate.latent import SELECTION_MODES, ChildSelector
 from simulate.policies import DDDTree, Eagle2Tree, LatentAwareTree, StaticTree, TreePolicy
@@ -174,9 +174,9 @@ class SweepConfig:
         kw["cost"] = cost
         return cls(**kw)
 
-    def cost_table(self) -> CostTable:
-        """The ``[cost]`` table (``CostTable.load``)."""
-        return CostTable.load(self.cost["table"], self.cost["model"], self.cost.get("drafter"))
+    def cost_table(self) -> CostModel:
+        """The ``[cost]`` table (``CostModel.from_table``)."""
+        return CostModel.from_table(self.cost["table"], self.cost["model"], drafter=self.cost.get("drafter"))
 
     @classmethod
     def load(cls, path: str | Path) -> SweepConfig:
@@ -206,7 +206,7 @@ Acceptance = Callable[[ChildSelector, Relax], list[float]]
 
 def parse_tree(spec: str, *, probe: bool = False, acceptance: Acceptance | None = None,
                relax: Relax | None = None, neighbours: Callable[[int], np.ndarray] | None = None,
-               cost: Callable[[], CostTable] | None = None) -> TreePolicy | None:
+               cost: Callable[[], CostModel] | None = None) -> TreePolicy | None:
     """A tree policy from its spec string (see the module docstring).
 
     Sequoia-type trees need ``acceptance(selector, relax)`` (the positional

@@ -3,12 +3,14 @@ the SPEC section 8 cost model on a latency table."""
 
 from __future__ import annotations
 
+import csv
+
 import numpy as np
 import pytest
 from reference_helpers import random_model, tiny_config
 
 from reference.capture import capture_trace, module_sha256
-from reference.cost import CostModel, read_table, target_models
+from reference.cost import DEFAULT_TABLE, CostModel, read_table, target_models
 from reference.decode import Decoder, DecodeSettings
 from reference.drafter import GPTDraftSession
 from reference.replay import replay
@@ -81,7 +83,20 @@ def test_cost_model_interpolates_and_computes_the_speedup(latency_csv) -> None:
 
 
 def test_cost_model_reads_the_committed_cpu_table() -> None:
-    from relaxspec.nbenv import repo_root
-
-    c = CostModel.from_table(repo_root() / "benchmarks" / "decoder_cpu.csv", "GPT-B")
-    assert c.drafter == "EAGLE head (GPT-B)" and c.target_ms(60.0) > c.ar_step_ms > 0
+    c = CostModel.from_table(DEFAULT_TABLE, "GPT-B")
+    assert c.device == "cpu" and c.drafter == "EAGLE head (GPT-B)"
+    np.testing.assert_array_equal(c.sizes, [1, 4, 16, 60])
+    with open(DEFAULT_TABLE, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["model"] == "GPT-B" and r["n_tokens"] == "60"]
+    assert c.target_ms(60) == pytest.approx(np.mean([float(r["latency_ms"]) for r in rows]))
+    assert c.target_ms(10) == pytest.approx(c.target_ms(4) + (c.target_ms(16) - c.target_ms(4)) / 2)
+    slope = (c.target_ms(60) - c.target_ms(16)) / 44
+    assert c.target_ms(70) == pytest.approx(c.target_ms(60) + 10 * slope)
+    assert c.speedup(1.0, 1, 0) == 1.0
+    assert c.speedup(3.0, 16, 2) == pytest.approx(3 * c.target_ms(1) / (c.target_ms(16) + 2 * c.t_draft_ms))
+    with pytest.raises(ValueError, match="no eager target rows for 'GPT-Z'"):
+        CostModel.from_table(DEFAULT_TABLE, "GPT-Z")
+    with pytest.raises(ValueError, match="does not exist"):
+        CostModel.from_table("/nonexistent/decoder_cuda.csv")
+    with pytest.raises(ValueError, match="n >= 1"):
+        c.target_ms(0)
