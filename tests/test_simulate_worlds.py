@@ -34,8 +34,10 @@ def test_presets_are_llamagen_sized_and_calibrated():
     conf = world_stats(LatentWorld.preset("confident"), n_sequences=2, seq_len=32)
     amb = world_stats(LatentWorld.preset("ambiguous"), n_sequences=2, seq_len=32)
     assert conf.mean_top1 >= 0.7
-    assert 0.25 <= amb.mean_top1 <= 0.45  # fitted to the shipped mini model (top-1 0.33)
+    assert 0.05 <= amb.mean_top1 <= 0.25  # LlamaGen-like
     assert amb.mean_entropy > conf.mean_entropy
+    mini = world_stats(LatentWorld.preset("mini"), n_sequences=2, seq_len=32)
+    assert amb.mean_top1 < mini.mean_top1 < conf.mean_top1  # the shipped model is less ambiguous
 
 
 def test_prefix_keyed_states_and_rows():
