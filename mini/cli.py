@@ -71,8 +71,8 @@ def _ambiguity(args: argparse.Namespace) -> int:
     tokens = np.array([r["tokens"] for r in records])
     labels = np.array([r["label"] for r in records])
     result = {"model": model_ambiguity(mini, tokens, labels, CFG_SCALE), "cfg_scale": CFG_SCALE,
-              "n_images": len(records),
-              "worlds": {name: stats_of(PRESETS[name]) for name in ("confident", "ambiguous")}}
+              "n_images": len(records), "target_sha256": mini.checkpoint_sha256("target"),
+              "worlds": {name: stats_of(PRESETS[name]) for name in PRESETS}}
     if args.fit:
         m = result["model"]
         params, fitted = fit_world(m["top1"], m["accept_eagle"])
@@ -114,11 +114,12 @@ def _quality(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from mini.calibration import MODEL_PRESET
     from mini.validation import run_validation
     from simulate.worlds import PRESETS
 
     mini = _load(args)
-    rows = run_validation(mini, args.out / "validation", PRESETS["ambiguous"], args.n_sequences,
+    rows = run_validation(mini, args.out / "validation", PRESETS[MODEL_PRESET], args.n_sequences,
                           seed=args.seed, progress=not args.no_progress)
     for r in rows:
         print(r)

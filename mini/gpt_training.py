@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -21,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from mini.timing import Clock
 from reference.model import GPTConfig, Transformer
 
 
@@ -80,7 +80,7 @@ def train_gpt(cfg: GPTConfig, tokens: np.ndarray, labels: np.ndarray, budget: GP
                              {"params": no_decay, "weight_decay": 0.0}], lr=budget.lr, betas=(0.9, 0.95))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, budget))
     model.train()
-    start = time.perf_counter()
+    clock = Clock()
     bar = tqdm(range(budget.steps), desc=name, disable=not progress, unit="step")
     for _ in bar:
         idx = torch.randint(len(x), (budget.batch,), generator=gen)
@@ -96,7 +96,7 @@ def train_gpt(cfg: GPTConfig, tokens: np.ndarray, labels: np.ndarray, budget: GP
         bar.set_postfix(loss=f"{loss.item():.3f}")
     model.eval()
     return model, {"config": cfg.to_dict(), "budget": asdict(budget),
-                   "training_seconds": time.perf_counter() - start}
+                   "training_seconds": clock.wall(), "training_cpu_seconds": clock.cpu()}
 
 
 @torch.no_grad()
