@@ -129,7 +129,7 @@ def image_quality(model: FashionClassifier, images: np.ndarray, labels: np.ndarr
 class EvaluatorBudget:
     """How long the classifier trains: ``epochs`` over ``n_train`` images (0 = all) in batches."""
 
-    epochs: int = 5
+    epochs: int = 4
     batch: int = 256
     lr: float = 4e-3
     n_train: int = 0
