@@ -38,6 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                            help="FD / class accuracy / tokens per step / TV bound per configuration")
     qual.add_argument("--n-images", type=int, default=1000)
     qual.add_argument("--configs", default=None, help="comma-separated configuration names (default: all)")
+    qual.add_argument("--jobs", type=int, default=1,
+                      help="processes generating configurations in parallel (one thread each)")
     qual.set_defaults(func=_quality)
     val = msub.add_parser("validate", help="traces, replay and simulate's predictions vs the decoder")
     val.add_argument("--n-sequences", type=int, default=20)
@@ -86,7 +88,16 @@ def _ambiguity(args: argparse.Namespace) -> int:
 def _quality(args: argparse.Namespace) -> int:
     from mini.fashion_mnist import load_sample
     from mini.figures import sample_grid
-    from mini.quality import QUALITY_CONFIGS, read_records, real_baseline, run_quality, slug, write_table
+    from mini.quality import (
+        QUALITY_CONFIGS,
+        noise_floor,
+        read_records,
+        real_baseline,
+        real_halves,
+        run_quality,
+        slug,
+        write_table,
+    )
     from mini.tokenizer import decode_tokens
 
     configs = QUALITY_CONFIGS
@@ -98,10 +109,13 @@ def _quality(args: argparse.Namespace) -> int:
             raise ValueError(f"unknown configurations {unknown}; expected some of {names}")
         configs = [c for c in QUALITY_CONFIGS if c.name in wanted]
     mini = _load(args, drafters=not all(c.is_ar for c in configs))
-    rows = run_quality(mini, args.out, args.n_images, configs, args.seed, not args.no_progress)
+    rows = run_quality(mini, args.out, args.n_images, configs, args.seed, not args.no_progress, args.jobs)
     images, labels = load_sample()
-    rows.insert(0, real_baseline(mini, images[:args.n_images], labels[:args.n_images]))
+    n_real = min(max(args.n_images, 20), len(labels) // 2)
+    halves = zip("AB", real_halves(images, labels, n_real), strict=True)
+    rows = [real_baseline(mini, *h, f"real test images {n}") for n, h in halves] + rows
     write_table(args.out / "quality.csv", rows)
+    print(noise_floor(mini, images, labels, n_real, args.out))
     grid_rows = []
     for c in configs:
         recs = read_records(args.out / slug(c.name) / "images.jsonl")[:10]

@@ -117,12 +117,29 @@ def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma
     return float(max(diff @ diff + np.trace(sigma1) + np.trace(sigma2) - 2.0 * np.trace(covmean), 0.0))
 
 
-def image_quality(model: FashionClassifier, images: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    """FD of ``images`` against the stored test-set statistics and the class accuracy w.r.t. ``labels``."""
+def image_quality(model: FashionClassifier, images: np.ndarray, labels: np.ndarray, *, bootstrap: int = 0,
+                  seed: int = 0) -> dict[str, float]:
+    """FD of ``images`` against the stored test-set statistics and the class accuracy w.r.t. ``labels``.
+
+    With ``bootstrap`` > 0 also ``fd_bootstrap_sd``: the standard deviation of the
+    FD over that many resamples (with replacement, generator ``seed``) of the
+    images, a measure of its sampling noise at this number of images.
+    """
     feats, preds = predict(model, images)
-    mu, sigma = feature_stats(feats)
-    fd = frechet_distance(mu, sigma, model.fd_mu.double().numpy(), model.fd_sigma.double().numpy())
-    return {"fd": fd, "class_accuracy": float(np.mean(preds == np.asarray(labels))), "n_images": len(images)}
+    ref_mu, ref_sigma = model.fd_mu.double().numpy(), model.fd_sigma.double().numpy()
+    out = {"fd": frechet_distance(*feature_stats(feats), ref_mu, ref_sigma),
+           "class_accuracy": float(np.mean(preds == np.asarray(labels))), "n_images": len(images)}
+    if bootstrap:
+        rng = np.random.default_rng(seed)
+        picks = (rng.integers(0, len(feats), len(feats)) for _ in range(bootstrap))
+        fds = [frechet_distance(*feature_stats(feats[i]), ref_mu, ref_sigma) for i in picks]
+        out["fd_bootstrap_sd"] = float(np.std(fds, ddof=1))
+    return out
+
+
+def fd_between(model: FashionClassifier, a: np.ndarray, b: np.ndarray) -> float:
+    """FD between two sets of uint8 images (in the evaluator's feature space)."""
+    return frechet_distance(*feature_stats(predict(model, a)[0]), *feature_stats(predict(model, b)[0]))
 
 
 @dataclass(frozen=True)

@@ -82,11 +82,19 @@ def _csv_rows(path: Path) -> list[dict[str, str]]:
 
 def quality_table(path: Path) -> list[str]:
     """The image-quality table."""
-    rows = [[r["config"], r["decoding"], r["n_images"], r["fd"], r["class_accuracy"], r["tokens_per_step"],
-             r["expected_tokens_per_step"], r["target_forwards_per_image"], r["tv_bound_per_sequence"]]
+    rows = [[r["config"], r["decoding"], r["n_images"], f"{r['fd']} ± {r.get('fd_bootstrap_sd', '')}",
+             r["class_accuracy"], r["tokens_per_step"], r["expected_tokens_per_step"],
+             r["target_forwards_per_image"], r["tv_bound_per_sequence"]]
             for r in _csv_rows(path)]
-    return _table(["configuration", "decoding", "images", "FD", "class accuracy", "tokens/step",
-                   "exact E[tokens/step]", "target forwards/image", "TV bound/sequence"], rows)
+    return _table(["configuration", "decoding", "images", "FD ± bootstrap sd", "class accuracy",
+                   "tokens/step", "exact E[tokens/step]", "target forwards/image", "TV bound/sequence"], rows)
+
+
+def noise_table(path: Path) -> list[str]:
+    """FD between sets that sample one distribution (the noise floor)."""
+    d = json.loads(path.read_text())
+    return _table(["sets (same distribution)", "images each", "FD between them"],
+                  [[k, str(d["n_images"]), f"{v:.3f}"] for k, v in d["fd_between"].items()])
 
 
 def validation_table(path: Path) -> list[str]:
@@ -106,6 +114,7 @@ def render(weights: Path, out: Path) -> str:
     parts = ["### Training", ""] + training_table(weights)
     for title, name, fn in (("Ambiguity", "ambiguity.json", ambiguity_table),
                             ("Image quality", "quality.csv", quality_table),
+                            ("FD noise floor", "noise.json", noise_table),
                             ("Simulator validation", "validation/validation.csv", validation_table)):
         if (out / name).exists():
             parts += ["", f"### {title}", ""] + fn(out / name)
