@@ -17,26 +17,25 @@ import numpy as np
 import torch
 
 from mini.shipped import MiniModel
+from simulate.worlds import ambiguity
+from theory.distributions import total_variation
 
 
-def distribution_stats(p: np.ndarray) -> dict[str, float]:
-    """Mean top-1 probability, entropy (nats) and top-10 mass of the rows of ``p`` (n, V)."""
+def position_stats(p: np.ndarray, drafters: dict[str, np.ndarray]) -> dict[str, float]:
+    """Means over rows of ``p`` (n, V) of ``simulate.worlds.ambiguity`` (top-1, entropy, top-10 mass)
+    and, per drafter ``name``, of 1 - TV(p, q) (key ``accept_<name>``): the world-stats figures."""
     p = np.asarray(p, dtype=np.float64)
     if p.ndim != 2 or p.shape[1] < 10:
         raise ValueError(f"need an (n, V >= 10) matrix of distributions, got shape {p.shape}")
-    srt = -np.sort(-p, axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ent = -np.where(p > 0, p * np.log(p), 0.0).sum(1)
-    return {"top1": float(srt[:, 0].mean()), "entropy": float(ent.mean()),
-            "top10_mass": float(srt[:, :10].sum(1).mean())}
-
-
-def acceptance(p: np.ndarray, q: np.ndarray) -> float:
-    """Mean single-draft acceptance sum_x min(p, q) = 1 - TV(p, q) over rows."""
-    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
-    if p.shape != q.shape:
-        raise ValueError(f"p and q differ in shape: {p.shape} vs {q.shape}")
-    return float(np.minimum(p, q).sum(1).mean())
+    top1, entropy, top10 = np.mean([ambiguity(row) for row in p], axis=0)
+    out = {"top1": float(top1), "entropy": float(entropy), "top10_mass": float(top10)}
+    for name, q in drafters.items():
+        q = np.asarray(q, dtype=np.float64)
+        if q.shape != p.shape:
+            raise ValueError(f"p and q of {name} differ in shape: {p.shape} vs {q.shape}")
+        tv = [total_variation(a, b) for a, b in zip(p, q, strict=True)]
+        out[f"accept_{name}"] = float(1.0 - np.mean(tv))
+    return out
 
 
 def _guided_probs(cond: torch.Tensor, uncond: torch.Tensor, cfg_scale: float) -> np.ndarray:
@@ -87,5 +86,5 @@ def model_ambiguity(mini: MiniModel, tokens: np.ndarray, labels: np.ndarray, cfg
                     ) -> dict[str, float]:
     """The world-stats figures of the mini model along ``tokens`` (positions 1..63)."""
     tf = teacher_forced(mini, tokens, labels, cfg_scale)
-    return {**distribution_stats(tf.p), "accept_eagle": acceptance(tf.p, tf.q_eagle),
-            "accept_draft_gpt": acceptance(tf.p, tf.q_gpt), "positions": int(tf.p.shape[0])}
+    return {**position_stats(tf.p, {"eagle": tf.q_eagle, "draft_gpt": tf.q_gpt}),
+            "positions": int(tf.p.shape[0])}

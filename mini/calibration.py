@@ -18,6 +18,8 @@ from dataclasses import asdict, replace
 
 from simulate.worlds import PRESETS, LatentParams, LatentWorld, world_stats
 
+# The world preset fitted to the shipped model (the "calibrated world" of the simulator validation).
+MODEL_PRESET = "mini"
 STAT_NAMES = {"top1": "mean_top1", "entropy": "mean_entropy", "top10_mass": "mean_top10_mass",
               "acceptance": "mean_acceptance"}
 

@@ -38,6 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                            help="FD / class accuracy / tokens per step / TV bound per configuration")
     qual.add_argument("--n-images", type=int, default=1000)
     qual.add_argument("--configs", default=None, help="comma-separated configuration names (default: all)")
+    qual.add_argument("--jobs", type=int, default=1,
+                      help="processes generating configurations in parallel (one thread each)")
     qual.set_defaults(func=_quality)
     val = msub.add_parser("validate", help="traces, replay and simulate's predictions vs the decoder")
     val.add_argument("--n-sequences", type=int, default=20)
@@ -71,8 +73,8 @@ def _ambiguity(args: argparse.Namespace) -> int:
     tokens = np.array([r["tokens"] for r in records])
     labels = np.array([r["label"] for r in records])
     result = {"model": model_ambiguity(mini, tokens, labels, CFG_SCALE), "cfg_scale": CFG_SCALE,
-              "n_images": len(records),
-              "worlds": {name: stats_of(PRESETS[name]) for name in ("confident", "ambiguous")}}
+              "n_images": len(records), "target_sha256": mini.checkpoint_sha256("target"),
+              "worlds": {name: stats_of(PRESETS[name]) for name in PRESETS}}
     if args.fit:
         m = result["model"]
         params, fitted = fit_world(m["top1"], m["accept_eagle"])
@@ -86,7 +88,16 @@ def _ambiguity(args: argparse.Namespace) -> int:
 def _quality(args: argparse.Namespace) -> int:
     from mini.fashion_mnist import load_sample
     from mini.figures import sample_grid
-    from mini.quality import QUALITY_CONFIGS, read_records, real_baseline, run_quality, slug, write_table
+    from mini.quality import (
+        QUALITY_CONFIGS,
+        noise_floor,
+        read_records,
+        real_baseline,
+        real_halves,
+        run_quality,
+        slug,
+        write_table,
+    )
     from mini.tokenizer import decode_tokens
 
     configs = QUALITY_CONFIGS
@@ -98,10 +109,13 @@ def _quality(args: argparse.Namespace) -> int:
             raise ValueError(f"unknown configurations {unknown}; expected some of {names}")
         configs = [c for c in QUALITY_CONFIGS if c.name in wanted]
     mini = _load(args, drafters=not all(c.is_ar for c in configs))
-    rows = run_quality(mini, args.out, args.n_images, configs, args.seed, not args.no_progress)
+    rows = run_quality(mini, args.out, args.n_images, configs, args.seed, not args.no_progress, args.jobs)
     images, labels = load_sample()
-    rows.insert(0, real_baseline(mini, images[:args.n_images], labels[:args.n_images]))
+    n_real = min(max(args.n_images, 20), len(labels) // 2)
+    halves = zip("AB", real_halves(images, labels, n_real), strict=True)
+    rows = [real_baseline(mini, *h, f"real test images {n}") for n, h in halves] + rows
     write_table(args.out / "quality.csv", rows)
+    print(noise_floor(mini, images, labels, n_real, args.out))
     grid_rows = []
     for c in configs:
         recs = read_records(args.out / slug(c.name) / "images.jsonl")[:10]
@@ -114,11 +128,12 @@ def _quality(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from mini.calibration import MODEL_PRESET
     from mini.validation import run_validation
     from simulate.worlds import PRESETS
 
     mini = _load(args)
-    rows = run_validation(mini, args.out / "validation", PRESETS["ambiguous"], args.n_sequences,
+    rows = run_validation(mini, args.out / "validation", PRESETS[MODEL_PRESET], args.n_sequences,
                           seed=args.seed, progress=not args.no_progress)
     for r in rows:
         print(r)

@@ -19,7 +19,7 @@ from mini.shipped import MiniModel
 from reference.decode import Decoder, DecodeSettings
 from reference.drafter import EagleDraftSession, GPTDraftSession
 from reference.generate import policy_from_spec
-from simulate.trace import Sampling, TraceHeader, TraceStep, TraceWriter, array_sha256
+from simulate.trace import Sampling, TraceStep, TraceWriter
 from simulate.verify import step_expectation
 from theory.relax import Relax
 from theory.verify import neighbour_rows
@@ -73,20 +73,6 @@ def make_decoder(mini: MiniModel, config: DecodeConfig, logits_dtype: str = "flo
     policy = policy_from_spec(config.tree, relax=config.relaxation, neighbours=neighbours,
                               **dict(config.tree_args))
     return Decoder(mini.target, settings, drafter=drafter, policy=policy, neighbours=neighbours)
-
-
-def trace_header(mini: MiniModel, config: DecodeConfig, logits_dtype: str = "float32") -> TraceHeader:
-    """The trace header of a run of ``config`` on ``mini``."""
-    codebook = mini.tokenizer.quantize.embedding.weight.detach().float().numpy()
-    return TraceHeader(
-        model="mini-fashion-mnist target", checkpoint_sha256=mini.checkpoint_sha256("target"),
-        vocab_size=mini.vocab_size, codebook_sha256=array_sha256(codebook), rule=config.rule,
-        relax=str(config.relaxation), variant="principled",
-        tree=f"{config.tree}:{','.join(f'{k}={v}' for k, v in config.tree_args.items())}",
-        logits_dtype=logits_dtype,
-        extra={"cfg_scale": config.cfg_scale, "drafter": config.drafter,
-               "drafter_sha256": mini.checkpoint_sha256("eagle_head" if config.drafter == "eagle"
-                                                        else "draft_gpt")})
 
 
 class StepScorer:

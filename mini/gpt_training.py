@@ -3,13 +3,16 @@
 Next-token cross-entropy over the 64 image tokens after the class token, with
 LlamaGen's classifier-free-guidance dropout (each label replaced by the null
 class with probability ``class_dropout_prob``), AdamW (LlamaGen: betas 0.9 /
-0.95, weight decay 0.05) with a warm-up and cosine decay.
+0.95, weight decay 0.05) with a warm-up and cosine decay, in bfloat16 mixed
+precision (``torch.autocast``; LlamaGen trains in bf16 too): on a CPU with
+AVX-512 BF16 a step costs about 0.64 of a float32 one. Metrics are measured
+in float32.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -17,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from mini.timing import Clock
 from reference.model import GPTConfig, Transformer
 
 
@@ -29,6 +33,17 @@ class GPTBudget:
     lr: float = 1e-3
     warmup: int = 100
     weight_decay: float = 0.05
+    precision: str = "bf16-mixed"
+
+
+PRECISIONS = ("float32", "bf16-mixed")
+
+
+def autocast(precision: str) -> contextlib.AbstractContextManager:
+    """The autocast context of a budget's ``precision`` (``float32``: none; ``bf16-mixed``: CPU bf16)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed")
 
 
 def lr_factor(step: int, budget: GPTBudget) -> float:
@@ -65,13 +80,14 @@ def train_gpt(cfg: GPTConfig, tokens: np.ndarray, labels: np.ndarray, budget: GP
                              {"params": no_decay, "weight_decay": 0.0}], lr=budget.lr, betas=(0.9, 0.95))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, budget))
     model.train()
-    start = time.perf_counter()
+    clock = Clock()
     bar = tqdm(range(budget.steps), desc=name, disable=not progress, unit="step")
     for _ in bar:
         idx = torch.randint(len(x), (budget.batch,), generator=gen)
         drop = torch.rand(budget.batch, generator=gen) < cfg.class_dropout_prob
-        logits = model(x[idx, :-1], y[idx], drop_labels=drop)
-        loss = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), x[idx].reshape(-1))
+        with autocast(budget.precision):
+            logits = model(x[idx, :-1], y[idx], drop_labels=drop)
+        loss = F.cross_entropy(logits.float().reshape(-1, cfg.vocab_size), x[idx].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -80,7 +96,7 @@ def train_gpt(cfg: GPTConfig, tokens: np.ndarray, labels: np.ndarray, budget: GP
         bar.set_postfix(loss=f"{loss.item():.3f}")
     model.eval()
     return model, {"config": cfg.to_dict(), "budget": asdict(budget),
-                   "training_seconds": time.perf_counter() - start}
+                   "training_seconds": clock.wall(), "training_cpu_seconds": clock.cpu()}
 
 
 @torch.no_grad()

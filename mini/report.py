@@ -22,9 +22,10 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def training_table(weights: Path) -> list[str]:
-    """Components, parameters, storage, wall and CPU training time, key metrics."""
+    """Components, parameters, storage, budget, wall and CPU seconds (training loop; whole component:
+    data, encoding, training and metric passes), load average, key metrics."""
     rows = []
-    total_wall = total_cpu = 0.0
+    totals = [0.0, 0.0, 0.0, 0.0]
     for name in COMPONENT_NAMES:
         c = read_card(weights, name)
         m = c["metrics"]
@@ -33,23 +34,27 @@ def training_table(weights: Path) -> list[str]:
                          f"(sample {m.get('sample_accuracy', 0):.4f})",
             "tokenizer": f"PSNR {m.get('psnr_db', 0):.2f} dB, codes used {m.get('fraction_used', 0):.3f}, "
                          f"perplexity {m.get('perplexity', 0):.1f}",
-            "target": f"test NLL {m.get('test_nll_per_token_nats', 0):.4f} nats/token",
-            "draft_gpt": f"test NLL {m.get('test_nll_per_token_nats', 0):.4f} nats/token",
+            "target": f"test NLL {m.get('test_nll_per_token_nats', 0):.4f} nats/token "
+                      f"(train {m.get('train_nll_per_token_nats', 0):.4f})",
+            "draft_gpt": f"test NLL {m.get('test_nll_per_token_nats', 0):.4f} nats/token "
+                         f"(train {m.get('train_nll_per_token_nats', 0):.4f})",
             "eagle_head": f"top-1 agreement {m.get('top1_agreement', 0):.4f}, CE {m.get('cls', 0):.4f}",
         }[name]
         budget = c.get("budget", {})
         steps = budget.get("steps", budget.get("epochs"))
         unit = "steps" if "steps" in budget else "epochs"
-        cpu = c.get("training_cpu_seconds")
-        total_wall += c["training_seconds"]
-        total_cpu += cpu or 0.0
+        times = [c["training_seconds"], c.get("training_cpu_seconds"), c.get("component_seconds"),
+                 c.get("component_cpu_seconds")]
+        totals = [t + (v or 0.0) for t, v in zip(totals, times, strict=True)]
+        load = c.get("load_average", {})
         size = (weights / c["weights_file"]).stat().st_size / 2**20
         rows.append([name, f"{c['n_parameters']:,}", c["storage_dtype"], f"{size:.2f}",
-                     f"{steps} {unit} x {budget.get('batch')}", f"{c['training_seconds']:.0f}",
-                     "n/a" if cpu is None else f"{cpu:.0f}", key])
-    rows.append(["total", "", "", "", "", f"{total_wall:.0f}", f"{total_cpu:.0f}", ""])
-    return _table(["component", "parameters", "stored as", "MiB", "budget", "wall s", "CPU s", "metrics"],
-                  rows)
+                     f"{steps} {unit} x {budget.get('batch')}",
+                     *("n/a" if v is None else f"{v:.0f}" for v in times),
+                     f"{load['start']:.2f} / {load['end']:.2f}" if load else "n/a", key])
+    rows.append(["total", "", "", "", "", *(f"{t:.0f}" for t in totals), "", ""])
+    return _table(["component", "parameters", "stored as", "MiB", "budget", "loop wall s", "loop CPU s",
+                   "component wall s", "component CPU s", "load avg (start / end)", "metrics"], rows)
 
 
 def ambiguity_table(path: Path) -> list[str]:
@@ -60,11 +65,11 @@ def ambiguity_table(path: Path) -> list[str]:
              f"{m['entropy']:.3f}", f"{m['top10_mass']:.3f}",
              f"EAGLE head {m['accept_eagle']:.3f}; draft GPT {m['accept_draft_gpt']:.3f}"]]
     for name, s in d["worlds"].items():
-        rows.append([f"`{name}` world", f"{s['top1']:.3f}", f"{s['entropy']:.3f}", f"{s['top10_mass']:.3f}",
-                     f"{s['acceptance']:.3f}"])
+        rows.append([f"`{name}` world preset", f"{s['top1']:.3f}", f"{s['entropy']:.3f}",
+                     f"{s['top10_mass']:.3f}", f"{s['acceptance']:.3f}"])
     if "fitted" in d:
         s = d["fitted"]["stats"]
-        rows.append(["world fitted to the mini model (now the `ambiguous` preset)", f"{s['top1']:.3f}",
+        rows.append(["world fitted now (`--fit`, from the `ambiguous` preset)", f"{s['top1']:.3f}",
                      f"{s['entropy']:.3f}", f"{s['top10_mass']:.3f}", f"{s['acceptance']:.3f}"])
     return _table(["model / world", "mean top-1", "mean entropy (nats)", "mean top-10 mass",
                    "mean 1 - TV(p, q)"], rows)
@@ -77,11 +82,19 @@ def _csv_rows(path: Path) -> list[dict[str, str]]:
 
 def quality_table(path: Path) -> list[str]:
     """The image-quality table."""
-    rows = [[r["config"], r["decoding"], r["n_images"], r["fd"], r["class_accuracy"], r["tokens_per_step"],
-             r["expected_tokens_per_step"], r["target_forwards_per_image"], r["tv_bound_per_sequence"]]
+    rows = [[r["config"], r["decoding"], r["n_images"], f"{r['fd']} ± {r.get('fd_bootstrap_sd', '')}",
+             r["class_accuracy"], r["tokens_per_step"], r["expected_tokens_per_step"],
+             r["target_forwards_per_image"], r["tv_bound_per_sequence"]]
             for r in _csv_rows(path)]
-    return _table(["configuration", "decoding", "images", "FD", "class accuracy", "tokens/step",
-                   "exact E[tokens/step]", "target forwards/image", "TV bound/sequence"], rows)
+    return _table(["configuration", "decoding", "images", "FD ± bootstrap sd", "class accuracy",
+                   "tokens/step", "exact E[tokens/step]", "target forwards/image", "TV bound/sequence"], rows)
+
+
+def noise_table(path: Path) -> list[str]:
+    """FD between sets that sample one distribution (the noise floor)."""
+    d = json.loads(path.read_text())
+    return _table(["sets (same distribution)", "images each", "FD between them"],
+                  [[k, str(d["n_images"]), f"{v:.3f}"] for k, v in d["fd_between"].items()])
 
 
 def validation_table(path: Path) -> list[str]:
@@ -101,6 +114,7 @@ def render(weights: Path, out: Path) -> str:
     parts = ["### Training", ""] + training_table(weights)
     for title, name, fn in (("Ambiguity", "ambiguity.json", ambiguity_table),
                             ("Image quality", "quality.csv", quality_table),
+                            ("FD noise floor", "noise.json", noise_table),
                             ("Simulator validation", "validation/validation.csv", validation_table)):
         if (out / name).exists():
             parts += ["", f"### {title}", ""] + fn(out / name)

@@ -10,7 +10,6 @@ loss, straight-through gradients, with dead-code restarts (a code unused for
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -19,6 +18,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from mini.evaluator import images_to_tensor
+from mini.timing import Clock
 from reference.vq import VQConfig, VQModel, vq_config
 
 COMMITMENT = 0.25
@@ -77,7 +77,7 @@ def train_tokenizer(train_images: np.ndarray, budget: TokenizerBudget, *, seed: 
                                                 pct_start=0.05)
     last_used = torch.zeros(budget.codebook_size, dtype=torch.long)
     restarts = 0
-    start = time.perf_counter()
+    clock = Clock()
     model.train()
     bar = tqdm(range(budget.steps), desc="tokenizer", disable=not progress, unit="step")
     for step in bar:
@@ -92,9 +92,9 @@ def train_tokenizer(train_images: np.ndarray, budget: TokenizerBudget, *, seed: 
             restarts += _restart_dead_codes(model, x[idx], last_used, step, budget.restart_every, gen)
         bar.set_postfix(recon=f"{parts['recon']:.4f}", restarts=restarts)
     model.eval()
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = clock.wall(), clock.cpu()
     return model, {"config": _config_dict(model.cfg), "budget": asdict(budget), "training_seconds": seconds,
-                   "dead_code_restarts": restarts}
+                   "training_cpu_seconds": cpu_seconds, "dead_code_restarts": restarts}
 
 
 @torch.no_grad()

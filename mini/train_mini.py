@@ -4,8 +4,13 @@ Each component is written as ``NAME.safetensors`` + ``NAME.json`` (see
 :mod:`mini.weights`) and skipped on a later run when both exist and match,
 unless ``--force``: an interrupted run resumes at the first unfinished
 component. The training budgets (steps, batch size) are explicit below so the
-whole run fits in 60 minutes on 2 CPU cores; ``--quick`` trains tiny versions
-in about a minute into a temporary folder (never into ``weights/``).
+whole run fits in 60 minutes on 2 CPU cores, with the largest share for the
+target (docs/mini_model.md has the measured times); ``--quick`` trains tiny
+versions in about a minute into a temporary folder (never into ``weights/``).
+
+Every card records the training loop's wall and CPU seconds, the whole
+component's (data, token encoding, training, metric passes), the thread count
+and the 1-minute load average at the component's start and end.
 """
 
 from __future__ import annotations
@@ -14,7 +19,6 @@ import argparse
 import math
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +33,7 @@ from mini.eagle_training import EagleBudget, eagle_metrics, train_eagle_head
 from mini.evaluator import EvaluatorBudget, predict, train_evaluator
 from mini.gpt_training import GPTBudget, token_nll, train_gpt
 from mini.shipped import GRID_TOKENS, load_gpt_component, load_tokenizer
+from mini.timing import Clock, load_average
 from mini.tokenizer import TokenizerBudget, encode_images, tokenizer_metrics, train_tokenizer
 from mini.weights import WEIGHTS_DIR, component_done, read_card, save_component
 from reference.model import GPTConfig
@@ -44,13 +49,14 @@ class Budgets:
 
     evaluator: EvaluatorBudget = field(default_factory=EvaluatorBudget)
     tokenizer: TokenizerBudget = field(default_factory=TokenizerBudget)
-    target: GPTBudget = field(default_factory=lambda: GPTBudget(steps=350, batch=64, lr=1.5e-3, warmup=30))
+    target: GPTBudget = field(default_factory=lambda: GPTBudget(steps=3000, batch=64, lr=1.5e-3, warmup=100))
     eagle_head: EagleBudget = field(default_factory=EagleBudget)
     draft_gpt: GPTBudget = field(default_factory=lambda: GPTBudget(steps=1000, batch=64, lr=2e-3, warmup=50))
     target_shape: dict = field(default_factory=lambda: dict(TARGET_SHAPE))
     draft_shape: dict = field(default_factory=lambda: dict(DRAFT_SHAPE))
     n_metric_test: int = 0
     n_train_tokens: int = 0
+    n_train_nll: int = 2000  # training grids the train NLL is measured on (an overfitting check)
 
 
 # The target: the reference GPT-XS shape (6 layers, 4 heads, dim 256); the drafter: 2 layers of 128.
@@ -67,6 +73,7 @@ QUICK = Budgets(
     draft_shape={"dim": 32, "n_layer": 1, "n_head": 2},
     n_metric_test=1000,
     n_train_tokens=2000,
+    n_train_nll=500,
 )
 # Floating tensors are stored in float32, except the target's (float16 keeps weights/ under 25 MB;
 # metrics are measured on the float16-rounded weights).
@@ -83,8 +90,9 @@ class TrainContext:
     seed: int
     progress: bool
     command: str
+    threads: int = 1
+    clock: Clock = field(default_factory=Clock)
     _cache: dict[str, Any] = field(default_factory=dict)
-    _cpu_start: float = 0.0
 
     def split(self, name: str) -> tuple[Any, Any]:
         """The full ``train`` or ``test`` split (loaded once)."""
@@ -134,9 +142,12 @@ class TrainContext:
         """A card from a trainer's fragment (config, budget, seconds) and the measured metrics."""
         return {"config": info["config"], "data": data, "training_command": self.command,
                 "training_seconds": round(info["training_seconds"], 1),
-                "training_cpu_seconds": round(time.process_time() - self._cpu_start, 1),
-                "budget": info["budget"],
-                "seed": self.seed, "metrics": metrics}
+                "training_cpu_seconds": round(info["training_cpu_seconds"], 1),
+                "component_seconds": round(self.clock.wall(), 1),
+                "component_cpu_seconds": round(self.clock.cpu(), 1),
+                "threads": self.threads,
+                "load_average": {"start": self.clock.load_at_start, "end": load_average()},
+                "budget": info["budget"], "seed": self.seed, "metrics": metrics}
 
 
 def _train_evaluator_component(ctx: TrainContext) -> dict[str, Any]:
@@ -158,7 +169,10 @@ def _train_tokenizer_component(ctx: TrainContext) -> dict[str, Any]:
     metrics["dead_code_restarts"] = info["dead_code_restarts"]
     metrics["n_test"] = len(ctx.metric_split()[0])
     card = ctx.card(info, f"{DATA_TRAIN}; PSNR and codebook usage on the test split", metrics)
-    return save_component(ctx.out, "tokenizer", model.state_dict(), card)
+    card = save_component(ctx.out, "tokenizer", model.state_dict(), card)
+    for split in ("train", "test"):  # the token grids the GPTs train and are measured on (cached)
+        ctx.tokens(split)
+    return card
 
 
 def _rounded(model: torch.nn.Module, dtype: torch.dtype) -> None:
@@ -175,10 +189,10 @@ def _train_gpt_component(ctx: TrainContext, name: str, shape: dict, budget: GPTB
     _rounded(model, STORAGE.get(name, torch.float32))
     test_tokens, test_labels = ctx.tokens("test")
     nll = token_nll(model, test_tokens, test_labels)
+    n_train = ctx.budgets.n_train_nll
     metrics = {"test_nll_per_token_nats": nll, "test_nll_per_token_bits": nll / math.log(2),
-               "train_nll_per_token_nats": token_nll(model, tokens[:len(test_tokens)],
-                                                     labels[:len(test_tokens)]),
-               "n_test": len(test_tokens)}
+               "train_nll_per_token_nats": token_nll(model, tokens[:n_train], labels[:n_train]),
+               "n_test": len(test_tokens), "n_train_nll": n_train}
     card = ctx.card(info, f"token grids of the {DATA_TRAIN} by the tokenizer in this folder; NLL on the "
                           "test split's token grids (class-conditional)", metrics)
     return save_component(ctx.out, name, model.state_dict(), card, STORAGE.get(name, torch.float32))
@@ -237,12 +251,13 @@ def train_all(
         raise fashion_mnist.DatasetMissingError(
             f"training needs the full Fashion-MNIST data set in {fashion_mnist.DATASET_DIR}: "
             f"{fashion_mnist.INSTALL_HINT}")
+    threads = threads or (QUICK_THREADS if quick else TRAIN_THREADS)
     ctx = TrainContext(out=out, budgets=QUICK if quick else FULL, seed=seed, progress=progress,
-                       command=command)
+                       command=command, threads=threads)
     previous_threads = torch.get_num_threads()
-    torch.set_num_threads(threads or (QUICK_THREADS if quick else TRAIN_THREADS))
+    torch.set_num_threads(threads)
     trained: dict[str, dict[str, Any]] = {}
-    total = time.perf_counter()
+    total = Clock()
     try:
         for name, fn in COMPONENTS:
             if only and name not in only:
@@ -250,14 +265,15 @@ def train_all(
             if not force and component_done(out, name):
                 tqdm.write(f"[train-mini] {name}: already in {out}, skipped (--force retrains)")
                 continue
-            tqdm.write(f"[train-mini] {name}: training")
-            ctx._cpu_start = time.process_time()
+            tqdm.write(f"[train-mini] {name}: training (load average {load_average()})")
+            ctx.clock = Clock()
             card = fn(ctx)
             trained[name] = card
-            tqdm.write(f"[train-mini] {name}: {card['training_seconds']} s, metrics {card['metrics']}")
+            tqdm.write(f"[train-mini] {name}: {card['component_seconds']} s wall, "
+                       f"{card['component_cpu_seconds']} s CPU, metrics {card['metrics']}")
     finally:
         torch.set_num_threads(previous_threads)
-    tqdm.write(f"[train-mini] done in {time.perf_counter() - total:.0f} s; weights in {out}")
+    tqdm.write(f"[train-mini] done in {total.wall():.0f} s wall, {total.cpu():.0f} s CPU; weights in {out}")
     return trained
 
 

@@ -24,16 +24,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
-from mini.decoding import DecodeConfig, make_decoder, trace_header
+from mini.decoding import DecodeConfig, make_decoder
 from mini.fashion_mnist import NUM_CLASSES
 from mini.quality import EAGLE2, NEIGHBOURS_K, STATIC, slug
 from mini.shipped import MiniModel
+from reference.capture import capture_trace
 from reference.generate import policy_from_spec
 from reference.replay import replay
 from simulate import run
-from simulate.trace import TraceWriter
 from simulate.worlds import LatentParams, LatentWorld, TraceWorld
 
 DDD = {"top_k": 10, "max_calls": 11, "check_steps": [5, 7, 9], "threshold": -0.3, "total_tokens": 60}
@@ -59,12 +58,13 @@ def capture(mini: MiniModel, config: DecodeConfig, n_sequences: int, out: Path, 
             progress: bool = True) -> Path:
     """Generate ``n_sequences`` images (class i % 10) with a trace at ``OUT/<config>.trace`` (resumes)."""
     path = out / f"{slug(config.name)}.trace"
-    decoder = make_decoder(mini, config)
-    neighbours = None if config.relaxation.is_exact else mini.neighbours()
-    writer = TraceWriter(path, trace_header(mini, config), neighbours, resume=True)
-    todo = [i for i in range(n_sequences) if i not in writer.done_sequences]
-    for i in tqdm(todo, desc=config.name, disable=not progress or not todo, unit="img"):
-        decoder.generate(i % NUM_CLASSES, seed, sequence=i, trace=writer)
+    drafter = "eagle_head" if config.drafter == "eagle" else "draft_gpt"
+    capture_trace(make_decoder(mini, config), path, [i % NUM_CLASSES for i in range(n_sequences)], seed=seed,
+                  neighbours=None if config.relaxation.is_exact else mini.neighbours(),
+                  codebook=mini.tokenizer.codebook(), model=f"mini-fashion-mnist target ({config.name})",
+                  checkpoint_sha256=mini.checkpoint_sha256("target"),
+                  extra={"drafter": config.drafter, "drafter_sha256": mini.checkpoint_sha256(drafter)},
+                  resume=True, progress=progress)
     return path
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from reference.decode import Decoder, DecodeResult
 from simulate.trace import TraceHeader, TraceWriter, array_sha256
@@ -29,21 +30,40 @@ def module_sha256(module: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
-def capture_trace(decoder: Decoder, path: str | Path, labels: Sequence[int], *, seed: int = 0,
-                  neighbours: np.ndarray | None = None, codebook: np.ndarray | None = None,
-                  model: str = "in-memory", extra: dict | None = None) -> list[DecodeResult]:
-    """Generate one sequence per label (sequence i keyed by (seed, i)) and write their trace to ``path``.
+def decoder_header(decoder: Decoder, *, seed: int = 0, codebook: np.ndarray | None = None,
+                   model: str = "in-memory", checkpoint_sha256: str | None = None,
+                   extra: dict | None = None) -> TraceHeader:
+    """The trace header of sequences decoded by ``decoder`` with uniforms keyed by ``seed``.
 
-    ``neighbours`` is the table the decoder relaxes with (stored in the trace;
-    required when the decoder relaxes), ``codebook`` the VQ code vectors
-    whose hash names the vocabulary (zeros when not given).
+    Rule, relaxation, tree, sampling and logits dtype come from the decoder;
+    ``checkpoint_sha256`` names the target's weights (default: a hash of its
+    state dict), ``codebook`` the vocabulary (zeros when not given).
     """
     st = decoder.settings
-    header = TraceHeader(
-        model=model, checkpoint_sha256=module_sha256(decoder.target), vocab_size=decoder.vocab,
+    return TraceHeader(
+        model=model, checkpoint_sha256=checkpoint_sha256 or module_sha256(decoder.target),
+        vocab_size=decoder.vocab,
         codebook_sha256=array_sha256(codebook) if codebook is not None else "0" * 64, rule=st.rule,
         relax=str(st.relax), variant=st.variant, tree=str(decoder.policy) if decoder.policy else "ar",
         target_sampling=st.target_sampling, draft_sampling=st.draft_sampling, logits_dtype=st.logits_dtype,
         extra={"cfg_scale": st.cfg_scale, "seed": seed, **(extra or {})})
-    with TraceWriter(path, header, neighbours) as writer:
-        return [decoder.generate(int(c), seed, sequence=i, trace=writer) for i, c in enumerate(labels)]
+
+
+def capture_trace(decoder: Decoder, path: str | Path, labels: Sequence[int], *, seed: int = 0,
+                  neighbours: np.ndarray | None = None, codebook: np.ndarray | None = None,
+                  model: str = "in-memory", checkpoint_sha256: str | None = None, extra: dict | None = None,
+                  resume: bool = False, progress: bool = False) -> list[DecodeResult]:
+    """Generate one sequence per label (sequence i keyed by (seed, i)) and write their trace to ``path``.
+
+    ``neighbours`` is the table the decoder relaxes with (stored in the trace;
+    required when the decoder relaxes); the other keywords name the header's
+    fields (:func:`decoder_header`). ``resume=True`` appends to an existing
+    trace of the same header, decoding only the sequences it lacks (and
+    returning only those).
+    """
+    header = decoder_header(decoder, seed=seed, codebook=codebook, model=model,
+                            checkpoint_sha256=checkpoint_sha256, extra=extra)
+    with TraceWriter(path, header, neighbours, resume=resume) as writer:
+        todo = [i for i in range(len(labels)) if i not in writer.done_sequences]
+        return [decoder.generate(int(labels[i]), seed, sequence=i, trace=writer)
+                for i in tqdm(todo, desc=model, disable=not progress or not todo, unit="seq")]

@@ -49,24 +49,37 @@ def sample_training_data(target: Transformer, n: int, seed: int, sampling: Sampl
     return torch.as_tensor(np.stack(seqs), device=dev), torch.as_tensor(labels, device=dev)
 
 
-def eagle_loss(target: Transformer, head: EagleHead, tokens: torch.Tensor,
-               labels: torch.Tensor) -> torch.Tensor:
-    """EAGLE loss on sequences (B, N): pairs (feature before x_t, x_t) predict the feature at x_t."""
+def eagle_loss(target: Transformer, head: EagleHead, tokens: torch.Tensor, labels: torch.Tensor, *,
+               drop_labels: torch.Tensor | None = None,
+               token_weight: float = TOKEN_WEIGHT) -> tuple[torch.Tensor, dict[str, float]]:
+    """EAGLE loss on sequences (B, N): pairs (feature before x_t, x_t) predict the feature at x_t.
+
+    Returns ``FEATURE_WEIGHT`` x smooth L1 on the features + ``token_weight`` x
+    cross-entropy of the head's next-token distribution against the target's,
+    and its parts as floats (``reg``, ``cls``, ``top1_agreement``: how often the
+    head's argmax is the target's). ``drop_labels`` (bool, B) conditions those
+    rows on the null class, as the target's classifier-free-guidance training did.
+    """
     with torch.no_grad():
-        logits, feats = target(tokens[:, :-1], labels, return_hidden=True)  # rows 0..N-1
-    pred = head(target.embed_tokens(tokens[:, :-1]).detach(), feats[:, :-1])
+        logits, feats = target(tokens[:, :-1], labels, drop_labels=drop_labels, return_hidden=True)
+        p_target = F.softmax(logits[:, 1:], dim=-1)
+        emb = target.embed_tokens(tokens[:, :-1])
+    pred = head(emb, feats[:, :-1])
     reg = F.smooth_l1_loss(pred.float(), feats[:, 1:].float())
-    p_target = F.softmax(logits[:, 1:], dim=-1)
-    ce = -(p_target * F.log_softmax(target.logits(pred), dim=-1)).sum(-1).mean()
-    return FEATURE_WEIGHT * reg + TOKEN_WEIGHT * ce
+    logq = F.log_softmax(target.logits(pred), dim=-1)
+    ce = -(p_target * logq).sum(-1).mean()
+    agree = (logq.argmax(-1) == p_target.argmax(-1)).float().mean()
+    return FEATURE_WEIGHT * reg + token_weight * ce, {"reg": reg.item(), "cls": ce.item(),
+                                                      "top1_agreement": agree.item()}
 
 
 def distill_loss(target: Transformer, drafter: Transformer, tokens: torch.Tensor,
-                 labels: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy of the drafter's next-token distributions against the target's."""
+                 labels: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    """Cross-entropy of the drafter's next-token distributions against the target's (and as a float)."""
     with torch.no_grad():
         p_target = F.softmax(target(tokens[:, :-1], labels), dim=-1)
-    return -(p_target * F.log_softmax(drafter(tokens[:, :-1], labels), dim=-1)).sum(-1).mean()
+    ce = -(p_target * F.log_softmax(drafter(tokens[:, :-1], labels), dim=-1)).sum(-1).mean()
+    return ce, {"cls": ce.item()}
 
 
 def train(target: Transformer, drafter: torch.nn.Module, tokens: torch.Tensor, labels: torch.Tensor, *,
@@ -82,7 +95,7 @@ def train(target: Transformer, drafter: torch.nn.Module, tokens: torch.Tensor, l
     losses = []
     for _ in tqdm(range(steps), desc="training", unit="step", leave=False):
         idx = torch.randint(0, tokens.shape[0], (min(batch, tokens.shape[0]),), generator=gen)
-        loss = loss_fn(target, drafter, tokens[idx.to(tokens.device)], labels[idx.to(tokens.device)])
+        loss, _ = loss_fn(target, drafter, tokens[idx.to(tokens.device)], labels[idx.to(tokens.device)])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -7,27 +7,26 @@ import json
 import numpy as np
 import pytest
 
-from mini.ambiguity import acceptance, distribution_stats
+from mini.ambiguity import position_stats
 from mini.calibration import params_literal
 from mini.decoding import DecodeConfig
 from mini.quality import QUALITY_CONFIGS, read_records, slug
 from simulate.worlds import PRESETS, LatentParams
 
 
-def test_distribution_stats_on_known_distributions():
+def test_position_stats_on_known_distributions():
     V = 20
     uniform = np.full((3, V), 1 / V)
-    s = distribution_stats(uniform)
+    point = np.zeros((3, V))
+    point[:, 4] = 1.0
+    s = position_stats(uniform, {"same": uniform, "point": point})
     assert s["top1"] == pytest.approx(1 / V) and s["top10_mass"] == pytest.approx(0.5)
     assert s["entropy"] == pytest.approx(np.log(V))
-    point = np.zeros((2, V))
-    point[:, 4] = 1.0
-    s = distribution_stats(point)
+    assert s["accept_same"] == pytest.approx(1.0) and s["accept_point"] == pytest.approx(1 / V)
+    s = position_stats(point, {})
     assert s == {"top1": 1.0, "entropy": 0.0, "top10_mass": 1.0}
-    assert acceptance(uniform[:2], point) == pytest.approx(1 / V)
-    assert acceptance(point, point) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="shape"):
-        acceptance(uniform, point)
+        position_stats(uniform, {"short": point[:2]})
 
 
 def test_records_drop_a_torn_last_line(tmp_path):
