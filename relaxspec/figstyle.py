@@ -11,8 +11,10 @@
   string (``"eagle2:10,4,59"``, ``"additive:k=1000,delta=0.1"``), a policy
   name (``"eagle2-10-4-59"``), a policy object or a ``theory.Relax``. The
   official variants keep their method's colour with dashed lines and open
-  markers; rule R2 dash-dots, R3 dots (official R2: dash-dot-dot). Methods added later (issue 7's
-  relaxation-aware policies) register with :func:`register_method`.
+  markers; rule R2 dash-dots, R3 dots (official R2: dash-dot-dot). Issue 7's relaxation-aware
+  trees (``latent``, ``latent-diverse``, ``latent-walk``, ``sequoia-diverse``, ``sequoia-walk``,
+  ``costaware``) take colours from Tol's *vibrant* scheme (:data:`VIBRANT`); methods added later
+  register with :func:`register_method`.
 
 Use :func:`pyplot` to get a styled ``matplotlib.pyplot``, :func:`subplots`
 for a figure of paper width and :func:`save` to write vector PDF + PNG.
@@ -36,6 +38,11 @@ FORMATS = ("pdf", "png")
 PALETTE: dict[str, str] = {
     "indigo": "#332288", "cyan": "#88CCEE", "teal": "#44AA99", "green": "#117733", "olive": "#999933",
     "sand": "#DDCC77", "rose": "#CC6677", "wine": "#882255", "purple": "#AA4499",
+}
+# Paul Tol's vibrant scheme: colours for the relaxation-aware trees once the muted ones are taken.
+VIBRANT: dict[str, str] = {
+    "orange": "#EE7733", "blue": "#0077BB", "cyan": "#33BBEE", "magenta": "#EE3377", "red": "#CC3311",
+    "teal": "#009988",
 }
 BLACK, GREY = "#000000", "#777777"
 
@@ -80,9 +87,16 @@ METHODS: dict[str, MethodStyle] = {
     "mc_sim_7b_63": MethodStyle("static mc_sim_7b_63", PALETTE["wine"], "v"),
     "sequoia": MethodStyle("Sequoia", PALETTE["green"], "D"),
     "chain": MethodStyle("chain", PALETTE["sand"], "P"),
+    # issue 7: children ranked by proximity mass q~ (latent), q~ with diverse siblings, the R1 walk on q
+    "latent": MethodStyle("latent EAGLE-2", VIBRANT["orange"], "<"),
+    "latent-diverse": MethodStyle("latent EAGLE-2, diverse", VIBRANT["red"], ">"),
+    "latent-walk": MethodStyle("latent EAGLE-2, walk", VIBRANT["blue"], "p"),
+    "sequoia-diverse": MethodStyle("Sequoia, diverse", VIBRANT["magenta"], "d"),
+    "sequoia-walk": MethodStyle("Sequoia, walk", VIBRANT["teal"], "X"),
+    "costaware": MethodStyle("cost-aware Sequoia", PALETTE["olive"], "H"),
 }
 # Colours not yet taken by a family, in the order :func:`register_method` hands them out.
-RESERVED_COLOURS = [PALETTE["olive"]]
+RESERVED_COLOURS = [VIBRANT["cyan"]]
 UNKNOWN = MethodStyle("?", "#BBBBBB", "*", "-")
 
 RULE_LINESTYLES = {"r1": None, "r2": "-.", "r3": ":"}
@@ -102,18 +116,28 @@ def register_method(key: str, label: str, marker: str = "h", color: str | None =
     return METHODS[key]
 
 
-_TREE_PATTERNS = [
+_TREE_PATTERNS = [  # first match wins: the selection-mode variants before their family
     (r"ar", "ar"),
     (r"eagle-?2\b.*", "eagle2"),
     (r"ddd\b.*", "ddd"),
     (r"(static:)?naive_extend_57", "naive_extend_57"),
     (r"(static:)?mc_sim_7b_63", "mc_sim_7b_63"),
+    (r"latent-diverse\b.*", "latent-diverse"),
+    (r"latent-walk\b.*", "latent-walk"),
+    (r"latent\b.*", "latent"),
+    (r"sequoia-diverse\b.*", "sequoia-diverse"),
+    (r"sequoia-walk\b.*", "sequoia-walk"),
+    (r"costaware\b.*", "costaware"),
     (r"sequoia\b.*", "sequoia"),
     (r"chain:?\d+", "chain"),
 ]
 
 
 _RELAX_KINDS = ("additive", "multiplicative")
+# Sequoia variants drawn as Sequoia, named in the label: the vector measured with the exact rule, and
+# children ranked by q~ (simulate.sweep's tree kinds).
+_SEQUOIA_SUFFIX = {"sequoia-lossless": ", exact-rule vector", "sequoia-latent": ", latent"}
+_COST_AWARE_MODES = ("latent", "diverse", "walk")  # costaware:N,DEPTH,MODE (mode q: no suffix)
 
 
 def method_key(method: object) -> str:
@@ -158,6 +182,11 @@ def method_style(method: object, *, variant: str = "principled", rule: str = "r1
         text = relax_label(method)  # type: ignore[arg-type]
     if key == "chain":
         text = f"chain of {re.sub(r'[^0-9]', '', str(method))}"
+    if key == "sequoia":
+        text += _SEQUOIA_SUFFIX.get(re.split(r"[:\-]\d", str(method).strip(), maxsplit=1)[0].lower(), "")
+    if key == "costaware":
+        mode = str(method).strip().rsplit(",", 1)[-1].lower()
+        text += f", {mode}" if mode in _COST_AWARE_MODES else ""
     text += RULE_SUFFIX.get(rule, f", {rule}")
     style = replace(base, label=text)
     if RULE_LINESTYLES.get(rule):

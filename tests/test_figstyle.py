@@ -47,6 +47,23 @@ def test_labels_carry_the_relaxation_parameter_variant_and_rule() -> None:
     assert figstyle.method_style("eagle2", label="mine").label == "mine"
 
 
+@pytest.mark.parametrize("method, label", [
+    ("latent:10,4,58", "latent EAGLE-2"), ("latent-10-4-58", "latent EAGLE-2"),
+    ("latent-diverse:10,4,58", "latent EAGLE-2, diverse"), ("latent-walk:10,4,58", "latent EAGLE-2, walk"),
+    ("latent-walk-10-8-58", "latent EAGLE-2, walk"), ("sequoia-diverse:57,8", "Sequoia, diverse"),
+    ("sequoia-walk:57,8", "Sequoia, walk"), ("costaware:57,8,walk", "cost-aware Sequoia, walk"),
+    ("costaware:57,8", "cost-aware Sequoia"), ("sequoia:57,8", "Sequoia"),
+    ("sequoia-lossless:57,8", "Sequoia, exact-rule vector"), ("sequoia-latent:57,8", "Sequoia, latent"),
+])
+def test_relaxation_aware_trees_have_their_own_labels(method, label) -> None:
+    style = figstyle.method_style(method)
+    assert style.label == label
+    family = figstyle.method_key(method)
+    assert style.color == figstyle.METHODS[family].color
+    if family not in ("sequoia", "eagle2"):  # a new family, not drawn like the tree it extends
+        assert style.color not in (figstyle.METHODS["sequoia"].color, figstyle.METHODS["eagle2"].color)
+
+
 def test_unknown_methods_fall_back_and_new_ones_register(monkeypatch) -> None:
     assert figstyle.method_style("my-policy").label == "my-policy"
     monkeypatch.setattr(figstyle, "METHODS", dict(figstyle.METHODS))
