@@ -123,8 +123,8 @@ PRESETS: dict[str, LatentParams] = {
                               beta=30.0, rho=0.6, sigma=0.3, draft_beta=30.0, draft_sigma=0.05,
                               draft_token_noise=0.3, seed=2),
     "mini": LatentParams(codebook="clustered", n_clusters=512, cluster_spread=0.08, prior_scale=0.3,
-                         beta=68.174, rho=0.6, sigma=0.3, draft_beta=68.174, draft_sigma=0.03953,
-                         draft_token_noise=0.23716, seed=2),
+                         beta=100.479, rho=0.6, sigma=0.3, draft_beta=100.479, draft_sigma=0.03669,
+                         draft_token_noise=0.22017, seed=2),
 }
 
 
