@@ -90,6 +90,7 @@ def _quality(args: argparse.Namespace) -> int:
     from mini.figures import sample_grid
     from mini.quality import (
         QUALITY_CONFIGS,
+        finished_rows,
         noise_floor,
         read_records,
         real_baseline,
@@ -109,9 +110,10 @@ def _quality(args: argparse.Namespace) -> int:
             raise ValueError(f"unknown configurations {unknown}; expected some of {names}")
         configs = [c for c in QUALITY_CONFIGS if c.name in wanted]
     mini = _load(args, drafters=not all(c.is_ar for c in configs))
-    rows = run_quality(mini, args.out, args.n_images, configs, args.seed, not args.no_progress, args.jobs)
+    run_quality(mini, args.out, args.n_images, configs, args.seed, not args.no_progress, args.jobs)
+    rows = finished_rows(mini, args.out)  # this run's configurations and any finished earlier in --out
     images, labels = load_sample()
-    n_real = min(max(args.n_images, 20), len(labels) // 2)
+    n_real = min(max(max(r["n_images"] for r in rows), 20), len(labels) // 2)
     halves = zip("AB", real_halves(images, labels, n_real), strict=True)
     rows = [real_baseline(mini, *h, f"real test images {n}") for n, h in halves] + rows
     write_table(args.out / "quality.csv", rows)

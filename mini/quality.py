@@ -131,6 +131,20 @@ def summarise(mini: MiniModel, config: DecodeConfig, records: list[dict[str, Any
     }
 
 
+def finished_rows(mini: MiniModel, out: Path,
+                  configs: list[DecodeConfig] | None = None) -> list[dict[str, Any]]:
+    """Table rows of every configuration with images in ``out``, each scored on the images it has
+    (indices 0..n-1: runs with different ``n_images`` share one table, each row saying its count)."""
+    rows = []
+    for config in configs or QUALITY_CONFIGS:
+        records = read_records(Path(out) / slug(config.name) / "images.jsonl")
+        records.sort(key=lambda r: r["index"])
+        n = next((i for i, r in enumerate(records) if r["index"] != i), len(records))
+        if n:
+            rows.append(summarise(mini, config, records[:n]))
+    return rows
+
+
 def _slowest_first(config: DecodeConfig) -> int:
     return 0 if config.relaxation.is_exact and not config.is_ar else 2 if config.is_ar else 1
 

@@ -93,3 +93,24 @@ def test_captured_trace_replays_exactly(mini, tmp_path):
     report = replay(path, require_simulate=True)
     assert report.steps > 2 and report.ok, report.mismatches[:3]
     assert "simulate" in report.engines and "theory" in report.engines
+
+
+def test_quality_runs_of_different_sizes_share_one_table(tmp_path):
+    """`relaxspec mini quality` in two runs (other configurations, other image counts) resumes into one
+    table whose rows say their own counts, with real-image rows and the FD noise floor."""
+    import csv
+    import json
+
+    from relaxspec.cli import main
+
+    base = ["mini", "--out", str(tmp_path), "--no-progress", "quality", "--jobs", "1"]
+    assert main([*base, "--n-images", "12", "--configs", "AR"]) == 0
+    assert main([*base, "--n-images", "3", "--configs", "exact EAGLE-2"]) == 0
+    with open(tmp_path / "quality.csv", newline="") as f:
+        rows = {r["config"]: r for r in csv.DictReader(f)}
+    assert rows["AR"]["n_images"] == "12" and rows["exact EAGLE-2"]["n_images"] == "3"
+    assert {"real test images A", "real test images B"} <= set(rows)
+    assert float(rows["exact EAGLE-2"]["tokens_per_step"]) > 1.0
+    noise = json.loads((tmp_path / "noise.json").read_text())
+    assert noise["n_images"] == 20 and noise["fd_between"]["real A vs real B"] > 0
+    assert (tmp_path / "samples.png").stat().st_size > 0
