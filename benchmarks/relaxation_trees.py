@@ -159,27 +159,24 @@ def shipped_rows(out: Path, n_images: int, n_trace: int, cost: CostModel) -> lis
     """Every policy on the shipped model with the EAGLE head: FD, class accuracy, tokens per step, depths."""
     import torch
 
-    from mini.decoding import DecodeConfig, StepScorer, make_decoder, trace_header
+    from mini.decoding import DecodeConfig, make_decoder
     from mini.quality import generate_config, summarise
     from mini.shipped import load_mini
+    from reference.capture import capture_trace
     from simulate.sequoia import trace_positional_acceptance
-    from simulate.trace import TraceWriter
     from simulate.worlds import TraceWorld
 
     torch.set_num_threads(1)  # one core each: the worlds can run beside (--skip-worlds / --skip-shipped)
     mini = load_mini()
     nb = mini.neighbours()
     eagle = {"top_k": 10, "depth": 4, "total_tokens": NODES + 1}
-    # the trace the Sequoia vectors are measured on (exact EAGLE-2, images n_images.. so they are not reused)
+    # the trace the Sequoia vectors are measured on (exact EAGLE-2, seed 1: not the table's images)
     base = DecodeConfig("trace EAGLE-2", tree="eagle2", tree_args=eagle)
     trace_dir = out / "trace"
-    if not (trace_dir / "header.json").exists() or len(list(trace_dir.glob("chunk-*.npz"))) < n_trace:
-        decoder = make_decoder(mini, base)
-        with TraceWriter(trace_dir, trace_header(mini, base), nb, resume=True) as writer:
-            for i in tqdm(range(n_trace), desc="trace", unit="img"):
-                if i in writer.done_sequences:
-                    continue
-                decoder.generate(i % 10, 1, sequence=n_images + i, trace=StepScorer(mini, base, writer))
+    capture_trace(make_decoder(mini, base), trace_dir, [i % 10 for i in range(n_trace)], seed=1,
+                  neighbours=nb,
+                  codebook=mini.tokenizer.codebook(), model="mini-fashion-mnist target (exact EAGLE-2)",
+                  checkpoint_sha256=mini.checkpoint_sha256("target"), resume=True, progress=True)
     world = TraceWorld(trace_dir)
     configs = [DecodeConfig("AR")]
     for text in SHIPPED_RELAX:
