@@ -1,0 +1,71 @@
+"""benchmarks/relaxation_trees.py's pieces: the goal comparison, the table, the figure, and the shipped-model
+rows (two images per policy), so the issue-7 measurement cannot rot between its (long) runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    path = ROOT / "benchmarks" / "relaxation_trees.py"
+    spec = importlib.util.spec_from_file_location("relaxation_trees", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["relaxation_trees"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _rows(bench) -> list[dict]:
+    rows = []
+    for w in bench.WORLDS:
+        for i, tree in enumerate(bench.LABELS):
+            for text in bench.RELAXATIONS:
+                r = bench.Relax.parse(text)
+                rows.append({"world": w, "tree": tree, "rule": "r1", "relax": r.kind, "k": r.k,
+                             "delta": r.delta if r.kind == "additive" else 0.0,
+                             "lam": r.lam if r.kind == "multiplicative" else 1.0,
+                             "mean_tokens_per_step": 2.0 + 0.01 * i, "se_tokens_per_step": 0.01,
+                             "mean_accepted_depth": 1.0, "mean_tree_depth": 4.0, "mean_tree_size": 57.0,
+                             "draft_calls_per_step": 4.0, "tv_bound_per_sequence": 0.5 * i,
+                             "tv_bound_per_token": 0.01 * i})
+    return rows
+
+
+def test_world_table_compares_best_new_with_best_existing(bench, tmp_path):
+    rows = _rows(bench)
+    cost = bench.CostModel.from_table(bench.DEFAULT_TABLE, "GPT-B")
+    lines, verdicts = bench.world_table(rows, cost)
+    assert len(lines) == 2 + len(rows)
+    assert len(verdicts) == len(bench.WORLDS) * len(bench.RELAXATIONS)
+    order = list(bench.LABELS)
+    old = max((t for t in bench.EXISTING), key=order.index)
+    new = max((t for t in bench.NEW if not t.startswith("costaware")), key=order.index)
+    for v in verdicts:
+        assert v["best_existing"].startswith(bench.LABELS[old]) and v["best_new"] == bench.LABELS[new]
+        want = (2.0 + 0.01 * order.index(new)) / (2.0 + 0.01 * order.index(old)) - 1.0
+        assert v["gain"] == pytest.approx(want)
+    paths = bench.figure(rows, tmp_path)
+    assert sorted(p.name for p in paths) == ["tradeoff.pdf", "tradeoff.png"]
+
+
+def test_shipped_rows_decode_every_policy(bench, tmp_path, monkeypatch):
+    trees = {"eagle2:10,4,58", "latent-walk:10,4,58", "costaware:57,8,walk"}
+    monkeypatch.setattr(bench, "SHIPPED_TREES", trees)
+    cost = bench.CostModel.from_table(bench.DEFAULT_TABLE, "GPT-S")
+    rows = bench.shipped_rows(tmp_path, n_images=2, n_trace=1, cost=cost)
+    trees = [(r["tree"], r["relax"]) for r in rows]
+    assert trees[0] == ("ar", "none") and ("eagle2:10,4,58", "none") in trees
+    assert ("latent-walk:10,4,58", "multiplicative:k=50,lam=5") in trees
+    assert ("costaware:57,8,walk", "additive:k=50,delta=0.2") in trees
+    assert len(rows) == 1 + 1 + 2 * 3
+    assert all(r["n_images"] == 2 and np.isfinite(r["fd"]) for r in rows)
+    lines, verdicts = bench.shipped_table(rows)
+    assert len(lines) == 2 + len(rows) and len(verdicts) == 2
