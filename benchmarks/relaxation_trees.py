@@ -318,10 +318,10 @@ def shipped_table(rows: list[dict]) -> tuple[list[str], list[dict]]:
 
 def figure(rows: list[dict], out: Path) -> list[Path]:
     """Tokens per step against the TV bound per token (R1), one panel per world, one line per policy."""
-    from simulate.figures import FULL_WIDTH, _plt, _save
+    from relaxspec.figstyle import pyplot, save, subplots
 
-    plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(FULL_WIDTH, 2.8))
+    plt = pyplot(headless=True)
+    fig, axes = subplots(1, 2, width="full", height=2.8)
     for ax, w in zip(axes, WORLDS, strict=True):
         for i, tree in enumerate(LABELS):
             for kind, marker in (("additive", "o"), ("multiplicative", "s")):
@@ -337,7 +337,7 @@ def figure(rows: list[dict], out: Path) -> list[Path]:
         ax.grid(alpha=0.3)
     axes[1].legend(loc="lower right", fontsize=4.5)
     fig.tight_layout()
-    paths = _save(fig, out, "tradeoff")
+    paths = save(fig, out, "tradeoff")
     plt.close(fig)
     return paths
 
