@@ -119,8 +119,9 @@ def _quality(args: argparse.Namespace) -> int:
     write_table(args.out / "quality.csv", rows)
     print(noise_floor(mini, images, labels, n_real, args.out))
     grid_rows = []
-    for c in configs:
-        recs = read_records(args.out / slug(c.name) / "images.jsonl")[:10]
+    finished = {r["config"] for r in rows}
+    for c in (c for c in QUALITY_CONFIGS if c.name in finished):
+        recs = sorted(read_records(args.out / slug(c.name) / "images.jsonl"), key=lambda r: r["index"])[:10]
         grid_rows.append((c.name, decode_tokens(mini.tokenizer, np.array([r["tokens"] for r in recs]))))
     sample_grid(grid_rows, np.arange(10), args.out / "samples.png",
                 "Same class and seed per column (uniforms keyed by (seed, image index))")
