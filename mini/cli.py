@@ -91,11 +91,11 @@ def _quality(args: argparse.Namespace) -> int:
     from mini.quality import (
         QUALITY_CONFIGS,
         finished_rows,
+        generate_all,
         noise_floor,
         read_records,
         real_baseline,
         real_halves,
-        run_quality,
         slug,
         write_table,
     )
@@ -110,14 +110,15 @@ def _quality(args: argparse.Namespace) -> int:
             raise ValueError(f"unknown configurations {unknown}; expected some of {names}")
         configs = [c for c in QUALITY_CONFIGS if c.name in wanted]
     mini = _load(args, drafters=not all(c.is_ar for c in configs))
-    run_quality(mini, args.out, args.n_images, configs, args.seed, not args.no_progress, args.jobs)
+    generate_all(mini, args.out, args.n_images, configs, args.seed, not args.no_progress, args.jobs)
     rows = finished_rows(mini, args.out)  # this run's configurations and any finished earlier in --out
     images, labels = load_sample()
     n_real = min(max(max(r["n_images"] for r in rows), 20), len(labels) // 2)
-    halves = zip("AB", real_halves(images, labels, n_real), strict=True)
-    rows = [real_baseline(mini, *h, f"real test images {n}") for n, h in halves] + rows
+    halves = real_halves(images, labels, n_real)
+    real_rows = [real_baseline(mini, *h, f"real test images {n}") for n, h in zip("AB", halves, strict=True)]
+    rows = real_rows + rows
     write_table(args.out / "quality.csv", rows)
-    print(noise_floor(mini, images, labels, n_real, args.out))
+    print(noise_floor(mini, (halves[0][0], halves[1][0]), args.out))
     grid_rows = []
     finished = {r["config"] for r in rows}
     for c in (c for c in QUALITY_CONFIGS if c.name in finished):

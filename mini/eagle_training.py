@@ -17,18 +17,16 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from mini.gpt_training import autocast, check_tokens, lr_factor
-from mini.timing import Clock
+from mini.gpt_training import GPTBudget, check_tokens, optimise
 from reference.drafter import EagleHead
 from reference.model import Transformer
 from reference.train_drafter import eagle_loss
 
 
 @dataclass(frozen=True)
-class EagleBudget:
-    """``steps`` AdamW steps of ``batch`` token grids (same schedule shape as the GPTs)."""
+class EagleBudget(GPTBudget):
+    """The GPTs' budget (same schedule shape) with the head's defaults."""
 
     steps: int = 500
     batch: int = 64
@@ -49,26 +47,16 @@ def train_eagle_head(target: Transformer, tokens: np.ndarray, labels: np.ndarray
     y = torch.from_numpy(np.asarray(labels, dtype=np.int64))
     target.eval().requires_grad_(False)
     head = EagleHead(cfg)
-    opt = torch.optim.AdamW(head.parameters(), lr=budget.lr, betas=(0.9, 0.95),
-                            weight_decay=budget.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, budget))  # type: ignore[arg-type]
-    head.train()
-    clock = Clock()
-    bar = tqdm(range(budget.steps), desc="eagle_head", disable=not progress, unit="step")
-    for _ in bar:
-        idx = torch.randint(len(x), (budget.batch,), generator=gen)
-        drop = torch.rand(budget.batch, generator=gen) < cfg.class_dropout_prob
-        with autocast(budget.precision):
-            loss, parts = eagle_loss(target, head, x[idx], y[idx], drop_labels=drop)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        bar.set_postfix(reg=f"{parts['reg']:.3f}", cls=f"{parts['cls']:.3f}")
-    head.eval()
-    return head, {"config": {"target": cfg.to_dict(), "n_layer": 1}, "budget": asdict(budget),
-                  "training_seconds": clock.wall(), "training_cpu_seconds": clock.cpu()}
+    groups = [{"params": list(head.parameters()), "weight_decay": budget.weight_decay}]
+
+    def step_loss(idx: torch.Tensor, drop: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        loss, parts = eagle_loss(target, head, x[idx], y[idx], drop_labels=drop)
+        return loss, {"reg": parts["reg"], "cls": parts["cls"]}
+
+    timing = optimise(head, groups, budget, step_loss, n_grids=len(x),
+                      class_dropout_prob=cfg.class_dropout_prob,
+                      gen=gen, name="eagle_head", progress=progress)
+    return head, {"config": {"target": cfg.to_dict(), "n_layer": 1}, "budget": asdict(budget), **timing}
 
 
 @torch.no_grad()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -65,6 +66,35 @@ def check_tokens(tokens: np.ndarray, labels: np.ndarray, cfg: GPTConfig) -> None
         raise ValueError(f"labels must be {len(tokens)} classes in [0, {cfg.num_classes})")
 
 
+def optimise(module: torch.nn.Module, groups: list[dict], budget: GPTBudget,
+             step_loss: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, dict[str, float]]], *,
+             n_grids: int, class_dropout_prob: float, gen: torch.Generator, name: str,
+             progress: bool) -> dict[str, float]:
+    """The training loop both GPTs and the EAGLE head share: ``budget.steps`` AdamW steps (betas 0.9 /
+    0.95, parameter ``groups`` with their weight decay, :func:`lr_factor` schedule, gradients clipped to
+    norm 1) on ``budget.batch`` grids drawn from ``gen`` with labels dropped (CFG) at
+    ``class_dropout_prob``; ``step_loss(idx, drop)`` returns the loss and the values the progress bar
+    shows. Leaves ``module`` in eval mode; returns the loop's wall and CPU seconds."""
+    opt = torch.optim.AdamW(groups, lr=budget.lr, betas=(0.9, 0.95))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, budget))
+    module.train()
+    clock = Clock()
+    bar = tqdm(range(budget.steps), desc=name, disable=not progress, unit="step")
+    for _ in bar:
+        idx = torch.randint(n_grids, (budget.batch,), generator=gen)
+        drop = torch.rand(budget.batch, generator=gen) < class_dropout_prob
+        with autocast(budget.precision):
+            loss, shown = step_loss(idx, drop)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()})
+    module.eval()
+    return {"training_seconds": clock.wall(), "training_cpu_seconds": clock.cpu()}
+
+
 def train_gpt(cfg: GPTConfig, tokens: np.ndarray, labels: np.ndarray, budget: GPTBudget, *, name: str,
               seed: int = 0, progress: bool = True) -> tuple[Transformer, dict]:
     """Train a fresh ``Transformer(cfg)``; return it (eval mode) and a card fragment."""
@@ -76,27 +106,18 @@ def train_gpt(cfg: GPTConfig, tokens: np.ndarray, labels: np.ndarray, budget: GP
     model = Transformer(cfg)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": budget.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=budget.lr, betas=(0.9, 0.95))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, budget))
-    model.train()
-    clock = Clock()
-    bar = tqdm(range(budget.steps), desc=name, disable=not progress, unit="step")
-    for _ in bar:
-        idx = torch.randint(len(x), (budget.batch,), generator=gen)
-        drop = torch.rand(budget.batch, generator=gen) < cfg.class_dropout_prob
-        with autocast(budget.precision):
-            logits = model(x[idx, :-1], y[idx], drop_labels=drop)
+    groups = [{"params": decay, "weight_decay": budget.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+
+    def step_loss(idx: torch.Tensor, drop: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        logits = model(x[idx, :-1], y[idx], drop_labels=drop)
         loss = F.cross_entropy(logits.float().reshape(-1, cfg.vocab_size), x[idx].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        bar.set_postfix(loss=f"{loss.item():.3f}")
-    model.eval()
-    return model, {"config": cfg.to_dict(), "budget": asdict(budget),
-                   "training_seconds": clock.wall(), "training_cpu_seconds": clock.cpu()}
+        return loss, {"loss": loss.item()}
+
+    timing = optimise(model, groups, budget, step_loss, n_grids=len(x),
+                      class_dropout_prob=cfg.class_dropout_prob,
+                      gen=gen, name=name, progress=progress)
+    return model, {"config": cfg.to_dict(), "budget": asdict(budget), **timing}
 
 
 @torch.no_grad()

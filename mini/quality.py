@@ -156,17 +156,29 @@ def _generate_in_worker(weights: Path, config: DecodeConfig, n_images: int, out:
     return config.name
 
 
-def run_quality(mini: MiniModel, out: Path, n_images: int = 1000, configs: list[DecodeConfig] | None = None,
-                seed: int = 0, progress: bool = True, jobs: int = 1) -> list[dict[str, Any]]:
-    """Generate (in ``jobs`` processes) and score every configuration; write, return ``OUT/quality.csv``."""
-    out = Path(out)
-    configs = configs or QUALITY_CONFIGS
+def generate_all(mini: MiniModel, out: Path, n_images: int = 1000, configs: list[DecodeConfig] | None = None,
+                 seed: int = 0, progress: bool = True, jobs: int = 1) -> None:
+    """Generate images ``0..n_images-1`` of every configuration into ``out`` (resuming), in ``jobs``
+    processes (one thread each, the slowest configurations first) or in this one."""
+    configs, out = configs or QUALITY_CONFIGS, Path(out)
     if jobs > 1:
         with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = [pool.submit(_generate_in_worker, mini.directory, c, n_images, out, seed, progress)
                        for c in sorted(configs, key=_slowest_first)]
             for f in futures:
                 f.result()
+    else:
+        for config in configs:
+            generate_config(mini, config, n_images, out, seed, progress)
+
+
+def run_quality(mini: MiniModel, out: Path, n_images: int = 1000, configs: list[DecodeConfig] | None = None,
+                seed: int = 0, progress: bool = True, jobs: int = 1) -> list[dict[str, Any]]:
+    """Generate (:func:`generate_all`) and score every configuration; write, return ``OUT/quality.csv``."""
+    out = Path(out)
+    configs = configs or QUALITY_CONFIGS
+    if jobs > 1:
+        generate_all(mini, out, n_images, configs, seed, progress, jobs)
     rows = []
     for config in configs:
         records = generate_config(mini, config, n_images, out, seed, progress)
@@ -197,10 +209,12 @@ def real_baseline(mini: MiniModel, images: np.ndarray, labels: np.ndarray,
             "class_accuracy": round(q["class_accuracy"], 4)}
 
 
-def noise_floor(mini: MiniModel, images: np.ndarray, labels: np.ndarray, n: int, out: Path) -> dict[str, Any]:
-    """FD between sets that sample one distribution: real halves A and B, and the lossless
-    configurations generated in ``out`` (when present); written to ``OUT/noise.json``."""
-    (a, _), (b, _) = real_halves(images, labels, n)
+def noise_floor(mini: MiniModel, real: tuple[np.ndarray, np.ndarray], out: Path) -> dict[str, Any]:
+    """FD between sets that sample one distribution: the two real image sets ``real`` (n each, from
+    :func:`real_halves`) and the lossless configurations generated in ``out`` (when they have n images);
+    written to ``OUT/noise.json``."""
+    a, b = real
+    n = len(a)
     pairs = {"real A vs real B": fd_between(mini.evaluator, a, b)}
     generated = {}
     for name in LOSSLESS:
