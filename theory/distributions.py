@@ -9,6 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 SUM_ATOL = 1e-6
+# top-p: a cumulative mass this close to top_p counts as equal to it (float sums of tied
+# probabilities land on either side of the exact value depending on summation order)
+TOP_P_TOL = 1e-12
 
 
 def validate_distribution(
@@ -70,11 +73,16 @@ def logits_to_probs(
 ) -> np.ndarray:
     """Turn logits (last axis = vocabulary) into probabilities, float64.
 
-    Order as in LlamaGen's sampler: divide by temperature, keep the ``top_k``
-    largest logits (0 = all; ties at the cut-off kept by lowest token id), keep
-    the smallest set of most probable tokens whose mass reaches ``top_p``
-    (at least one token), then softmax. ``temperature = 0`` gives the greedy
-    point mass on the argmax (lowest id among ties).
+    The filters of LlamaGen's sampler (``top_k_top_p_filtering``), in its order:
+    divide by temperature; top-k keeps every token whose logit is at least the
+    ``top_k``-th largest (0 = all), so ties at the cut are all kept; top-p sorts
+    by probability (ties by lowest token id) and keeps each token whose
+    preceding mass is at most ``top_p``: the smallest prefix whose mass exceeds
+    ``top_p``, one token more than the smallest prefix reaching it when a
+    prefix's mass equals ``top_p``. Masses within ``TOP_P_TOL`` of ``top_p``
+    count as equal, so the kept set does not depend on summation order.
+    Then softmax. ``temperature = 0`` gives the greedy point mass on the argmax
+    (lowest id among ties).
     """
     z = validate_logits(logits)
     if not np.isfinite(temperature) or temperature < 0:
@@ -90,18 +98,15 @@ def logits_to_probs(
         return out
     z = z / temperature
     if top_k and top_k < vocab:
-        # Rank by (-logit, id); a stable argsort keeps the lowest ids among ties.
-        order = np.argsort(-z, axis=-1, kind="stable")
-        drop = order[..., top_k:]
-        z = z.copy()
-        np.put_along_axis(z, drop, -np.inf, axis=-1)
+        kth = np.take_along_axis(np.sort(z, axis=-1), np.full(z.shape[:-1] + (1,), vocab - top_k), axis=-1)
+        z = np.where(z < kth, -np.inf, z)
     probs = _softmax(z)
     if top_p < 1:
         order = np.argsort(-probs, axis=-1, kind="stable")
         sorted_p = np.take_along_axis(probs, order, axis=-1)
         cum = np.cumsum(sorted_p, axis=-1)
-        # keep a token while the mass before it is still short of top_p
-        keep_sorted = (cum - sorted_p) < top_p
+        before = np.concatenate([np.zeros_like(cum[..., :1]), cum[..., :-1]], axis=-1)
+        keep_sorted = before <= top_p + TOP_P_TOL
         keep = np.zeros_like(keep_sorted)
         np.put_along_axis(keep, order, keep_sorted, axis=-1)
         z = np.where(keep, z, -np.inf)
@@ -116,9 +121,13 @@ def _softmax(z: np.ndarray) -> np.ndarray:
 
 
 def total_variation(p: np.ndarray, q: np.ndarray) -> float:
-    """Total variation distance ``0.5 * sum |p - q|`` between two distributions."""
-    p = np.asarray(p, dtype=np.float64)
-    q = np.asarray(q, dtype=np.float64)
+    """Total variation distance ``0.5 * sum |p - q|`` between two distributions.
+
+    Both are validated (:func:`validate_distribution`): negative, non-finite or
+    unnormalised input raises ``ValueError`` naming it.
+    """
+    p = validate_distribution(p, name="p")
+    q = validate_distribution(q, name="q")
     if p.shape != q.shape:
         raise ValueError(f"distributions differ in shape: {p.shape} vs {q.shape}")
     return 0.5 * float(np.abs(p - q).sum())
