@@ -50,6 +50,14 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return parser
 
 
+def _at_least(args: argparse.Namespace, **minimum: int) -> None:
+    """Raise ``ValueError`` naming the first option ``--NAME`` below its minimum."""
+    for name, lo in minimum.items():
+        value = getattr(args, name)
+        if value < lo:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= {lo}, got {value}")
+
+
 def _load(args: argparse.Namespace, drafters: bool = True):
     import torch
 
@@ -67,6 +75,7 @@ def _ambiguity(args: argparse.Namespace) -> int:
     from mini.quality import QUALITY_CONFIGS, generate_config
     from simulate.worlds import PRESETS
 
+    _at_least(args, seed=0, n_images=1)
     mini = _load(args)
     records = generate_config(mini, QUALITY_CONFIGS[0], args.n_images, args.out, args.seed,
                               not args.no_progress)
@@ -101,6 +110,7 @@ def _quality(args: argparse.Namespace) -> int:
     )
     from mini.tokenizer import decode_tokens
 
+    _at_least(args, seed=0, n_images=2, jobs=1)  # FD needs two images
     configs = QUALITY_CONFIGS
     if args.configs:
         wanted = [s.strip() for s in args.configs.split(",")]
@@ -136,6 +146,7 @@ def _validate(args: argparse.Namespace) -> int:
     from mini.validation import run_validation
     from simulate.worlds import PRESETS
 
+    _at_least(args, seed=0, n_sequences=1)
     mini = _load(args)
     rows = run_validation(mini, args.out / "validation", PRESETS[MODEL_PRESET], args.n_sequences,
                           seed=args.seed, progress=not args.no_progress)

@@ -37,7 +37,7 @@ def load_tokenizer(directory: Path = WEIGHTS_DIR) -> tuple[VQModel, dict[str, An
 def _gpt_config(config: dict, what: str) -> GPTConfig:
     try:
         return GPTConfig(**config)
-    except TypeError as err:
+    except (TypeError, ValueError) as err:
         raise ValueError(f"{what} card config is malformed: {err}") from err
 
 
@@ -53,7 +53,11 @@ def load_gpt_component(directory: Path = WEIGHTS_DIR,
 def load_eagle_head(target: Transformer, directory: Path = WEIGHTS_DIR) -> tuple[EagleHead, dict[str, Any]]:
     """The EAGLE head trained for ``target`` and its card."""
     state, card = load_component(directory, "eagle_head")
-    trained_for = _gpt_config(card["config"]["target"], "eagle_head")
+    target_config = card["config"].get("target") if isinstance(card["config"], dict) else None
+    if not isinstance(target_config, dict):
+        raise ValueError(f"eagle_head card in {directory} lacks config.target (the target it was "
+                         "trained for)")
+    trained_for = _gpt_config(target_config, "eagle_head")
     if trained_for != target.cfg:
         raise ValueError(f"the EAGLE head in {directory} was trained for target {trained_for}, "
                          f"not for {target.cfg}")

@@ -251,6 +251,7 @@ def train_all(
         raise fashion_mnist.DatasetMissingError(
             f"training needs the full Fashion-MNIST data set in {fashion_mnist.DATASET_DIR}: "
             f"{fashion_mnist.INSTALL_HINT}")
+    out.mkdir(parents=True, exist_ok=True)  # an unusable --out fails now, not after minutes of training
     threads = threads or (QUICK_THREADS if quick else TRAIN_THREADS)
     ctx = TrainContext(out=out, budgets=QUICK if quick else FULL, seed=seed, progress=progress,
                        command=command, threads=threads)

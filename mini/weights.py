@@ -91,7 +91,19 @@ def save_component(
 
 
 def read_card(directory: Path, name: str) -> dict[str, Any]:
-    """The validated JSON card of component ``name``."""
+    """The validated JSON card of component ``name``.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the weights folder or the card is missing (the message names the path).
+    ValueError
+        If ``directory`` is not a folder, or the card is malformed.
+    """
+    if not Path(directory).exists():
+        raise FileNotFoundError(f"weights folder {directory} does not exist")
+    if not Path(directory).is_dir():
+        raise ValueError(f"weights folder {directory} is not a folder")
     cpath = card_path(directory, name)
     if not cpath.is_file():
         raise FileNotFoundError(f"card {cpath} of component {name!r} is missing")

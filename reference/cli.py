@@ -30,10 +30,13 @@ def add_rescore_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
     """Register ``relaxspec rescore``."""
     res = sub.add_parser("rescore", help="exact tokens per step of another rule on a trace's logits")
     res.add_argument("trace", help="trace directory")
-    res.add_argument("--rule", choices=("r1", "r2", "r3"), required=True)
+    res.add_argument("--rule", choices=("r1", "r2", "r3"), required=True,
+                     help="r2 only on a trace recorded with r2 (children drawn from q)")
     res.add_argument("--relax", default="none", help="none | additive:k=..,delta=.. | multiplicative:..")
     res.add_argument("--variant", choices=("principled", "official"), default="principled")
-    res.add_argument("--neighbours", help="neighbour table .npy (default: the trace's own)")
+    res.add_argument("--neighbours", metavar="TABLE.npy",
+                     help="neighbour table (V, K) of the trace's codebook (default: the table stored in the "
+                          "trace, when it holds one)")
     res.set_defaults(func=_rescore)
     return res
 
@@ -58,11 +61,9 @@ def _replay(args: argparse.Namespace) -> int:
 
 def _rescore(args: argparse.Namespace) -> int:
     from reference.replay import rescore
-    from theory.neighbours import load_neighbours
     from theory.relax import Relax
 
-    table = load_neighbours(args.neighbours) if args.neighbours else None
-    res = rescore(args.trace, args.rule, Relax.parse(args.relax), args.variant, table)
+    res = rescore(args.trace, args.rule, Relax.parse(args.relax), args.variant, args.neighbours)
     print(f"rule {args.rule} relax {args.relax} variant {args.variant}: {res['steps']} speculative steps, "
           f"exact {res['exact_tokens_per_step']:.4f} tokens/step (recorded run: "
           f"{res['recorded_tokens_per_step']:.4f})")

@@ -144,7 +144,11 @@ def run(args: argparse.Namespace) -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda requested but CUDA is not available")
     dtype = PRECISIONS[args.precision or ("bf16" if device.type == "cuda" else "fp32")]
-    classes = [int(c) for c in args.classes.split(",") if c.strip()]
+    try:
+        classes = [int(c) for c in args.classes.split(",") if c.strip()]
+    except ValueError as err:
+        raise ValueError(f"--classes must be comma-separated class labels, e.g. 207,360; got "
+                         f"{args.classes!r}") from err
     relax = Relax.parse(args.relax)
     sampling = Sampling(args.temperature, args.top_k, args.top_p)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simulate.trace import Trace, TraceStep, read_trace
+from simulate.trace import Trace, TraceStep, read_trace, trace_neighbours
 from theory.relax import Relax
 from theory.tree import expected_tokens_per_step, path_probs, sample_step
 from theory.verify import check_rule, neighbour_rows, node_outcome
@@ -89,12 +89,24 @@ def replay(path: str | Path, *, require_simulate: bool = False) -> ReplayReport:
 
 
 def rescore_steps(trace: Trace, rule: str, relax: Relax, variant: str = "principled",
-                  neighbours: np.ndarray | None = None) -> Iterator[tuple[TraceStep, float]]:
-    """Exact E[tokens per step] of (rule, relax, variant) on every recorded step."""
+                  neighbours: np.ndarray | str | Path | None = None) -> Iterator[tuple[TraceStep, float]]:
+    """Exact E[tokens per step] of (rule, relax, variant) on every recorded step.
+
+    ``neighbours`` is a table or a ``.npy`` file of one (default: the trace's own;
+    :func:`simulate.trace.trace_neighbours`).
+
+    Raises
+    ------
+    ValueError
+        For rule r2 on a trace whose children were not drawn from q (see
+        :func:`check_rescore_r2`), or a relaxation with no neighbour table
+        (neither ``neighbours`` nor the trace's own).
+    """
     check_rule(rule, variant)
     h = trace.header
-    table = trace.neighbours if neighbours is None else neighbours
-    nb = neighbour_rows(table, h.vocab_size, relax, variant)
+    if rule == "r2":
+        check_rescore_r2(trace)
+    nb = neighbour_rows(trace_neighbours(trace, relax, neighbours), h.vocab_size, relax, variant)
     for step in trace.steps():
         p, q = step_distributions(trace, step)
         tree = step.tree
@@ -111,8 +123,26 @@ def rescore_steps(trace: Trace, rule: str, relax: Relax, variant: str = "princip
         yield step, 1.0 + float(path_probs(tree, edge)[1:].sum())
 
 
+def check_rescore_r2(trace: Trace) -> None:
+    """Refuse rule r2 on a trace whose tree children were not drawn from q without replacement.
+
+    R2 verifies drafts sampled from q without replacement; the decoder draws a
+    node's children only when it verifies with r2 (which it allows only on
+    trees that support draws: static trees ranked by q, ``TreePolicy.supports_draws``),
+    and otherwise ranks them (top-k of q, or a latent-aware order). Whether a
+    trace's children were drawn is therefore its header's rule.
+    """
+    h = trace.header
+    if h.rule != "r2":
+        raise ValueError(
+            f"rule r2 verifies drafts sampled from q without replacement, but trace {trace.path} was "
+            f"recorded with rule {h.rule} on tree {h.tree!r}: its children were ranked (top-k), not sampled, "
+            "so r2 cannot score them. Rescore it with r1 or r3, or record a static-tree trace with --rule r2 "
+            "(relaxspec generate --tree static --rule r2 --trace)")
+
+
 def rescore(path: str | Path, rule: str, relax: Relax, variant: str = "principled",
-            neighbours: np.ndarray | None = None) -> dict[str, float]:
+            neighbours: np.ndarray | str | Path | None = None) -> dict[str, float]:
     """Mean recorded and exact rescored tokens per step over a trace's speculative steps.
 
     Steps whose tree is only the root (prefill, last token) are left out of both means.

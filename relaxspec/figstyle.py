@@ -2,19 +2,24 @@
 
 - Sizes: :data:`COLUMN_WIDTH` (3.3 in, one column) and :data:`FULL_WIDTH`
   (6.9 in, both columns); font sizes read at print size (7 pt text).
-- Palette: Paul Tol's *muted* scheme (:data:`PALETTE`), distinguishable
-  under the common colour-vision deficiencies; black and grey for baselines.
+- Palette: Okabe and Ito's colour-blind-safe scheme (:data:`OKABE_ITO`)
+  for the tree policies, Paul Tol's *muted* scheme (:data:`PALETTE`) for
+  the verification rules (exact grey, LANTERN teal, LANTERN++ purple).
 - Methods: one mapping from a method to its label, colour, marker and line
   style (:func:`method_style`). A method is a tree policy (AR, EAGLE-2, DDD,
   static ``naive_extend_57`` / ``mc_sim_7b_63``, Sequoia, chains) or a
   verification rule (exact, LANTERN delta, LANTERN++ lam), given as a spec
   string (``"eagle2:10,4,59"``, ``"additive:k=1000,delta=0.1"``), a policy
-  name (``"eagle2-10-4-59"``), a policy object or a ``theory.Relax``. The
-  official variants keep their method's colour with dashed lines and open
-  markers; rule R2 dash-dots, R3 dots (official R2: dash-dot-dot). Issue 7's relaxation-aware
-  trees (``latent``, ``latent-diverse``, ``latent-walk``, ``sequoia-diverse``, ``sequoia-walk``,
-  ``costaware``) take colours from Tol's *vibrant* scheme (:data:`VIBRANT`); methods added later
-  register with :func:`register_method`.
+  name (``"eagle2-10-4-59"``), a policy object or a ``theory.Relax``. Every
+  method has its own (colour, marker, line style) and every tree policy its
+  own marker; the seven trees of ``relaxspec demo`` have seven colours. Trees
+  that extend another (issue 7's ``latent-diverse``, ``sequoia-diverse``,
+  ``costaware``; ``mc_sim_7b_63``) share a colour with a sibling and are
+  dashed; chains are grey and dashed. The official variants keep their method's colour with dashed lines
+  and open markers; rule R2 dash-dots, R3 dots (official R2: dash-dot-dot).
+  Methods added later register with :func:`register_method`.
+- Legends go outside the axes (:func:`figure_legend`), so they cover no data;
+  depths of a run are drawn one way (:func:`depth_bars`).
 
 Use :func:`pyplot` to get a styled ``matplotlib.pyplot``, :func:`subplots`
 for a figure of paper width and :func:`save` to write vector PDF + PNG.
@@ -26,6 +31,8 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from theory.relax import Relax
 
@@ -39,10 +46,10 @@ PALETTE: dict[str, str] = {
     "indigo": "#332288", "cyan": "#88CCEE", "teal": "#44AA99", "green": "#117733", "olive": "#999933",
     "sand": "#DDCC77", "rose": "#CC6677", "wine": "#882255", "purple": "#AA4499",
 }
-# Paul Tol's vibrant scheme: colours for the relaxation-aware trees once the muted ones are taken.
-VIBRANT: dict[str, str] = {
-    "orange": "#EE7733", "blue": "#0077BB", "cyan": "#33BBEE", "magenta": "#EE3377", "red": "#CC3311",
-    "teal": "#009988",
+# Okabe and Ito's scheme (https://jfly.uni-koeln.de/color/), colour-blind safe: the tree policies.
+OKABE_ITO: dict[str, str] = {
+    "blue": "#0072B2", "vermillion": "#D55E00", "green": "#009E73", "orange": "#E69F00", "sky": "#56B4E9",
+    "purple": "#CC79A7", "black": "#000000", "yellow": "#F0E442",
 }
 BLACK, GREY = "#000000", "#777777"
 
@@ -76,27 +83,28 @@ class MethodStyle:
 
 
 # Method families. Keys are what :func:`method_key` returns.
+_OI = OKABE_ITO
 METHODS: dict[str, MethodStyle] = {
     "ar": MethodStyle("AR", BLACK, "x", ":"),
     "exact": MethodStyle("exact", GREY, "o"),
     "lantern": MethodStyle("LANTERN", PALETTE["teal"], "o"),
     "lantern++": MethodStyle("LANTERN++", PALETTE["purple"], "s"),
-    "eagle2": MethodStyle("EAGLE-2", PALETTE["indigo"], "o"),
-    "ddd": MethodStyle("DDD", PALETTE["cyan"], "s"),
-    "naive_extend_57": MethodStyle("static naive_extend_57", PALETTE["rose"], "^"),
-    "mc_sim_7b_63": MethodStyle("static mc_sim_7b_63", PALETTE["wine"], "v"),
-    "sequoia": MethodStyle("Sequoia", PALETTE["green"], "D"),
-    "chain": MethodStyle("chain", PALETTE["sand"], "P"),
+    "eagle2": MethodStyle("EAGLE-2", _OI["blue"], "o"),
+    "ddd": MethodStyle("DDD", _OI["sky"], "s"),
+    "naive_extend_57": MethodStyle("static naive_extend_57", _OI["vermillion"], "^"),
+    "mc_sim_7b_63": MethodStyle("static mc_sim_7b_63", _OI["vermillion"], "v", "--"),
+    "sequoia": MethodStyle("Sequoia", _OI["green"], "D"),
+    "chain": MethodStyle("chain", GREY, "P", "--"),
     # issue 7: children ranked by proximity mass q~ (latent), q~ with diverse siblings, the R1 walk on q
-    "latent": MethodStyle("latent EAGLE-2", VIBRANT["orange"], "<"),
-    "latent-diverse": MethodStyle("latent EAGLE-2, diverse", VIBRANT["red"], ">"),
-    "latent-walk": MethodStyle("latent EAGLE-2, walk", VIBRANT["blue"], "p"),
-    "sequoia-diverse": MethodStyle("Sequoia, diverse", VIBRANT["magenta"], "d"),
-    "sequoia-walk": MethodStyle("Sequoia, walk", VIBRANT["teal"], "X"),
-    "costaware": MethodStyle("cost-aware Sequoia", PALETTE["olive"], "H"),
+    "latent": MethodStyle("latent EAGLE-2", _OI["orange"], "<"),
+    "latent-diverse": MethodStyle("latent EAGLE-2, diverse", _OI["orange"], ">", "--"),
+    "latent-walk": MethodStyle("latent EAGLE-2, walk", _OI["purple"], "p"),
+    "sequoia-walk": MethodStyle("Sequoia, walk", _OI["black"], "X"),
+    "sequoia-diverse": MethodStyle("Sequoia, diverse", _OI["black"], "d", "--"),
+    "costaware": MethodStyle("cost-aware Sequoia", _OI["green"], "H", "--"),
 }
 # Colours not yet taken by a family, in the order :func:`register_method` hands them out.
-RESERVED_COLOURS = [VIBRANT["cyan"]]
+RESERVED_COLOURS = [_OI["yellow"]]
 UNKNOWN = MethodStyle("?", "#BBBBBB", "*", "-")
 
 RULE_LINESTYLES = {"r1": None, "r2": "-.", "r3": ":"}
@@ -214,12 +222,12 @@ def shades(color: str, n: int, lightest: float = 0.35) -> list[str]:
 
 
 def apply() -> None:
-    """Set matplotlib's rcParams to the suite's style (palette as the default colour cycle)."""
+    """Set matplotlib's rcParams to the suite's style (Okabe-Ito as the default colour cycle)."""
     import matplotlib as mpl
     from cycler import cycler
 
     mpl.rcParams.update(RC)
-    mpl.rcParams["axes.prop_cycle"] = cycler(color=list(PALETTE.values()))
+    mpl.rcParams["axes.prop_cycle"] = cycler(color=[c for n, c in OKABE_ITO.items() if n != "yellow"])
 
 
 def pyplot(headless: bool = False):
@@ -248,6 +256,43 @@ def subplots(nrows: int = 1, ncols: int = 1, *, width: str | float = "full", hei
 def panel_label(ax, letter: str) -> None:
     """A bold panel letter ((a), (b), ...) in the top-left corner outside the axes."""
     ax.set_title(f"({letter})", loc="left", fontweight="bold", fontsize=RC["axes.titlesize"])
+
+
+def figure_legend(fig, axes=None, *, ncol: int | None = None, **kw: Any):
+    """One legend for ``axes`` (default: all of ``fig``'s), below the figure: outside every axes, so it
+    covers no data.
+
+    Entries come from those axes, each label once, in order of appearance;
+    the legend is centred under them; ``ncol`` defaults to about one column
+    per 1.7 in of their width. Call it after ``tight_layout``; :func:`save`
+    keeps it (tight bounding box). Returns the legend, or ``None`` when no
+    artist has a label.
+    """
+    axes = list(np.ravel(axes)) if axes is not None else fig.axes
+    entries: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    if not entries:
+        return None
+    left = min(ax.get_position().x0 for ax in axes)
+    right = max(ax.get_position().x1 for ax in axes)
+    if len(axes) == len(fig.axes):
+        left, right = 0.0, 1.0
+    ncol = ncol or max(1, min(len(entries), round((right - left) * fig.get_figwidth() / 1.7)))
+    return fig.legend(list(entries.values()), list(entries), loc="upper center",
+                      bbox_to_anchor=((left + right) / 2, 0.0), ncol=ncol, **kw)
+
+
+DEPTH_LEGEND = "light: tree depth, dark: accepted depth (same run)"
+
+
+def depth_bars(ax, x, tree_depth, accepted_depth, *, width: float, color: str, label: str | None = None,
+               yerr=None):
+    """Depths of runs as bars at ``x``: each run's tree depth light and outlined, its accepted depth dark
+    in front (the same run's, so never taller); explain them with :data:`DEPTH_LEGEND`."""
+    ax.bar(x, tree_depth, width, color=shades(color, 2, lightest=0.3)[0], edgecolor=color, linewidth=0.4)
+    return ax.bar(x, accepted_depth, width, yerr=yerr, color=color, label=label, error_kw={"elinewidth": 0.6})
 
 
 def save(fig, out: str | Path, name: str, formats: tuple[str, ...] = FORMATS) -> list[Path]:

@@ -36,9 +36,11 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def add_world_stats_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``relaxspec world-stats``."""
+    from simulate.worlds import PRESETS  # the package imports it anyway: no cost for --help
+
     p = sub.add_parser("world-stats", help="ambiguity of a world preset: mean top-1, entropy, top-10 mass, "
                                            "1 - TV(p, q)")
-    p.add_argument("preset", help="confident or ambiguous")
+    p.add_argument("preset", metavar="PRESET", help=f"world preset: {', '.join(PRESETS)}")
     p.add_argument("--sequences", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
@@ -58,6 +60,9 @@ def add_trace_acceptance_parser(sub: argparse._SubParsersAction) -> argparse.Arg
     p.add_argument("--variant", choices=("principled", "official"), default="principled")
     p.add_argument("--mode", choices=("q", "latent", "diverse", "walk"), default="q",
                    help="how the root's children are ranked (simulate.latent)")
+    p.add_argument("--neighbours", metavar="TABLE.npy",
+                   help="neighbour table (V, K) of the trace's codebook (default: the table stored in the "
+                        "trace, when it holds one)")
     p.set_defaults(func=_trace_acceptance)
     return p
 
@@ -67,11 +72,13 @@ def _trace_acceptance(args: argparse.Namespace) -> int:
 
     from simulate.latent import ChildSelector
     from simulate.sequoia import trace_positional_acceptance
+    from simulate.trace import read_trace, trace_neighbours
     from simulate.worlds import TraceWorld
     from theory.relax import Relax
 
-    world = TraceWorld(args.trace)
     relax = Relax.parse(args.relax)
+    table = trace_neighbours(read_trace(args.trace), relax, args.neighbours)
+    world = TraceWorld(args.trace, neighbours=table)
     nb = None if relax.is_exact else world.neighbours(relax.k)
     a = trace_positional_acceptance(world, width=args.width, rule=args.rule, relax=relax,
                                     variant=args.variant, selector=ChildSelector(args.mode, relax, nb))
@@ -89,16 +96,26 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from simulate.figures import plot_results
+    import sys
 
-    for path in plot_results(args.results, args.out):
+    from simulate.figures import render
+
+    done = render(args.results, args.out)
+    for path in done.paths:
         print(path)
+    for note in done.notes:  # rows a figure does not draw, and why
+        print(f"note: {note}", file=sys.stderr)
     return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
+    import numba
+
     from simulate.demo import main
 
+    top = numba.config.NUMBA_NUM_THREADS
+    if args.threads is not None and not 1 <= args.threads <= top:
+        raise ValueError(f"--threads must be in [1, {top}], got {args.threads}")
     return main(args.out, threads=args.threads)
 
 

@@ -28,6 +28,14 @@ every node (rows of nodes never expanded are uniform 1/V: they are never
 read, R2 reads q only at nodes with children), the number of draft calls
 (q_root's forward included) and the uniforms used.
 
+Sizes are bounded before anything is built (``check_budget``): at most
+``MAX_TREE_NODES`` = 2048 draft nodes per tree (static trees, chains,
+EAGLE-2's and DDD's ``total_tokens - 1``, Sequoia's N; also the latent
+candidate pool), a depth budget of at most ``MAX_TREE_DEPTH`` = 64
+(EAGLE-2's ``depth``, DDD's ``max_calls - 1``, Sequoia's DEPTH) and at most
+``MAX_POOL_NODES`` = 65536 candidates created by a dynamic expansion
+(K + D K^2); a larger request is a ``ValueError`` naming the limit.
+
 Each policy also exposes ``kernel_spec()``: the plain arrays from which the
 Numba builder in :mod:`simulate.policy_kernels` builds exactly the same tree
 given the same q rows (tested exactly). Policies are plain data: new ones
@@ -70,6 +78,32 @@ BUILTIN_CHOICES = {"mc_sim_7b_63": MC_SIM_7B_63, "naive_extend_57": NAIVE_EXTEND
 
 KIND_STATIC = 0
 KIND_EAGLE = 1
+
+# Size limits, checked before anything is allocated: the simulators keep a (nodes, V) float64 row of p per
+# tree node and sequence (2049 x 16384 x 8 bytes = 268 MB at the limit), the dynamic expansion a buffer
+# node per candidate, and Sequoia's dynamic program a (DEPTH, width, N) table. Published trees have at
+# most a few hundred nodes and depth <= 12.
+MAX_TREE_NODES = 2048  # draft nodes of a tree (root excluded); also the largest candidate pool or width
+MAX_TREE_DEPTH = 64  # depth budget of dynamic trees (EAGLE-2's D, DDD's CALLS - 1) and Sequoia's DEPTH
+MAX_POOL_NODES = 65536  # candidates a dynamic tree's expansion may create: K + D K^2
+
+
+def check_budget(name: str, value: object, lo: int, hi: int) -> int:
+    """``value`` as an int in ``[lo, hi]``, else a ``ValueError`` naming ``name`` and both bounds.
+
+    Parameters
+    ----------
+    name : what the user wrote (e.g. ``"depth D"``), as the message should name it.
+    value, lo, hi : the value and its inclusive bounds.
+    """
+    try:
+        whole = not isinstance(value, bool) and int(value) == value  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        whole = False
+    if not whole or not lo <= value <= hi:  # type: ignore[operator]
+        limit = f" (at most {hi}: the size limit of relaxspec's trees)" if whole and value > hi else ""
+        raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}{limit}")
+    return int(value)  # type: ignore[call-overload]
 
 
 @dataclass(frozen=True)
@@ -165,20 +199,47 @@ class StaticTree(TreePolicy):
 
     def __init__(self, choices: Sequence[Sequence[int]], name: str | None = None,
                  selector: ChildSelector | None = None) -> None:
+        check_budget("the number of static tree nodes", len(choices), 0, MAX_TREE_NODES)
+        parents, ranks = choices_to_parents(choices)
+        self._setup(parents, ranks, name or f"static{len(choices)}", selector)
+        self._choices: list[list[int]] | None = [list(c) for c in choices]
+
+    @classmethod
+    def _from_template(cls, parents: np.ndarray, ranks: np.ndarray, name: str) -> StaticTree:
+        """A tree from its template arrays (topological order, root rank -1): O(n), no rank paths."""
+        tree = cls.__new__(cls)
+        StaticTree._setup(tree, parents, ranks, name, None)
+        tree._choices = None
+        return tree
+
+    def _setup(self, parents: np.ndarray, ranks: np.ndarray, name: str,
+               selector: ChildSelector | None) -> None:
         if selector is not None and not isinstance(selector, ChildSelector):
             raise ValueError("selector must be a simulate.latent.ChildSelector, "
                              f"got {type(selector).__name__}")
-        parents, ranks = choices_to_parents(choices)
-        for v in range(parents.size):
-            kid_ranks = sorted(ranks[parents == v].tolist())
-            if kid_ranks != list(range(len(kid_ranks))):
-                raise ValueError(f"static tree node {v} has child ranks {kid_ranks}; expected 0..m-1")
-        self.choices = [list(c) for c in choices]
+        kid_parents, kid_ranks = parents[1:], ranks[1:]
+        order = np.lexsort((kid_ranks, kid_parents))  # children grouped by parent, in rank order
+        p, r = kid_parents[order], kid_ranks[order]
+        bad = r != np.arange(p.size) - np.searchsorted(p, p)  # rank = position among its siblings
+        if np.any(bad):
+            v = int(p[bad].min())
+            raise ValueError(f"static tree node {v} has child ranks {sorted(ranks[parents == v].tolist())}; "
+                             "expected 0..m-1")
         self.parents = parents
         self.ranks = ranks
         self.template = Tree(parents, np.maximum(ranks, 0))
         self.selector = selector or ChildSelector()
-        self.name = name or f"static{len(self.choices)}"
+        self.name = name
+
+    @property
+    def choices(self) -> list[list[int]]:
+        """The rank paths (EAGLE ``choices``) as given, or in template order for a tree built without."""
+        if self._choices is None:
+            paths: list[list[int]] = [[]]
+            for v in range(1, self.n_nodes):
+                paths.append(paths[self.parents[v]] + [int(self.ranks[v])])
+            self._choices = paths[1:]
+        return self._choices
 
     @classmethod
     def builtin(cls, name: str) -> StaticTree:
@@ -199,10 +260,11 @@ class StaticTree(TreePolicy):
 
     @classmethod
     def chain(cls, n: int) -> StaticTree:
-        """A chain of n drafts (each the top-ranked child)."""
-        if int(n) != n or n < 1:
-            raise ValueError(f"chain length must be a positive integer, got {n!r}")
-        return cls([[0] * i for i in range(1, int(n) + 1)], name=f"chain{int(n)}")
+        """A chain of n drafts (each the top-ranked child), 1 <= n <= ``MAX_TREE_NODES``; built in O(n)."""
+        n = check_budget("chain length N", n, 1, MAX_TREE_NODES)
+        ranks = np.zeros(n + 1, dtype=np.int64)
+        ranks[0] = -1
+        return cls._from_template(np.arange(-1, n, dtype=np.int64), ranks, name=f"chain{n}")
 
     @property
     def supports_draws(self) -> bool:
@@ -289,21 +351,23 @@ class Eagle2Tree(TreePolicy):
     """
 
     def __init__(self, top_k: int = 10, depth: int = 4, total_tokens: int = 59) -> None:
-        self._init(top_k, 1 + depth, total_tokens, (), 0.0)
-        self.depth = int(depth)
+        self.depth = check_budget("depth D", depth, 0, MAX_TREE_DEPTH)
+        self._init(top_k, 1 + self.depth, total_tokens, (), 0.0)
         self.name = f"eagle2-{self.top_k}-{self.depth}-{self.total_tokens}"
 
-    def _init(self, top_k, max_calls, total_tokens, check_steps, threshold,
-              selector: ChildSelector | None = None) -> None:
-        checks = (("top_k", top_k, 1), ("max_calls", max_calls, 1), ("total_tokens", total_tokens, 2))
-        for nm, val, lo in checks:
-            if int(val) != val or val < lo:
-                raise ValueError(f"{nm} must be an integer >= {lo}, got {val!r}")
+    def _init(self, top_k: int, max_calls: int, total_tokens: int, check_steps: Sequence[int],
+              threshold: float, selector: ChildSelector | None = None) -> None:
+        """Validate and store the budgets (limits: ``MAX_TREE_DEPTH`` + 1 draft calls, ``MAX_TREE_NODES``
+        draft nodes, ``MAX_POOL_NODES`` candidates)."""
+        self.top_k = check_budget("top_k K", top_k, 1, MAX_POOL_NODES)
+        self.max_calls = check_budget("max_calls CALLS", max_calls, 1, MAX_TREE_DEPTH + 1)
+        self.total_tokens = check_budget("total_tokens M", total_tokens, 2, MAX_TREE_NODES + 1)
+        if self.pool_size > MAX_POOL_NODES:
+            raise ValueError(f"top_k K = {self.top_k} with {self.max_calls - 1} expansions creates "
+                             f"K + D K^2 = {self.pool_size} candidate nodes, at most {MAX_POOL_NODES} "
+                             "allowed: lower K or the depth")
         if not math.isfinite(threshold):
             raise ValueError(f"threshold must be finite, got {threshold!r}")
-        self.top_k = int(top_k)
-        self.max_calls = int(max_calls)
-        self.total_tokens = int(total_tokens)
         steps = sorted({int(s) for s in check_steps})
         if any(s < 2 or s > self.max_calls for s in steps):
             raise ValueError(f"check steps must be draft-call numbers in [2, {self.max_calls}], got {steps}")
@@ -416,8 +480,8 @@ class LatentAwareTree(Eagle2Tree):
                  neighbours: np.ndarray | None, pool: int = 40, mode: str = "latent") -> None:
         if mode == "q":
             raise ValueError("a latent-aware tree selects by 'latent', 'diverse' or 'walk' (q: Eagle2Tree)")
-        selector = ChildSelector(mode, relax, neighbours, pool)
-        self._init(top_k, 1 + depth, total_tokens, (), 0.0, selector)
-        self.depth = int(depth)
+        self.depth = check_budget("depth D", depth, 0, MAX_TREE_DEPTH)
+        selector = ChildSelector(mode, relax, neighbours, check_budget("pool POOL", pool, 1, MAX_TREE_NODES))
+        self._init(top_k, 1 + self.depth, total_tokens, (), 0.0, selector)
         kind = "latent" if mode == "latent" else f"latent-{mode}"
         self.name = f"{kind}-{self.top_k}-{self.depth}-{self.total_tokens}"

@@ -40,29 +40,60 @@ picked by that selection); ``costaware:N,DEPTH[,MODE]`` (the Sequoia tree
 of at most N nodes and depth DEPTH whose predicted speedup on the
 ``[cost]`` table is largest; MODE q, latent, diverse or walk, default q).
 
-Each finished configuration appends one CSV row; a configuration whose
-hash (of its config columns) is already in the CSV is skipped, so an
-interrupted sweep resumes where it stopped.
+Tree sizes are bounded (:mod:`simulate.policies`): N, chain lengths and M - 1
+at most ``MAX_TREE_NODES`` = 2048 draft nodes (also the latent POOL and
+``[sequoia] width``), D, CALLS - 1 and Sequoia's DEPTH at most
+``MAX_TREE_DEPTH`` = 64, K + D K^2 at most ``MAX_POOL_NODES`` = 65536.
+
+Combinations that cannot or need not run are skipped, with a warning naming
+them (a grid with nothing left to run is refused): rule r2 on trees that do
+not draw children from q (dynamic and relaxation-aware trees), and variant
+official where it equals principled (exact verification, rule r3).
+
+Each finished configuration appends one CSV row, written with a single
+``os.write`` and synced, so a crash leaves whole rows and at most one torn
+last line; a configuration whose hash (of its config columns) is already in
+the CSV is skipped, so an interrupted sweep resumes where it stopped. On
+resume a torn last line (no line end, or the wrong number of fields) is cut
+off with a warning and its configuration runs again. The ``seconds`` column
+is the wall-clock time of the configuration's decoding, measured after a
+one-step warm-up run of the same configuration (Numba compilation, cache
+loading and neighbour tables excluded; the Sequoia measurement and tree
+building excluded too); every other column is independent of the warm-up.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
+import io
 import itertools
 import json
+import os
 import time
 import tomllib
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numba
 import numpy as np
 
 from simulate.cost import DEFAULT_TABLE, CostModel, choose_static_size
 from simulate.engine import SimResult, run
 from simulate.latent import SELECTION_MODES, ChildSelector
-from simulate.policies import DDDTree, Eagle2Tree, LatentAwareTree, StaticTree, TreePolicy
+from simulate.policies import (
+    MAX_TREE_DEPTH,
+    MAX_TREE_NODES,
+    DDDTree,
+    Eagle2Tree,
+    LatentAwareTree,
+    StaticTree,
+    TreePolicy,
+    check_budget,
+)
 from simulate.sequoia import SequoiaTree, measure_positional_acceptance
 from simulate.worlds import PRESETS, LatentParams, LatentWorld
 from theory.relax import Relax
@@ -75,12 +106,14 @@ COLUMNS = [
     "mean_tree_size", "draft_calls_per_step", "tv_bound_per_token", "tv_bound_per_sequence", "seconds",
 ]
 CONFIG_COLUMNS = COLUMNS[:12]
-_LIST_KEYS = {"worlds": str, "trees": str, "rules": str, "variants": str, "relaxations": str,
-              "temperatures": (int, float)}
-_SCALAR_KEYS = {"n_sequences": int, "seq_len": int, "seed": int, "threads": int}
+TEXT_COLUMNS = ("world", "tree", "rule", "variant", "relax")
+_LIST_KEYS = {"worlds": "strings", "trees": "strings", "rules": "strings", "variants": "strings",
+              "relaxations": "strings", "temperatures": "numbers"}
+_SCALAR_KEYS = {"n_sequences": 1, "seq_len": 1, "seed": 0, "threads": 1}  # lower bounds
 _TABLE_KEYS = {"world_overrides", "sequoia", "cost"}
 _SEQUOIA_KEYS = {"width": int, "n_sequences": int, "seq_len": int}
 _COST_KEYS = {"table", "model", "drafter"}
+_R2_TREES = "static:NAME, chain:N, sequoia:N,DEPTH, sequoia-lossless:N,DEPTH, costaware:N,DEPTH[,q]"
 LATENT_KINDS = {"latent": "latent", "latent-diverse": "diverse", "latent-walk": "walk"}
 SEQUOIA_KINDS = {"sequoia": "q", "sequoia-lossless": "q", "sequoia-latent": "latent",
                  "sequoia-diverse": "diverse", "sequoia-walk": "walk"}
@@ -106,7 +139,8 @@ class SweepConfig:
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "config") -> SweepConfig:
-        """Validate a parsed config; raise ``ValueError`` naming unknown keys and bad values."""
+        """Validate a parsed config; raise ``ValueError`` naming unknown keys, bad values and types, tree
+        sizes over the limits, and a grid whose every combination would be skipped."""
         unknown = set(d) - set(_LIST_KEYS) - set(_SCALAR_KEYS) - _TABLE_KEYS
         if unknown:
             raise ValueError(f"{source}: unknown keys {sorted(unknown)}; allowed: "
@@ -115,20 +149,23 @@ class SweepConfig:
             if key not in d:
                 raise ValueError(f"{source}: missing required key {key!r}")
         kw: dict = {}
-        for key, typ in _LIST_KEYS.items():
+        for key, kind in _LIST_KEYS.items():
             if key not in d:
                 continue
             val = d[key]
-            if not isinstance(val, list) or not val or not all(isinstance(v, typ) and not isinstance(v, bool)
-                                                               for v in val):
-                raise ValueError(f"{source}: {key} must be a non-empty list of {typ}, got {val!r}")
+            if not isinstance(val, list) or not val or not all(_is_number(v) if kind == "numbers"
+                                                               else isinstance(v, str) for v in val):
+                raise ValueError(f"{source}: {key} must be a non-empty list of {kind}, got {val!r}")
             kw[key] = list(val)
-        for key, typ in _SCALAR_KEYS.items():
+        for key, lo in _SCALAR_KEYS.items():
             if key in d:
-                lo = 0 if key == "seed" else 1
-                if not isinstance(d[key], typ) or isinstance(d[key], bool) or d[key] < lo:
-                    raise ValueError(f"{source}: {key} must be a positive integer, got {d[key]!r}")
+                if not _is_int(d[key]) or d[key] < lo:
+                    what = "a non-negative" if lo == 0 else "a positive"
+                    raise ValueError(f"{source}: {key} must be {what} integer, got {d[key]!r}")
                 kw[key] = d[key]
+        if "threads" in kw and kw["threads"] > numba.config.NUMBA_NUM_THREADS:
+            raise ValueError(f"{source}: threads must be in [1, {numba.config.NUMBA_NUM_THREADS}], "
+                             f"got {kw['threads']!r}")
         for w in kw["worlds"]:
             if w not in PRESETS:
                 raise ValueError(f"{source}: unknown world {w!r}; presets: {sorted(PRESETS)}")
@@ -139,40 +176,66 @@ class SweepConfig:
             if v not in VARIANTS:
                 raise ValueError(f"{source}: unknown variant {v!r}; expected one of {VARIANTS}")
         for t in kw.get("temperatures", []):
-            if not t > 0:
-                raise ValueError(f"{source}: temperatures must be > 0, got {t!r}")
+            if not (np.isfinite(t) and t > 0):
+                raise ValueError(f"{source}: temperatures must be finite and > 0, got {t!r}")
         kw["temperatures"] = [float(t) for t in kw.get("temperatures", [1.0])]
         try:
             kw["relaxations"] = [Relax.parse(r) for r in kw.get("relaxations", ["none"])]
         except ValueError as err:
             raise ValueError(f"{source}: {err}") from err
         for t in kw["trees"]:
-            parse_tree(t, probe=True)
-        over = d.get("world_overrides", {})
-        if not isinstance(over, dict):
-            raise ValueError(f"{source}: world_overrides must be a table")
-        bad = set(over) - set(LatentParams.__dataclass_fields__)
-        if bad:
-            raise ValueError(f"{source}: unknown world_overrides {sorted(bad)}")
-        kw["world_overrides"] = dict(over)
+            if "\n" in t or "\r" in t:
+                raise ValueError(f"{source}: tree spec {t!r} holds a line break")
+            try:
+                parse_tree(t, probe=True)
+            except ValueError as err:
+                raise ValueError(f"{source}: {err}") from err
+        kw["world_overrides"] = _world_overrides(d.get("world_overrides", {}), kw["worlds"], source)
         seq = dict(cls.__dataclass_fields__["sequoia"].default_factory())
-        extra = d.get("sequoia", {})
-        if not isinstance(extra, dict) or set(extra) - set(_SEQUOIA_KEYS):
+        extra = _table(d, "sequoia", source)
+        if set(extra) - set(_SEQUOIA_KEYS):
             raise ValueError(f"{source}: sequoia takes only {sorted(_SEQUOIA_KEYS)}")
         for key, val in extra.items():
-            if not isinstance(val, int) or isinstance(val, bool) or val < 1:
+            if not _is_int(val) or val < 1:
                 raise ValueError(f"{source}: sequoia.{key} must be a positive integer, got {val!r}")
+        if "width" in extra:
+            check_budget(f"{source}: sequoia.width", extra["width"], 1, MAX_TREE_NODES)
         seq.update(extra)
         kw["sequoia"] = seq
         cost = dict(cls.__dataclass_fields__["cost"].default_factory())
-        extra = d.get("cost", {})
-        if not isinstance(extra, dict) or set(extra) - _COST_KEYS:
+        extra = _table(d, "cost", source)
+        if set(extra) - _COST_KEYS:
             raise ValueError(f"{source}: cost takes only {sorted(_COST_KEYS)}")
-        if not all(isinstance(v, str) for v in extra.values()):
-            raise ValueError(f"{source}: cost values must be strings")
+        for key, val in extra.items():
+            if not isinstance(val, str):
+                raise ValueError(f"{source}: cost.{key} must be a string, got {val!r}")
         cost.update(extra)
         kw["cost"] = cost
-        return cls(**kw)
+        cfg = cls(**kw)
+        if next(jobs(cfg), None) is None:
+            raise ValueError(f"{source}: the grid has no configuration to run: " + "; ".join(cfg.skipped()))
+        return cfg
+
+    def skipped(self) -> list[str]:
+        """What the grid skips and why, one line per reason (empty when every combination runs)."""
+        r2, official = set(), set()
+        for t, rule, var, relax in itertools.product(self.trees, self.rules, self.variants, self.relaxations):
+            reason = _skip_reason(t, rule, var, relax)
+            if reason == "r2":
+                r2.add(t)
+            elif reason == "official":
+                official.add("rule r3" if rule == "r3" else f"relaxation {relax}")
+        out = []
+        if r2:
+            out.append(f"skipped rule r2 on {', '.join(t for t in self.trees if t in r2)}: R2 verifies "
+                       "drafts sampled from q without replacement, which needs a static tree ranked by q "
+                       f"(trees that accept r2: {_R2_TREES})")
+        if official:
+            hint = "" if "principled" in self.variants else "; add variant principled for those rows"
+            out.append(f"skipped variant official for {' and '.join(sorted(official))}: identical to "
+                       "principled there (the official rejection update differs only for a relaxed R1 or "
+                       f"R2 test){hint}")
+        return out
 
     def cost_table(self) -> CostModel:
         """The ``[cost]`` table (``CostModel.from_table``)."""
@@ -189,6 +252,46 @@ class SweepConfig:
         except tomllib.TOMLDecodeError as err:
             raise ValueError(f"config {path} is not valid TOML: {err}") from err
         return cls.from_dict(d, source=str(path))
+
+
+def _is_int(v: object) -> bool:
+    """An integer that is not a bool (TOML integers)."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: object) -> bool:
+    """An integer or float that is not a bool (TOML numbers)."""
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _table(d: dict, key: str, source: str) -> dict:
+    """The optional table ``d[key]`` ({} when absent), else a ``ValueError``."""
+    val = d.get(key, {})
+    if not isinstance(val, dict):
+        raise ValueError(f"{source}: {key} must be a table ([{key}]), got {val!r}")
+    return val
+
+
+def _world_overrides(over: object, worlds: list[str], source: str) -> dict:
+    """``[world_overrides]`` checked key by key against :class:`LatentParams` (names, types, then the
+    values, by building every world's parameters)."""
+    over = _table({"world_overrides": over}, "world_overrides", source)
+    fields = {f.name: f for f in dataclasses.fields(LatentParams)}
+    bad = set(over) - set(fields)
+    if bad:
+        raise ValueError(f"{source}: unknown world_overrides {sorted(bad)}; allowed: {sorted(fields)}")
+    for key, val in over.items():
+        kind = type(fields[key].default)
+        ok = {int: _is_int, float: _is_number, str: lambda v: isinstance(v, str)}[kind](val)
+        if not ok:
+            what = {int: "an integer", float: "a number", str: "a string"}[kind]
+            raise ValueError(f"{source}: world_overrides.{key} must be {what}, got {val!r}")
+    for w in worlds:
+        try:
+            dataclasses.replace(PRESETS[w], **over)
+        except ValueError as err:
+            raise ValueError(f"{source}: world_overrides for world {w!r}: {err}") from err
+    return dict(over)
 
 
 def _ints(text: str, n: int, spec: str) -> list[int]:
@@ -232,11 +335,12 @@ def parse_tree(spec: str, *, probe: bool = False, acceptance: Acceptance | None 
             vals = _ints(args, len(args.split(",")), spec)
             if len(vals) not in (3, 4):
                 raise ValueError(f"tree spec {spec!r} needs K,D,M or K,D,M,POOL")
-            if probe:
-                return None
-            rel, table = _relaxation(relax, neighbours, spec)
+            # the probe checks the sizes with the exact rule, which needs no neighbour table
+            rel, table = (Relax.none(), None) if probe else _relaxation(relax, neighbours, spec)
             tree = LatentAwareTree(*vals[:3], relax=rel, neighbours=table,
                                    **({"pool": vals[3]} if len(vals) == 4 else {}), mode=LATENT_KINDS[kind])
+            if probe:
+                return None
             tree.name = spec
             return tree
         if kind in SEQUOIA_KINDS or kind == "costaware":
@@ -247,8 +351,8 @@ def parse_tree(spec: str, *, probe: bool = False, acceptance: Acceptance | None 
                 if mode not in SELECTION_MODES:
                     raise ValueError(f"tree spec {spec!r}: MODE must be one of {SELECTION_MODES}")
             n, depth = _ints(",".join(parts), 2, spec)
-            if n < 1 or depth < 1:
-                raise ValueError(f"tree spec {spec!r}: n and depth must be >= 1")
+            check_budget("N", n, 1, MAX_TREE_NODES)
+            check_budget("DEPTH", depth, 1, MAX_TREE_DEPTH)
             if probe:
                 return None
             if acceptance is None:
@@ -322,14 +426,22 @@ class Job:
 
 
 def jobs(cfg: SweepConfig) -> Iterator[Job]:
-    """Every configuration of the grid (r2 on static trees only; variants only where they differ)."""
+    """Every configuration of the grid (r2 on static trees only; variants only where they differ:
+    :meth:`SweepConfig.skipped` says what is left out)."""
     for w, t, rule, var, relax, temp in itertools.product(cfg.worlds, cfg.trees, cfg.rules, cfg.variants,
                                                           cfg.relaxations, cfg.temperatures):
-        if rule == "r2" and not _draws_children(t):
-            continue
-        if var == "official" and (relax.is_exact or rule == "r3"):
-            continue  # identical to principled
-        yield Job(w, t, rule, var, relax, temp)
+        if _skip_reason(t, rule, var, relax) is None:
+            yield Job(w, t, rule, var, relax, temp)
+
+
+def _skip_reason(tree: str, rule: str, variant: str, relax: Relax) -> str | None:
+    """Why a combination is not run: ``"r2"`` (the tree cannot draw children), ``"official"`` (identical
+    to principled), or None."""
+    if rule == "r2" and not _draws_children(tree):
+        return "r2"
+    if variant == "official" and (relax.is_exact or rule == "r3"):
+        return "official"
+    return None
 
 
 def _draws_children(spec: str) -> bool:
@@ -342,22 +454,96 @@ def _draws_children(spec: str) -> bool:
     return kind == "costaware" and (len(args.split(",")) == 2 or args.endswith(",q"))
 
 
+def _last_line_torn(data: bytes) -> bool:
+    """Whether the last line of a results CSV's bytes is incomplete: no line end, or (for a row after the
+    header) not exactly the columns' number of fields."""
+    if not data.endswith(b"\n"):
+        return True
+    start = data.rfind(b"\n", 0, len(data) - 1) + 1
+    if start == 0:
+        return False  # a whole header line: its columns are checked by the readers
+    fields = next(csv.reader(io.StringIO(data[start:].decode("utf-8", errors="replace"))), [])
+    return len(fields) != len(COLUMNS)
+
+
+def _whole_rows(path: Path) -> tuple[bytes, bytes]:
+    """A results CSV's bytes split into its whole lines and a torn last line (``b""`` if none)."""
+    data = path.read_bytes()
+    if not data or not _last_line_torn(data):
+        return data, b""
+    cut = data.rfind(b"\n", 0, len(data) - 1) + 1
+    return data[:cut], data[cut:]
+
+
+def _warn_torn(path: Path, torn: bytes, action: str) -> None:
+    shown = torn[:60].decode("utf-8", errors="replace") + ("..." if len(torn) > 60 else "")
+    warnings.warn(f"{path}: torn last line ({len(torn)} bytes, {shown!r}: a crash while it was written) "
+                  f"{action}", UserWarning, stacklevel=3)
+
+
+def drop_torn_tail(path: str | Path) -> bytes:
+    """Cut a torn last line off a results CSV (with a warning naming the file and the bytes dropped), so
+    that resuming appends whole rows; returns the bytes dropped (``b""`` if the file ends cleanly)."""
+    path = Path(path)
+    if not path.exists():
+        return b""
+    whole, torn = _whole_rows(path)
+    if torn:
+        with open(path, "r+b") as f:
+            f.truncate(len(whole))
+            f.flush()
+            os.fsync(f.fileno())
+        _warn_torn(path, torn, "dropped; its configuration runs again")
+    return torn
+
+
+def _append(path: Path, text: str) -> None:
+    """Append ``text`` (whole lines) with one ``os.write`` and sync it: a crash leaves it whole or torn at
+    the end, never interleaved."""
+    data = text.encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        done = os.write(fd, data)
+        while done < len(data):  # a regular file takes it at once; finish a short write all the same
+            done += os.write(fd, data[done:])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _csv_line(row: dict | None) -> str:
+    """One CSV line (the header for None) as ``csv.DictWriter`` writes it (``\\r\\n`` line end)."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=COLUMNS)
+    if row is None:
+        writer.writeheader()
+    else:
+        writer.writerow(row)
+    return buf.getvalue()
+
+
 def read_done(path: Path) -> set[str]:
-    """Config hashes of the rows already in a results CSV."""
+    """Config hashes of the whole rows already in a results CSV (a torn last line is not counted)."""
     if not path.exists() or path.stat().st_size == 0:
         return set()
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames != COLUMNS:
-            raise ValueError(f"{path} is not a results CSV of this version (columns differ); move it away")
-        return {config_key(row) for row in reader}
+    whole, _ = _whole_rows(path)
+    reader = csv.DictReader(io.StringIO(whole.decode("utf-8"), newline=""))
+    if reader.fieldnames != COLUMNS:
+        raise ValueError(f"{path} is not a results CSV of this version (columns differ); move it away")
+    return {config_key(row) for row in reader}
 
 
 def run_sweep(cfg: SweepConfig, out: str | Path, *, progress: bool = True) -> list[dict]:
-    """Run every configuration not yet in ``out``, appending rows as they finish; returns the new rows."""
+    """Run every configuration not yet in ``out``, appending rows as they finish; returns the new rows.
+
+    A torn last line of ``out`` (a crash while a row was written) is dropped first, with a warning;
+    combinations the grid skips are named in a warning (:meth:`SweepConfig.skipped`)."""
     from tqdm import tqdm
 
     out = Path(out)
+    for line in cfg.skipped():
+        warnings.warn(f"sweep: {line}", UserWarning, stacklevel=2)
+    drop_torn_tail(out)
     done = read_done(out)
     todo = [j for j in jobs(cfg) if config_key(j.row_config(cfg)) not in done]
     worlds: dict[str, LatentWorld] = {}
@@ -365,8 +551,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, progress: bool = True) -> li
     new_rows = []
     if not out.exists() or out.stat().st_size == 0:
         out.parent.mkdir(parents=True, exist_ok=True)
-        with open(out, "w", newline="") as f:
-            csv.DictWriter(f, fieldnames=COLUMNS).writeheader()
+        _append(out, _csv_line(None))
     bar = tqdm(todo, desc="sweep", unit="config", disable=not progress)
     for job in bar:
         bar.set_postfix_str(f"{job.world} {job.tree} {job.rule} {job.relax}")
@@ -385,30 +570,37 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, progress: bool = True) -> li
             return vectors[key]
         tree = parse_tree(job.tree, acceptance=acceptance, relax=job.relax, neighbours=world.neighbours,
                           cost=cfg.cost_table)
+        settings = {"rule": job.rule, "relax": job.relax, "variant": job.variant,
+                    "temperature": job.temperature, "seed": cfg.seed, "threads": cfg.threads}
+        # warm-up: one step of one sequence compiles (or loads) the kernels for this configuration's
+        # argument types and builds its tables, so that `seconds` times the decoding alone
+        run(world, tree, n_sequences=1, seq_len=1, **settings)
         t0 = time.perf_counter()
-        res = run(world, tree, rule=job.rule, relax=job.relax, variant=job.variant,
-                  n_sequences=cfg.n_sequences, seq_len=cfg.seq_len, temperature=job.temperature,
-                  seed=cfg.seed, threads=cfg.threads)
+        res = run(world, tree, n_sequences=cfg.n_sequences, seq_len=cfg.seq_len, **settings)
         res.seconds = time.perf_counter() - t0
         row = result_row(res, job.world, job.tree)
-        with open(out, "a", newline="") as f:
-            csv.DictWriter(f, fieldnames=COLUMNS).writerow(row)
+        _append(out, _csv_line(row))
         new_rows.append(row)
     return new_rows
 
 
 def read_results(path: str | Path) -> list[dict]:
-    """Rows of a results CSV (numbers as float)."""
+    """Rows of a results CSV (numbers as float); a torn last line is skipped with a warning."""
     path = Path(path)
     if not path.exists():
         raise ValueError(f"results file {path} does not exist")
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames != COLUMNS:
-            raise ValueError(f"{path} is not a results CSV (expected columns {COLUMNS})")
-        rows = list(reader)
-    for row in rows:
-        for c in COLUMNS:
-            if c not in ("world", "tree", "rule", "variant", "relax"):
-                row[c] = float(row[c])
+    whole, torn = _whole_rows(path)
+    if torn:
+        _warn_torn(path, torn, "skipped (a resumed `relaxspec simulate` reruns it)")
+    reader = csv.DictReader(io.StringIO(whole.decode("utf-8"), newline=""))
+    if reader.fieldnames != COLUMNS:
+        raise ValueError(f"{path} is not a results CSV (expected columns {COLUMNS})")
+    rows = []
+    for line, row in enumerate(reader, start=2):
+        try:
+            if None in row or None in row.values():
+                raise ValueError("wrong number of fields")
+            rows.append({c: (row[c] if c in TEXT_COLUMNS else float(row[c])) for c in COLUMNS})
+        except ValueError as err:
+            raise ValueError(f"{path}, line {line}: not a results row ({err})") from err
     return rows

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from theory.distributions import logits_to_probs
-from theory.neighbours import validate_neighbours
+from theory.neighbours import load_neighbours, validate_neighbours
 from theory.relax import Relax
 from theory.tree import Tree
 
@@ -67,6 +67,12 @@ class Sampling:
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("temperature", "top_k", "top_p"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+                raise ValueError(f"sampling {name} must be a number, got {value!r}")
 
     def probs(self, logits: np.ndarray) -> np.ndarray:
         """Probabilities from logits stored in a trace (float64)."""
@@ -153,7 +159,9 @@ class TraceStep:
         return int(self.path.size)
 
 
-def _check_step(step: TraceStep, vocab_size: int) -> None:
+def _check_step(step: TraceStep, vocab_size: int, source: str = "trace") -> None:
+    """Raise ``ValueError`` naming ``source`` and the step (sequence, position) when ``step`` is invalid."""
+    where = f"{source}: step (sequence {step.sequence}, position {step.position})"
     n = step.parents.shape[0]
     shapes = {
         "tokens": (step.tokens.shape, (n,)),
@@ -164,12 +172,40 @@ def _check_step(step: TraceStep, vocab_size: int) -> None:
     }
     for name, (got, want) in shapes.items():
         if got != want:
-            raise ValueError(f"trace step {name} has shape {got}, expected {want}")
-    step.tree.check_vocab(vocab_size)
+            raise ValueError(f"{where}: {name} has shape {got}, expected {want}")
+    for name in ("target_logits", "draft_logits"):
+        _check_logits(getattr(step, name), f"{where}: {name}")
+    for name in ("u_accept", "u_draw"):
+        ok = (getattr(step, name) >= 0) & (getattr(step, name) < 1)  # False for NaN
+        if not ok.all():
+            node = int(np.flatnonzero(~ok)[0])
+            raise ValueError(f"{where}: {name} of node {node} is not a uniform in [0, 1)")
+    try:
+        step.tree.check_vocab(vocab_size)
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from err
     if step.path.size == 0 or step.path[0] != 0 or step.path.max() >= n:
-        raise ValueError(f"trace step path {step.path.tolist()} must start at the root (node 0)")
+        raise ValueError(f"{where}: path {step.path.tolist()} must start at the root (node 0)")
     if not 0 <= step.bonus < vocab_size:
-        raise ValueError(f"trace step bonus token {step.bonus} is out of range")
+        raise ValueError(f"{where}: bonus token {step.bonus} is out of range")
+
+
+def _check_logits(logits: np.ndarray, what: str) -> None:
+    """Raise naming the first node whose stored logits hold NaN or +inf, or are -inf everywhere.
+
+    -inf entries are allowed (masked tokens); the check runs on the stored dtype, without a copy to float64.
+    """
+    if np.isfinite(logits).all():
+        return
+    for bad, kind in ((np.isnan(logits), "NaN"), (np.isposinf(logits), "+inf")):
+        rows = np.flatnonzero(bad.any(axis=1))
+        if rows.size:
+            col = int(np.flatnonzero(bad[rows[0]])[0])
+            raise ValueError(f"{what} of node {rows[0]} hold {kind} (at token {col}; {int(bad.sum())} {kind} "
+                             "entries in this step)")
+    dead = np.flatnonzero(np.isneginf(logits).all(axis=1))
+    if dead.size:
+        raise ValueError(f"{what} of node {dead[0]} are -inf everywhere: no token has mass")
 
 
 class TraceWriter:
@@ -222,7 +258,7 @@ class TraceWriter:
             u_draw=np.asarray(step.u_draw, dtype=np.float64),
             path=np.asarray(step.path, dtype=np.int32), bonus=int(step.bonus),
         )
-        _check_step(step, self.header.vocab_size)
+        _check_step(step, self.header.vocab_size, str(self.path))
         self._steps.append(step)
 
     def end_sequence(self) -> None:
@@ -305,11 +341,49 @@ def read_trace(path: str | Path) -> Trace:
             neighbours = np.load(nb_file, allow_pickle=False)
         except (OSError, ValueError) as err:
             raise ValueError(f"trace neighbour table {nb_file} is corrupt: {err}") from err
-        validate_neighbours(neighbours, header.vocab_size, header.relaxation.k)
+        try:
+            validate_neighbours(neighbours, header.vocab_size, header.relaxation.k)
+        except ValueError as err:
+            raise ValueError(f"{nb_file}: {err}") from err
     elif not header.relaxation.is_exact:
         raise ValueError(f"trace {path} relaxes with {header.relax} but has no neighbours.npy")
     chunks = sorted(path.glob("chunk-*.npz"))
     return Trace(path, header, neighbours, chunks)
+
+
+def trace_neighbours(trace: Trace, relax: Relax,
+                     neighbours: np.ndarray | str | Path | None = None) -> np.ndarray | None:
+    """The neighbour table to verify ``trace`` with under ``relax``.
+
+    Parameters
+    ----------
+    trace : Trace
+        The trace (its vocabulary size checks the table).
+    relax : Relax
+        The relaxation the table is for.
+    neighbours : ndarray, str, Path or None
+        A table, or a ``.npy`` file holding one (:func:`theory.load_neighbours`);
+        None for the table stored in the trace.
+
+    Returns
+    -------
+    ndarray or None
+        The table (None only when ``relax`` merges nothing and the trace holds none).
+
+    Raises
+    ------
+    ValueError
+        If ``relax`` merges and there is no table, naming the ``--neighbours`` option.
+    """
+    if isinstance(neighbours, (str, Path)):
+        neighbours = load_neighbours(neighbours, trace.header.vocab_size)
+    table = trace.neighbours if neighbours is None else neighbours
+    if table is None and not relax.is_exact:
+        raise ValueError(
+            f"relaxation {relax} needs a neighbour table and trace {trace.path} holds none (it was recorded "
+            f"with relaxation {trace.header.relax}): pass a (V, K) table of its codebook with --neighbours "
+            "TABLE.npy (neighbours= in Python; theory.neighbour_table and theory.save_neighbours make one)")
+    return table
 
 
 def _load_npz(f: Path) -> dict[str, np.ndarray]:
@@ -340,7 +414,7 @@ def _read_chunk(f: Path, vocab_size: int) -> Iterator[TraceStep]:
             u_accept=d["u_accept"][a:b], u_draw=d["u_draw"][a:b],
             path=d["path"][pa:pb], bonus=int(d["bonus"][i]),
         )
-        _check_step(step, vocab_size)
+        _check_step(step, vocab_size, str(f))
         yield step
 
 

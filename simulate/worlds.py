@@ -177,9 +177,9 @@ class LatentWorld(World):
 
     @classmethod
     def preset(cls, name: str, **overrides) -> LatentWorld:
-        """``confident`` or ``ambiguous`` (overrides replace parameters, e.g. vocab_size for tests)."""
-        if name not in PRESETS:
-            raise ValueError(f"unknown world preset {name!r}; presets: {sorted(PRESETS)}")
+        """A world of :data:`PRESETS` by name (overrides replace parameters, e.g. vocab_size for tests)."""
+        if not isinstance(name, str) or name not in PRESETS:
+            raise ValueError(f"unknown world preset {name!r}; the presets are {', '.join(PRESETS)}")
         return cls(PRESETS[name], name=name, **overrides)
 
     @property

@@ -3,9 +3,13 @@ environment (size switch, figure folder)."""
 
 from __future__ import annotations
 
+import itertools
+
+import numpy as np
 import pytest
 
 from relaxspec import figstyle, nbenv
+from simulate.demo import DEMO_CONFIG
 from simulate.policies import DDDTree, Eagle2Tree, StaticTree
 from theory.relax import Relax
 
@@ -15,11 +19,47 @@ FAMILIES = {
 }
 
 
-def test_every_family_has_its_own_colour_and_label() -> None:
-    colours = [s.color for s in figstyle.METHODS.values()]
-    assert len(set(colours)) == len(colours)
+TREES = ("ar", "eagle2", "ddd", "naive_extend_57", "mc_sim_7b_63", "sequoia", "chain", "latent",
+         "latent-diverse", "latent-walk", "sequoia-diverse", "sequoia-walk", "costaware")
+# Machado, Oliveira and Fernandes (2009), severity 1: linear-RGB simulation of each dichromacy.
+CVD = {"normal": np.eye(3),
+       "protan": np.array([[0.152286, 1.052583, -0.204868], [0.114503, 0.786281, 0.099216],
+                           [-0.003882, -0.048116, 1.051998]]),
+       "deutan": np.array([[0.367322, 0.860646, -0.227968], [0.280085, 0.672501, 0.047413],
+                           [-0.011820, 0.042940, 0.968881]]),
+       "tritan": np.array([[1.255528, -0.076749, -0.178779], [-0.078411, 0.930809, 0.147602],
+                           [0.004733, 0.691367, 0.303900]])}
+SRGB_TO_XYZ = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]])
+
+
+def cielab(colour: str, vision: str) -> np.ndarray:
+    """CIELAB (D65) of ``colour`` as seen with ``vision``."""
+    from matplotlib.colors import to_rgb
+
+    c = np.array(to_rgb(colour))
+    linear = np.clip(CVD[vision] @ np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4), 0, 1)
+    t = SRGB_TO_XYZ @ linear / np.array([0.95047, 1.0, 1.08883])
+    f = np.where(t > (6 / 29) ** 3, np.cbrt(t), t / (3 * (6 / 29) ** 2) + 4 / 29)
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def test_every_method_has_its_own_look_and_label() -> None:
+    looks = [(s.color, s.marker, s.linestyle) for s in figstyle.METHODS.values()]
+    assert len(set(looks)) == len(looks)
+    markers = [figstyle.METHODS[t].marker for t in TREES]
+    assert len(set(markers)) == len(markers)
     for key, label in FAMILIES.items():
         assert figstyle.METHODS[key].label == label
+
+
+def test_the_demos_trees_have_distinct_colours_under_colour_blindness() -> None:
+    """The seven trees of ``relaxspec demo``: every pair of colours at least 15 CIELAB units apart with
+    normal vision and each simulated dichromacy (the palette before issue 12: 9, protanopia)."""
+    colours = {t: figstyle.method_style(t).color for t in DEMO_CONFIG["trees"]}
+    for vision in CVD:
+        lab = {t: cielab(c, vision) for t, c in colours.items()}
+        for a, b in itertools.combinations(lab, 2):
+            assert np.linalg.norm(lab[a] - lab[b]) >= 15, (vision, a, b)
 
 
 @pytest.mark.parametrize("method, key", [
@@ -61,7 +101,9 @@ def test_relaxation_aware_trees_have_their_own_labels(method, label) -> None:
     family = figstyle.method_key(method)
     assert style.color == figstyle.METHODS[family].color
     if family not in ("sequoia", "eagle2"):  # a new family, not drawn like the tree it extends
-        assert style.color not in (figstyle.METHODS["sequoia"].color, figstyle.METHODS["eagle2"].color)
+        for base in ("sequoia", "eagle2"):
+            assert (style.marker, style.linestyle) != (figstyle.METHODS[base].marker,
+                                                       figstyle.METHODS[base].linestyle)
 
 
 def test_unknown_methods_fall_back_and_new_ones_register(monkeypatch) -> None:
@@ -86,6 +128,27 @@ def test_figures_are_written_at_paper_width_as_pdf_and_png(tmp_path) -> None:
     assert len(figstyle.shades(figstyle.PALETTE["teal"], 3)) == 3
     with pytest.raises(ValueError, match="width"):
         figstyle.subplots(width="huge")
+
+
+def test_the_figure_legend_sits_below_every_axes() -> None:
+    plt = figstyle.pyplot(headless=True)
+    fig, axes = figstyle.subplots(1, 2, width="full")
+    for ax in axes:
+        for t in DEMO_CONFIG["trees"]:
+            ax.plot([0, 1], [1, 0], **figstyle.method_style(t).kwargs())
+    fig.tight_layout()
+    legend = figstyle.figure_legend(fig)
+    fig.canvas.draw()
+    box = legend.get_window_extent()
+    assert len(legend.get_texts()) == len(DEMO_CONFIG["trees"])  # each label once
+    assert all(not box.overlaps(ax.get_window_extent()) for ax in axes)
+    left = figstyle.figure_legend(fig, axes[0], title=figstyle.DEPTH_LEGEND)  # one under the left panel
+    fig.canvas.draw()
+    centre = left.get_window_extent().x0 + left.get_window_extent().width / 2
+    ax_box = axes[0].get_window_extent()
+    assert ax_box.x0 < centre < ax_box.x1 and not left.get_window_extent().overlaps(ax_box)
+    assert figstyle.figure_legend(plt.figure()) is None
+    plt.close("all")
 
 
 def test_size_switch_and_figure_folder(monkeypatch, tmp_path) -> None:

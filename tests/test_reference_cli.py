@@ -4,6 +4,7 @@ resume, and drafter training."""
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +14,11 @@ from reference_helpers import official_state, tiny_config
 from reference.train_drafter import main as train_main
 from reference.vq import VQModel, vq_config
 from relaxspec.cli import main
-from simulate.trace import read_trace
+from simulate.trace import TraceHeader, TraceStep, TraceWriter, read_trace
+from theory.neighbours import neighbour_table, save_neighbours
+from theory.relax import Relax
+from theory.tree import Tree, sample_step
+from theory.verify import neighbour_rows
 
 MODEL_ARGS = ["--gpt-model", "GPT-tiny", "--vq-model", "VQ-tiny", "--codebook-size", "8",
               "--codebook-embed-dim", "4", "--image-size", "4", "--num-classes", "3"]
@@ -52,10 +57,15 @@ def test_generate_trace_replay_rescore_and_resume(tmp_path, ckpts, capsys) -> No
     assert trace.header.relax == "additive:k=3,delta=0.1" and trace.sequences() == {0, 1, 2, 3}
     assert main(["replay", str(out / "trace"), "--require-simulate"]) == 0
     assert "0 mismatches" in capsys.readouterr().out
-    for rule in ("r1", "r2", "r3"):
+    for rule in ("r1", "r3"):
         relax = "multiplicative:k=2,lam=2"
         assert main(["rescore", str(out / "trace"), "--rule", rule, "--relax", relax]) == 0
     assert "exact" in capsys.readouterr().out
+    # EAGLE-2 ranks children by top-k: R2 (drafts sampled from q) is refused, as generate refuses it
+    assert main(["rescore", str(out / "trace"), "--rule", "r2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "rule r2 verifies drafts sampled from q without replacement" in err
+    assert "recorded with rule r1 on tree 'eagle2:top_k=3,depth=2,total_tokens=8'" in err
     # an interrupted run: the last image and its rows gone -> only it is redone, identically
     tokens = np.load(out / "tokens" / "000003.npy")
     (out / "images" / "000003_class2.png").unlink()
@@ -66,12 +76,83 @@ def test_generate_trace_replay_rescore_and_resume(tmp_path, ckpts, capsys) -> No
     assert len(read_trace(out / "trace").chunk_files) == 4
 
 
-def test_generate_ar_and_static_self_drafting(tmp_path, ckpts) -> None:
+def test_generate_ar_and_static_self_drafting(tmp_path, ckpts, capsys) -> None:
     assert main(gen_args(ckpts, tmp_path / "ar", "--classes", "1", "--tree", "ar", "--cfg-scale", "1")) == 0
     assert main(gen_args(ckpts, tmp_path / "st", "--classes", "1", "--tree", "static", "--rule", "r2",
                          "--tree-args", "choices=[[0],[1],[0,0]]", "--temperature", "0.9",
-                         "--top-k", "5")) == 0
+                         "--top-k", "5", "--trace")) == 0
     assert len(list((tmp_path / "st" / "images").iterdir())) == 1
+    # a static tree drafted by sampling (recorded with r2) rescores under r2
+    capsys.readouterr()
+    assert main(["rescore", str(tmp_path / "st" / "trace"), "--rule", "r2"]) == 0
+    assert "rule r2 relax none" in capsys.readouterr().out
+
+
+def write_trace(path: Path, *, rule: str = "r1", relax: Relax = Relax.none(), table: np.ndarray | None = None,
+                V: int = 12, steps: int = 3) -> None:
+    """A small trace written without a model (random logits, outcomes from theory.sample_step)."""
+    rng = np.random.default_rng(0)
+    header = TraceHeader(model="toy", checkpoint_sha256="0" * 64, vocab_size=V, codebook_sha256="1" * 64,
+                         rule=rule, relax=str(relax), variant="principled", tree="eagle2:top_k=2,depth=2",
+                         logits_dtype="float32")
+    parents, tokens = np.array([-1, 0, 0, 1]), np.array([0, 1, 2, 3])
+    with TraceWriter(path, header, table) as tw:
+        for t in range(steps):
+            tl, dl = (rng.standard_normal((4, V)).astype(np.float32) for _ in range(2))
+            ua, ud = rng.random(4), rng.random(4)
+            p = header.target_sampling.probs(tl.astype(np.float64))
+            acc, bonus = sample_step(Tree(parents, tokens), p, ua, ud, rule=rule, relax=relax,
+                                     neighbours=neighbour_rows(table, V, relax, "principled"))
+            tw.add(TraceStep(0, t, parents, tokens, tl, dl, ua, ud, np.array(acc), bonus))
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("relaxspec: error: "), err
+    return err.strip()
+
+
+def test_rescore_with_a_relaxation_names_the_neighbours_option(tmp_path, capsys) -> None:
+    write_trace(tmp_path / "t")
+    argv = ["rescore", str(tmp_path / "t"), "--rule", "r1", "--relax", "additive:k=3,delta=0.1"]
+    assert main(argv) == 2
+    line = one_error_line(capsys)
+    assert "trace " + str(tmp_path / "t") + " holds none" in line and "--neighbours TABLE.npy" in line
+    codebook = np.random.default_rng(1).standard_normal((20, 3))
+    save_neighbours(tmp_path / "nb20.npy", neighbour_table(codebook, 11))
+    assert main(argv + ["--neighbours", str(tmp_path / "nb20.npy")]) == 2
+    assert "neighbour table has 20 rows, the vocabulary has 12 tokens" in one_error_line(capsys)
+    save_neighbours(tmp_path / "nb12.npy", neighbour_table(codebook[:12], 11))
+    assert main(argv + ["--neighbours", str(tmp_path / "nb12.npy")]) == 0
+    assert "exact" in capsys.readouterr().out
+    # trace-acceptance takes the same option
+    argv = ["trace-acceptance", str(tmp_path / "t"), "--relax", "additive:k=3,delta=0.1", "--width", "2"]
+    assert main(argv) == 2 and "--neighbours TABLE.npy" in one_error_line(capsys)
+    assert main(argv + ["--neighbours", str(tmp_path / "nb12.npy")]) == 0
+
+
+@pytest.mark.parametrize("array, node", [("target_logits", 0), ("draft_logits", 2)])
+def test_nan_in_a_trace_names_the_step_and_the_array(tmp_path, capsys, array: str, node: int) -> None:
+    write_trace(tmp_path / "t")
+    chunk = tmp_path / "t" / "chunk-000000.npz"
+    with np.load(chunk) as z:
+        data = {k: z[k] for k in z.files}
+    data[array][4 + node, 5] = np.nan  # step 1 (position 1) starts at node row 4
+    np.savez(chunk, **data)
+    for argv in (["replay", str(tmp_path / "t")], ["rescore", str(tmp_path / "t"), "--rule", "r1"],
+                 ["trace-acceptance", str(tmp_path / "t")]):
+        assert main(argv) == 2
+        line = one_error_line(capsys)
+        assert f"{chunk}: step (sequence 0, position 1): {array} of node {node} hold NaN (at token 5" in line
+    # and the writer refuses it before it reaches the disk
+    header = read_trace(tmp_path / "t").header
+    step = next(read_trace(tmp_path / "t").steps())
+    bad = step.target_logits.copy()
+    bad[1, 0] = np.inf
+    with TraceWriter(tmp_path / "w", header) as tw, pytest.raises(ValueError, match=(
+            r"step \(sequence 0, position 0\): target_logits of node 1 hold \+inf")):
+        tw.add(TraceStep(0, 0, step.parents, step.tokens, bad, step.draft_logits, step.u_accept, step.u_draw,
+                         step.path, step.bonus))
 
 
 def test_generate_errors_name_the_problem(tmp_path, ckpts, capsys) -> None:

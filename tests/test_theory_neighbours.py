@@ -10,6 +10,7 @@ from theory.neighbours import (
     neighbour_dtype,
     neighbour_table,
     save_neighbours,
+    validate_neighbour_rows,
     validate_neighbours,
 )
 
@@ -106,7 +107,7 @@ def test_theory_neighbour_table_bad_codebook(codebook, kwargs, match):
     "table, k, full, match",
     [
         ([[1], [0]], 0, False, "numpy array"),
-        (np.zeros((3, 2), dtype=np.int64), 0, False, "shape"),
+        (np.zeros((3, 2), dtype=np.int64), 0, False, "3 rows, the vocabulary has 4 tokens"),
         (np.zeros((4,), dtype=np.int64), 0, False, "shape"),
         (np.array([[1.0], [0.0], [0.0], [0.0]]), 0, False, "integer dtype"),
         (np.array([[1], [0], [0], [0]]), 2, False, "only 1 columns"),
@@ -129,3 +130,21 @@ def test_theory_neighbours_save_load_roundtrip(tmp_path):
     assert loaded.dtype == table.dtype
     with pytest.raises(ValueError, match="cannot read"):
         load_neighbours(tmp_path / "missing.npy")
+
+
+def test_theory_neighbours_of_another_vocabulary_report_the_row_count(tmp_path):
+    """Issue 12, item 9: a table of another codebook is a row-count mismatch, not "row 1 lists the
+    token itself"."""
+    table = neighbour_table(np.random.default_rng(0).standard_normal((8, 3)), 5)
+    for V in (4, 12):
+        with pytest.raises(ValueError, match=f"has 8 rows, the vocabulary has {V} tokens"):
+            validate_neighbours(table, V, 3, full=True)
+    save_neighbours(tmp_path / "nb8.npy", table)
+    with pytest.raises(ValueError, match=r"nb8\.npy: neighbour table has 8 rows, the vocabulary has 4 "):
+        load_neighbours(tmp_path / "nb8.npy", 4)
+    # the first 4 rows of the 8-token table: the right row count, ids of a larger vocabulary
+    with pytest.raises(ValueError, match=r"outside \[0, 4\) \(from 0 to 7\): it belongs to another codebook"):
+        validate_neighbours(np.ascontiguousarray(table[:4]), 4, full=True)
+    # reading rows the table does not have: named, not an IndexError
+    with pytest.raises(ValueError, match="has 8 rows, but token 9 is read"):
+        validate_neighbour_rows(table, np.array([1, 9]), 2)

@@ -132,10 +132,11 @@ def validate_neighbours(
     """
     if not isinstance(table, np.ndarray):
         raise ValueError(f"neighbour table must be a numpy array, got {type(table).__name__}")
-    if table.ndim != 2 or table.shape[0] != vocab_size:
-        raise ValueError(
-            f"neighbour table must have shape (V={vocab_size}, K), got {table.shape}"
-        )
+    if table.ndim != 2:
+        raise ValueError(f"neighbour table must be a 2-D (V={vocab_size}, K) array, got shape {table.shape}")
+    if table.shape[0] != vocab_size:
+        raise ValueError(f"neighbour table has {table.shape[0]} rows, the vocabulary has {vocab_size} tokens "
+                         f"(shape {table.shape}, expected ({vocab_size}, K)): it belongs to another codebook")
     if table.dtype.kind not in "iu":
         raise ValueError(f"neighbour table must have an integer dtype, got {table.dtype}")
     if k > table.shape[1]:
@@ -145,7 +146,8 @@ def validate_neighbours(
     if full and table.size:
         t = table.astype(np.int64)
         if t.min() < 0 or t.max() >= vocab_size:
-            raise ValueError(f"neighbour table has token ids outside [0, {vocab_size})")
+            raise ValueError(f"neighbour table has token ids outside [0, {vocab_size}) (from {t.min()} to "
+                             f"{t.max()}): it belongs to another codebook, or is corrupt")
         if np.any(t == np.arange(vocab_size)[:, None]):
             row = int(np.flatnonzero(np.any(t == np.arange(vocab_size)[:, None], axis=1))[0])
             raise ValueError(f"neighbour table row {row} lists the token itself")
@@ -166,6 +168,9 @@ def validate_neighbour_rows(table: np.ndarray, rows: np.ndarray, width: int) -> 
     if width == 0 or len(rows) == 0:
         return
     rows = np.asarray(rows, dtype=np.int64)
+    if rows.max() >= table.shape[0]:
+        raise ValueError(f"neighbour table has {table.shape[0]} rows, but token {rows.max()} is read: "
+                         "the table was built for a smaller vocabulary")
     sub = table[rows, :width].astype(np.int64)
     V = table.shape[0]
     bad = np.flatnonzero(np.any((sub < 0) | (sub >= V), axis=1))
@@ -192,5 +197,9 @@ def load_neighbours(path: str | Path, vocab_size: int | None = None) -> np.ndarr
         table = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as err:
         raise ValueError(f"cannot read neighbour table {path}: {err}") from err
-    V = table.shape[0] if vocab_size is None else vocab_size
-    return validate_neighbours(table, V, full=True)
+    if vocab_size is None:
+        vocab_size = table.shape[0] if getattr(table, "ndim", 0) else 0
+    try:
+        return validate_neighbours(table, vocab_size, full=True)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from err

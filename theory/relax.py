@@ -22,6 +22,9 @@ from theory.distributions import validate_distribution
 from theory.neighbours import validate_neighbour_rows, validate_neighbours
 
 KINDS = ("none", "additive", "multiplicative")
+KEYS: dict[str, tuple[str, ...]] = {"none": (), "additive": ("k", "delta"), "multiplicative": ("k", "lam")}
+"""The keys each relaxation kind takes in :meth:`Relax.parse`."""
+_KEYS_HELP = "none takes no keys; additive: k, delta; multiplicative: k, lam"
 
 
 @dataclass(frozen=True)
@@ -69,37 +72,49 @@ class Relax:
 
     @classmethod
     def parse(cls, text: str) -> Relax:
-        """Parse ``none``, ``additive:k=1000,delta=0.1`` or ``multiplicative:k=1000,lam=2``."""
+        """Parse ``none``, ``additive:k=1000,delta=0.1`` or ``multiplicative:k=1000,lam=2``.
+
+        Raises
+        ------
+        ValueError
+            Naming the unknown kind, or the unknown, missing, repeated or
+            non-numeric key, and the keys each kind takes (:data:`KEYS`).
+        """
+        if not isinstance(text, str):
+            raise ValueError(f"a relaxation must be a string such as 'additive:k=1000,delta=0.1', "
+                             f"got {text!r}")
         text = text.strip()
         m = re.fullmatch(r"(\w+)(?::(.*))?", text)
         if not m or m.group(1) not in KINDS:
-            raise ValueError(
-                f"cannot parse relaxation {text!r}; expected e.g. additive:k=1000,delta=0.1"
-            )
+            raise ValueError(f"cannot parse relaxation {text!r}; expected none, additive:k=1000,delta=0.1 "
+                             "or multiplicative:k=1000,lam=2")
         kind, rest = m.group(1), m.group(2) or ""
         args: dict[str, float] = {}
         for part in filter(None, (s.strip() for s in rest.split(","))):
-            key, _, value = part.partition("=")
-            if key not in ("k", "delta", "lam") or not value:
-                raise ValueError(f"bad relaxation argument {part!r} in {text!r}")
+            key, sep, value = (s.strip() for s in part.partition("="))
+            if key not in KEYS[kind]:
+                raise ValueError(f"relaxation {text!r}: {kind} does not take {key!r} ({_KEYS_HELP})")
+            if key in args:
+                raise ValueError(f"relaxation {text!r} gives {key} twice")
+            if not sep or not value:
+                raise ValueError(f"relaxation {text!r}: {key} needs a value ({key}=...)")
             try:
                 args[key] = float(value)
             except ValueError as err:
-                raise ValueError(f"relaxation argument {part!r} is not a number") from err
+                raise ValueError(f"relaxation {text!r}: {key}={value!r} is not a number") from err
+        missing = [key for key in KEYS[kind] if key not in args]
+        if missing:
+            raise ValueError(f"relaxation {text!r} needs {' and '.join(missing)} ({_KEYS_HELP})")
         if kind == "none":
-            return cls.none() if not args else cls("none", **args)  # type: ignore[arg-type]
-        if "k" not in args:
-            raise ValueError(f"relaxation {text!r} needs k")
-        if args["k"] != int(args["k"]):
-            raise ValueError(f"k must be an integer in {text!r}")
-        args["k"] = int(args["k"])
-        if kind == "additive":
-            if "delta" not in args:
-                raise ValueError(f"relaxation {text!r} needs delta")
-            return cls.additive(**args)  # type: ignore[arg-type]
-        if "lam" not in args:
-            raise ValueError(f"relaxation {text!r} needs lam")
-        return cls.multiplicative(**args)  # type: ignore[arg-type]
+            return cls.none()
+        if not (np.isfinite(args["k"]) and args["k"] == int(args["k"])):
+            raise ValueError(f"relaxation {text!r}: k must be an integer, got {args['k']:g}")
+        try:
+            if kind == "additive":
+                return cls.additive(int(args["k"]), args["delta"])
+            return cls.multiplicative(int(args["k"]), args["lam"])
+        except ValueError as err:
+            raise ValueError(f"relaxation {text!r}: {err}") from err
 
     @property
     def code(self) -> int:
