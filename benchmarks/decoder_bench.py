@@ -32,10 +32,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from core.cost import TABLES  # noqa: E402  (the packaged latency tables the cost model reads)
 from reference.drafter import EagleHead  # noqa: E402
 from reference.model import Transformer, gpt_config, run_layers, tree_inputs  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
 FIELDS = ["device", "device_name", "model", "role", "dtype", "batch", "prefix", "n_tokens", "mode",
           "latency_ms", "weight_bytes", "floor_ms"]
 
@@ -178,11 +178,11 @@ def main(argv: list[str] | None = None) -> int:
         sizes = [1, 16, 64] if args.quick else [1, 2, 4, 8, 10, 16, 32, 48, 60, 64, 96, 128]
         for name in ("GPT-B", "GPT-L", "GPT-XL"):  # GPT-B's t(10) is its step as GPT-XL's drafter
             bench_model(name, {}, dev, torch.bfloat16, prefixes, sizes, 20, bw, label, rows)
-        write_csv(rows, HERE / "decoder_cuda.csv")
+        write_csv(rows, TABLES / "decoder_cuda.csv")
         print(f"## CUDA: {label}, copy bandwidth {bw / 1e9:.0f} GB/s\n\n{summary(rows)}\n")
     else:
         print("decoder_bench: no CUDA device here: the GPU table (GPT-B/L/XL, bf16) is not measured; "
-              "run this script on a GPU machine to write benchmarks/decoder_cuda.csv.")
+              "run this script on a GPU machine to write core/tables/decoder_cuda.csv.")
     if not args.no_cpu:
         # one thread: on a shared machine, OpenMP barriers under contention stall multi-threaded
         # forwards for hundreds of ms; one thread gives stable, reproducible latencies
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
                     prefixes, sizes, 15, bw, "CPU (1 thread)", rows)
         bench_model("GPT-B", {}, dev, torch.float32, [p * 4 for p in prefixes], sizes, 7, bw,
                     "CPU (1 thread)", rows)
-        write_csv(rows, HERE / "decoder_cpu.csv")
+        write_csv(rows, TABLES / "decoder_cpu.csv")
         print(f"## CPU (1 thread), copy bandwidth {bw / 1e9:.1f} GB/s\n\n"
               f"{summary(rows)}\n")
     return 0

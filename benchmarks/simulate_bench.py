@@ -32,8 +32,8 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from core.trees.policies import Eagle2Tree  # noqa: E402
 from simulate.engine import run  # noqa: E402
-from simulate.policies import Eagle2Tree  # noqa: E402
 from simulate.policy_kernels import top_tokens  # noqa: E402
 from simulate.world_kernels import F_BQMAX, _block_logits, row_exp, row_scratch, rows_exp  # noqa: E402
 from simulate.worlds import LatentWorld  # noqa: E402

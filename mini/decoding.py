@@ -6,20 +6,21 @@ a tree policy, a rule and a relaxation). :class:`StepScorer` plugs into the
 decoder's trace hook: for every speculative step it computes, from the very
 logits and tree the decoder verified, simulate's exact expected tokens per
 step and the step's TV bound (``simulate.step_expectation``) and optionally
-forwards the step to a real :class:`~simulate.trace.TraceWriter`.
+forwards the step to a real :class:`~core.trace.TraceWriter`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
+from core.cost import DEFAULT_TABLE, CostModel
+from core.trace import Sampling, TraceStep, TraceWriter
+from core.trees.spec import check_tree_spec, parse_tree, tree_kind
 from mini.shipped import MiniModel
 from reference.decode import Decoder, DecodeSettings
 from reference.drafter import EagleDraftSession, GPTDraftSession
-from reference.generate import policy_from_spec
-from simulate.trace import Sampling, TraceStep, TraceWriter
 from simulate.verify import step_expectation
 from theory.relax import Relax
 from theory.verify import neighbour_rows
@@ -30,11 +31,14 @@ CFG_SCALE = 2.0
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    """One decoding configuration: ``tree = "ar"`` for plain sampling, else drafter + policy + rule."""
+    """One decoding configuration: ``tree = "ar"`` for plain sampling, else a tree spec
+    (:mod:`core.trees.spec`) with a drafter and a rule."""
 
     name: str
     tree: str = "ar"
-    tree_args: dict = field(default_factory=dict)
+    acceptance: tuple[float, ...] | None = None  # Sequoia-type trees: the positional acceptance vector
+    cost_table: str | None = None  # costaware trees: the latency table (default: the packaged CPU one)
+    cost_model: str = "GPT-B"
     drafter: str = "eagle"
     rule: str = "r1"
     relax: str = "none"
@@ -44,6 +48,7 @@ class DecodeConfig:
         if self.drafter not in DRAFTERS:
             raise ValueError(f"drafter must be one of {DRAFTERS}, got {self.drafter!r}")
         Relax.parse(self.relax)
+        check_tree_spec(self.tree)
 
     @property
     def relaxation(self) -> Relax:
@@ -51,13 +56,12 @@ class DecodeConfig:
 
     @property
     def is_ar(self) -> bool:
-        return self.tree == "ar"
+        return tree_kind(self.tree) == "ar"
 
     def describe(self) -> str:
         if self.is_ar:
             return "AR sampling"
-        args = ",".join(f"{k}={v}" for k, v in self.tree_args.items())
-        return f"{self.tree}({args}) {self.drafter} {self.rule} {self.relax}"
+        return f"{self.tree} {self.drafter} {self.rule} {self.relax}"
 
 
 def make_decoder(mini: MiniModel, config: DecodeConfig, logits_dtype: str = "float32") -> Decoder:
@@ -70,8 +74,10 @@ def make_decoder(mini: MiniModel, config: DecodeConfig, logits_dtype: str = "flo
         return Decoder(mini.target, settings, neighbours=neighbours)
     drafter = (EagleDraftSession(mini.eagle_head, mini.target) if config.drafter == "eagle"
                else GPTDraftSession(mini.draft_gpt))
-    policy = policy_from_spec(config.tree, relax=config.relaxation, neighbours=neighbours,
-                              **dict(config.tree_args))
+    policy = parse_tree(config.tree, relax=config.relaxation, neighbours=neighbours,
+                        acceptance=config.acceptance,
+                        cost=lambda: CostModel.from_table(config.cost_table or DEFAULT_TABLE,
+                                                          config.cost_model))
     return Decoder(mini.target, settings, drafter=drafter, policy=policy, neighbours=neighbours)
 
 

@@ -94,8 +94,8 @@ def lossless_twin(config: DecodeConfig, configs: list[DecodeConfig]) -> DecodeCo
     """The exact configuration with the same tree, drafter and rule as a relaxed one (None if exact)."""
     if config.relaxation.is_exact:
         return None
-    return next((c for c in configs if c.relaxation.is_exact and (c.tree, c.tree_args, c.drafter, c.rule)
-                 == (config.tree, config.tree_args, config.drafter, config.rule)), None)
+    return next((c for c in configs if c.relaxation.is_exact and (c.tree, c.drafter, c.rule)
+                 == (config.tree, config.drafter, config.rule)), None)
 
 
 def fd_lines(configs: list[DecodeConfig], measured: list[float], n_images: int, feature_dim: int,

@@ -36,17 +36,17 @@ from mini.fashion_mnist import NUM_CLASSES
 from mini.shipped import MiniModel, load_mini
 from mini.tokenizer import decode_tokens
 
-EAGLE2 = {"top_k": 10, "depth": 4, "total_tokens": 59}
-STATIC = {"choices": "naive_extend_57"}
+EAGLE2 = "eagle2:10,4,59"
+STATIC = "static:naive_extend_57"
 NEIGHBOURS_K = 50  # LANTERN's k = 1000 of V = 16384 is ~6% of the vocabulary; 50 of 512 is ~10%
 
 QUALITY_CONFIGS: list[DecodeConfig] = [
     DecodeConfig("AR"),
-    DecodeConfig("exact EAGLE-2", tree="eagle2", tree_args=EAGLE2),
-    *[DecodeConfig(f"LANTERN delta={d}", tree="eagle2", tree_args=EAGLE2,
+    DecodeConfig("exact EAGLE-2", tree=EAGLE2),
+    *[DecodeConfig(f"LANTERN delta={d}", tree=EAGLE2,
                    relax=f"additive:k={NEIGHBOURS_K},delta={d}") for d in (0.1, 0.2, 0.4)],
-    DecodeConfig("exact static", tree="static", tree_args=STATIC),
-    *[DecodeConfig(f"LANTERN++ lam={lam}", tree="static", tree_args=STATIC,
+    DecodeConfig("exact static", tree=STATIC),
+    *[DecodeConfig(f"LANTERN++ lam={lam}", tree=STATIC,
                    relax=f"multiplicative:k={NEIGHBOURS_K},lam={lam}") for lam in (2, 5, 10)],
 ]
 BOOTSTRAP = 100  # resamples for the FD's standard deviation

@@ -25,28 +25,28 @@ from typing import Any
 
 import numpy as np
 
+from core.trees.spec import parse_tree
 from mini.decoding import DecodeConfig, make_decoder
 from mini.fashion_mnist import NUM_CLASSES
 from mini.quality import EAGLE2, NEIGHBOURS_K, STATIC, slug
 from mini.shipped import MiniModel
 from reference.capture import capture_trace
-from reference.generate import policy_from_spec
 from reference.replay import replay
 from simulate import run
 from simulate.worlds import LatentParams, LatentWorld, TraceWorld
 
-DDD = {"top_k": 10, "max_calls": 11, "check_steps": [5, 7, 9], "threshold": -0.3, "total_tokens": 60}
+DDD = "ddd:10,11,5/7/9,-0.3,60"
 VALIDATION_CONFIGS: list[DecodeConfig] = [
-    DecodeConfig("EAGLE-2 r1 exact", tree="eagle2", tree_args=EAGLE2),
-    DecodeConfig("EAGLE-2 r1 LANTERN delta=0.2", tree="eagle2", tree_args=EAGLE2,
+    DecodeConfig("EAGLE-2 r1 exact", tree=EAGLE2),
+    DecodeConfig("EAGLE-2 r1 LANTERN delta=0.2", tree=EAGLE2,
                  relax=f"additive:k={NEIGHBOURS_K},delta=0.2"),
-    DecodeConfig("EAGLE-2 r3 exact", tree="eagle2", tree_args=EAGLE2, rule="r3"),
-    DecodeConfig("DDD r1 exact", tree="ddd", tree_args=DDD),
-    DecodeConfig("static r1 exact", tree="static", tree_args=STATIC),
-    DecodeConfig("static r1 LANTERN++ lam=5", tree="static", tree_args=STATIC,
+    DecodeConfig("EAGLE-2 r3 exact", tree=EAGLE2, rule="r3"),
+    DecodeConfig("DDD r1 exact", tree=DDD),
+    DecodeConfig("static r1 exact", tree=STATIC),
+    DecodeConfig("static r1 LANTERN++ lam=5", tree=STATIC,
                  relax=f"multiplicative:k={NEIGHBOURS_K},lam=5"),
-    DecodeConfig("static r2 exact", tree="static", tree_args=STATIC, rule="r2"),
-    DecodeConfig("static r2 exact, draft GPT", tree="static", tree_args=STATIC, rule="r2",
+    DecodeConfig("static r2 exact", tree=STATIC, rule="r2"),
+    DecodeConfig("static r2 exact, draft GPT", tree=STATIC, rule="r2",
                  drafter="draft_gpt"),
 ]
 COLUMNS = ("config", "decoding", "sequences", "speculative_steps", "replayed_steps", "replay_mismatches",
@@ -86,7 +86,7 @@ def validate_config(mini: MiniModel, config: DecodeConfig, world: LatentParams |
         "trace_driven_rel_error": round(abs(predicted - measured) / measured, 4),
     }
     if world is not None:
-        policy = policy_from_spec(config.tree, **dict(config.tree_args))
+        policy = parse_tree(config.tree)
         sim = run(LatentWorld(world, name="fitted"), policy, rule=config.rule, relax=config.relaxation,
                   n_sequences=max(n_sequences, 16), seq_len=64, seed=seed)
         row.update(world_prediction=round(sim.mean_tokens_per_step, 4),

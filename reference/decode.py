@@ -26,9 +26,9 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from core.trace import LOGIT_DTYPES, Sampling, TraceStep, TraceWriter
 from reference.drafter import DraftSession
 from reference.model import Transformer, tree_depths
-from simulate.trace import LOGIT_DTYPES, Sampling, TraceStep, TraceWriter
 from theory.relax import Relax
 from theory.tree import Tree, sample_step
 from theory.verify import check_rule, neighbour_rows
@@ -37,7 +37,7 @@ DraftFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
 class TreePolicy(Protocol):
-    """What the decoder needs of a tree builder (``simulate.policies.TreePolicy``)."""
+    """What the decoder needs of a tree builder (``core.trees.policies.TreePolicy``)."""
 
     supports_draws: bool
 

@@ -19,7 +19,6 @@ import copy
 import csv
 import json
 import os
-import re
 from dataclasses import asdict, fields
 from pathlib import Path
 
@@ -27,74 +26,46 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from core.cost import DEFAULT_TABLE, CostModel
+from core.trace import Sampling, TraceHeader, TraceWriter, array_sha256, file_sha256
+from core.trees.spec import check_tree_spec, parse_tree, tree_kind
 from reference.decode import Decoder, DecodeSettings, StepStats
 from reference.drafter import EagleDraftSession, EagleHead, GPTDraftSession
 from reference.model import load_gpt
 from reference.vq import VQModel, save_png, to_uint8, vq_config
-from simulate.cost import DEFAULT_TABLE, CostModel, choose_static_size
-from simulate.latent import ChildSelector
-from simulate.policies import DDDTree, Eagle2Tree, LatentAwareTree, StaticTree, TreePolicy
-from simulate.sequoia import SequoiaTree
-from simulate.trace import Sampling, TraceHeader, TraceWriter, array_sha256, file_sha256
 from theory.neighbours import DEFAULT_K_MAX, load_neighbours
 from theory.relax import Relax
 
-TREES = ("ar", "static", "eagle2", "ddd", "latent", "sequoia", "costaware")
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_OLD_ARGS = {"eagle2": ("top_k", "depth", "total_tokens"),
+             "latent": ("top_k", "depth", "total_tokens", "pool")}
 
 
-def parse_kv(text: str) -> dict[str, object]:
-    """``a=1,b=2.5,c=name,d=[[0],[1]]`` -> dict (values parsed as JSON when they are JSON)."""
-    out: dict[str, object] = {}
-    for part in filter(None, (s.strip() for s in re.split(r",(?=\s*\w+=)", text))):
-        key, sep, value = part.partition("=")
-        if not sep or not key:
-            raise ValueError(f"bad tree argument {part!r}; expected key=value")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
-
-
-def policy_from_spec(tree: str, *, relax: Relax = Relax.none(), neighbours: np.ndarray | None = None,
-                     **kw: object) -> TreePolicy:
-    """A ``simulate.policies`` tree builder by name: ``static`` (``choices``: ``mc_sim_7b_63``,
-    ``naive_extend_57`` or a JSON list of rank paths), ``eagle2`` (``top_k``, ``depth``,
-    ``total_tokens``; LANTERN's LlamaGen defaults 10, 4, 59), ``ddd`` (``top_k``, ``max_calls``,
-    ``check_steps``, ``threshold``, ``total_tokens``; paper defaults 10, 11, [5, 7, 9], -0.3, 60),
-    or the relaxation-aware trees of issue 7, which rank children with the verifier's ``relax`` and
-    ``neighbours``: ``latent`` (``top_k``, ``depth``, ``total_tokens``, ``pool``, ``mode``: latent,
-    diverse or walk), ``sequoia`` (``acceptance``: a JSON list, e.g. from ``relaxspec
-    trace-acceptance``; ``n_nodes``, ``max_depth``, ``mode``: q, latent, diverse or walk) and
-    ``costaware`` (the Sequoia tree of largest predicted speedup: ``acceptance``, ``max_nodes``,
-    ``max_depth``, ``mode``, ``table``: a latency CSV, default the committed CPU table, ``model``)."""
+def load_acceptance(text: str | None) -> list[float] | None:
+    """Sequoia's positional acceptance vector from ``--acceptance``: a JSON list or a JSON file's path."""
+    if text is None:
+        return None
+    source = Path(text).read_text() if not text.lstrip().startswith("[") else text
     try:
-        if tree == "static":
-            choices = kw.pop("choices", "naive_extend_57")
-            if kw:
-                raise TypeError(f"unexpected arguments {sorted(kw)}")
-            return StaticTree.builtin(choices) if isinstance(choices, str) else StaticTree(choices)
-        if tree == "eagle2":
-            return Eagle2Tree(**kw)  # type: ignore[arg-type]
-        if tree == "ddd":
-            return DDDTree(**kw)  # type: ignore[arg-type]
-        if tree == "latent":
-            return LatentAwareTree(relax=relax, neighbours=neighbours, **kw)  # type: ignore[arg-type]
-        if tree in ("sequoia", "costaware"):
-            if "acceptance" not in kw:
-                raise ValueError(f"tree policy {tree!r} needs acceptance=[a_1, a_2, ...]")
-            acceptance = kw.pop("acceptance")
-            selector = ChildSelector(str(kw.pop("mode", "q")), relax, neighbours)
-            if tree == "sequoia":
-                return SequoiaTree(acceptance, selector=selector, **kw)  # type: ignore[arg-type]
-            cost = CostModel.from_table(str(kw.pop("table", DEFAULT_TABLE)), str(kw.pop("model", "GPT-B")))
-            chosen = choose_static_size(acceptance, cost, **kw)  # type: ignore[arg-type]
-            return StaticTree(chosen.choices, name=f"costaware-{chosen.n_nodes}-{chosen.depth}",
-                              selector=selector)
-    except TypeError as err:
-        raise ValueError(f"bad arguments for tree policy {tree!r}: {err}") from err
-    raise ValueError(f"unknown tree policy {tree!r}; expected one of {TREES}")
+        vector = json.loads(source)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"--acceptance must be a JSON list of probabilities or a file holding one: {err}") \
+            from None
+    if not isinstance(vector, list) or not all(isinstance(a, int | float) for a in vector):
+        raise ValueError(f"--acceptance must be a JSON list of probabilities, got {source[:60]!r}")
+    return [float(a) for a in vector]
+
+
+def old_tree_args_message(tree: str, tree_args: str) -> str:
+    """The error for the retired ``--tree KIND --tree-args K=V,...`` spelling, naming the new spec."""
+    kv = dict(part.split("=", 1) for part in tree_args.split(",") if "=" in part)
+    names = _OLD_ARGS.get(tree)
+    example = "eagle2:10,4,59"
+    if names and all(n in kv for n in names[:3]):
+        example = f"{tree}:" + ",".join(kv[n] for n in names if n in kv)
+    return (f"--tree-args is gone: a tree is one spec, e.g. --tree {example} (static:NAME, chain:N, "
+            "eagle2:K,D,M, ddd:K,CALLS,S1/S2/..,X,M, latent:K,D,M[,POOL], sequoia:N,DEPTH with --acceptance, "
+            "costaware:N,DEPTH[,MODE]; see core/trees/spec.py)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -114,8 +85,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s = p.add_argument_group("decoding")
     s.add_argument("--classes", required=True, help="comma-separated class labels, e.g. 207,360")
     s.add_argument("--per-class", type=int, default=1, help="images per class")
-    s.add_argument("--tree", choices=TREES, default="eagle2")
-    s.add_argument("--tree-args", default="", help="policy arguments, e.g. top_k=10,depth=4,total_tokens=59")
+    s.add_argument("--tree", default="eagle2:10,4,59",
+                   help="tree spec (core/trees/spec.py): ar, static:naive_extend_57, chain:N, "
+                        "eagle2:K,D,M, ddd:K,CALLS,S1/S2/..,X,M, latent[-diverse|-walk]:K,D,M[,POOL], "
+                        "sequoia[-MODE]:N,DEPTH, costaware:N,DEPTH[,MODE] (default eagle2:10,4,59, "
+                        "LANTERN's LlamaGen setting)")
+    s.add_argument("--tree-args", default=None, help=argparse.SUPPRESS)  # retired: named in its error
+    s.add_argument("--acceptance", default=None,
+                   help="Sequoia-type trees: the positional acceptance vector, a JSON list or a JSON file "
+                        "(relaxspec trace-acceptance writes one)")
+    s.add_argument("--cost-table", default=str(DEFAULT_TABLE), help="costaware: latency table CSV")
+    s.add_argument("--cost-model", default="GPT-B", help="costaware: target model in the cost table")
     s.add_argument("--rule", choices=("r1", "r2", "r3"), default="r1")
     s.add_argument("--relax", default="none",
                    help="none | additive:k=1000,delta=0.1 | multiplicative:k=1000,lam=2")
@@ -149,7 +129,12 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise ValueError(f"--classes must be comma-separated class labels, e.g. 207,360; got "
                          f"{args.classes!r}") from err
+    if args.tree_args is not None:
+        raise ValueError(old_tree_args_message(args.tree, args.tree_args))
     relax = Relax.parse(args.relax)
+    is_ar = tree_kind(args.tree) == "ar"
+    check_tree_spec(args.tree)
+    acceptance = load_acceptance(args.acceptance)
     sampling = Sampling(args.temperature, args.top_k, args.top_p)
 
     vq = VQModel.load(vq_config(args.vq_model, codebook_size=args.codebook_size,
@@ -162,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     vq = vq.to(device)
 
     drafter, draft_name, draft_sha = None, "none", ""
-    if args.tree != "ar":
+    if not is_ar:
         if args.eagle_ckpt:
             head = EagleHead.load(target.cfg, args.eagle_ckpt).to(device, dtype)
             drafter, draft_name = EagleDraftSession(head, target), "eagle"
@@ -181,8 +166,11 @@ def run(args: argparse.Namespace) -> int:
         neighbours = load_neighbours(args.neighbours, args.codebook_size)
     elif args.trace or not relax.is_exact:
         neighbours = vq.neighbours(args.k_max, normalize=args.neighbours_normalized)
-    policy = None if args.tree == "ar" else policy_from_spec(args.tree, relax=relax, neighbours=neighbours,
-                                                             **parse_kv(args.tree_args))
+    tree_context = {"tree_acceptance": acceptance} if acceptance is not None else {}
+    if tree_kind(args.tree) == "costaware":
+        tree_context["tree_cost"] = {"table": args.cost_table, "model": args.cost_model}
+    policy = parse_tree(args.tree, relax=relax, neighbours=neighbours, acceptance=acceptance,
+                        cost=lambda: CostModel.from_table(args.cost_table, args.cost_model))
     settings = DecodeSettings(rule=args.rule, relax=relax, variant=args.variant, target_sampling=sampling,
                               draft_sampling=sampling, cfg_scale=args.cfg_scale,
                               logits_dtype=args.logits_dtype)
@@ -200,11 +188,11 @@ def run(args: argparse.Namespace) -> int:
         header = TraceHeader(
             model=args.gpt_model, checkpoint_sha256=file_sha256(args.gpt_ckpt), vocab_size=args.codebook_size,
             codebook_sha256=array_sha256(vq.quantize.embedding.weight.detach().float().cpu().numpy()),
-            rule=args.rule, relax=str(relax), variant=args.variant, tree=f"{args.tree}:{args.tree_args}",
+            rule=args.rule, relax=str(relax), variant=args.variant, tree=str(policy) if policy else "ar",
             target_sampling=sampling, draft_sampling=sampling, logits_dtype=args.logits_dtype,
             extra={"cfg_scale": args.cfg_scale, "drafter": draft_name, "drafter_sha256": draft_sha,
                    "image_size": args.image_size, "grid": grid, "seed": args.seed,
-                   "neighbours_normalized": bool(args.neighbours_normalized),
+                   "neighbours_normalized": bool(args.neighbours_normalized), **tree_context,
                    "draft_logits_unevaluated": "zero rows at nodes the drafter never ran"})
         writer = TraceWriter(out / "trace", header, neighbours, resume=True)
     todo = [(i, c) for i, c in jobs if i not in done]

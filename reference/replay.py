@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simulate.trace import Trace, TraceStep, read_trace, trace_neighbours
+from core.trace import Trace, TraceStep, read_trace, trace_neighbours
 from theory.relax import Relax
 from theory.tree import expected_tokens_per_step, path_probs, sample_step
 from theory.verify import check_rule, neighbour_rows, node_outcome
@@ -93,7 +93,7 @@ def rescore_steps(trace: Trace, rule: str, relax: Relax, variant: str = "princip
     """Exact E[tokens per step] of (rule, relax, variant) on every recorded step.
 
     ``neighbours`` is a table or a ``.npy`` file of one (default: the trace's own;
-    :func:`simulate.trace.trace_neighbours`).
+    :func:`core.trace.trace_neighbours`).
 
     Raises
     ------
@@ -138,7 +138,7 @@ def check_rescore_r2(trace: Trace) -> None:
             f"rule r2 verifies drafts sampled from q without replacement, but trace {trace.path} was "
             f"recorded with rule {h.rule} on tree {h.tree!r}: its children were ranked (top-k), not sampled, "
             "so r2 cannot score them. Rescore it with r1 or r3, or record a static-tree trace with --rule r2 "
-            "(relaxspec generate --tree static --rule r2 --trace)")
+            "(relaxspec generate --tree static:naive_extend_57 --rule r2 --trace)")
 
 
 def rescore(path: str | Path, rule: str, relax: Relax, variant: str = "principled",

@@ -9,8 +9,9 @@
   style (:func:`method_style`). A method is a tree policy (AR, EAGLE-2, DDD,
   static ``naive_extend_57`` / ``mc_sim_7b_63``, Sequoia, chains) or a
   verification rule (exact, LANTERN delta, LANTERN++ lam), given as a spec
-  string (``"eagle2:10,4,59"``, ``"additive:k=1000,delta=0.1"``), a policy
-  name (``"eagle2-10-4-59"``), a policy object or a ``theory.Relax``. Every
+  string (``"eagle2:10,4,59"``: :mod:`core.trees.spec`'s grammar, which is also
+  ``str(policy)``; ``"additive:k=1000,delta=0.1"``), a policy object or a
+  ``theory.Relax``. Every
   method has its own (colour, marker, line style) and every tree policy its
   own marker; the seven trees of ``relaxspec demo`` have seven colours. Trees
   that extend another (issue 7's ``latent-diverse``, ``sequoia-diverse``,
@@ -27,13 +28,13 @@ for a figure of paper width and :func:`save` to write vector PDF + PNG.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from core.trees.spec import tree_kind
 from theory.relax import Relax
 
 COLUMN_WIDTH = 3.3  # inches: one column of a two-column paper
@@ -124,26 +125,9 @@ def register_method(key: str, label: str, marker: str = "h", color: str | None =
     return METHODS[key]
 
 
-_TREE_PATTERNS = [  # first match wins: the selection-mode variants before their family
-    (r"ar", "ar"),
-    (r"eagle-?2\b.*", "eagle2"),
-    (r"ddd\b.*", "ddd"),
-    (r"(static:)?naive_extend_57", "naive_extend_57"),
-    (r"(static:)?mc_sim_7b_63", "mc_sim_7b_63"),
-    (r"latent-diverse\b.*", "latent-diverse"),
-    (r"latent-walk\b.*", "latent-walk"),
-    (r"latent\b.*", "latent"),
-    (r"sequoia-diverse\b.*", "sequoia-diverse"),
-    (r"sequoia-walk\b.*", "sequoia-walk"),
-    (r"costaware\b.*", "costaware"),
-    (r"sequoia\b.*", "sequoia"),
-    (r"chain:?\d+", "chain"),
-]
-
-
 _RELAX_KINDS = ("additive", "multiplicative")
 # Sequoia variants drawn as Sequoia, named in the label: the vector measured with the exact rule, and
-# children ranked by q~ (simulate.sweep's tree kinds).
+# children ranked by q~ (relaxspec.sweep's tree kinds).
 _SEQUOIA_SUFFIX = {"sequoia-lossless": ", exact-rule vector", "sequoia-latent": ", latent"}
 _COST_AWARE_MODES = ("latent", "diverse", "walk")  # costaware:N,DEPTH,MODE (mode q: no suffix)
 
@@ -159,10 +143,19 @@ def method_key(method: object) -> str:
         return text.lower()
     if text.split(":")[0] in _RELAX_KINDS:
         return method_key(Relax.parse(text))
-    for pattern, key in _TREE_PATTERNS:
-        if re.fullmatch(pattern, text, flags=re.IGNORECASE):
-            return key
-    return text
+    return _tree_family(text) or text
+
+
+def _tree_family(spec: str) -> str | None:
+    """The family of a tree spec (core.trees.spec's grammar), None if ``spec`` is not one."""
+    try:
+        kind = tree_kind(spec)
+    except ValueError:
+        return None
+    if kind == "static":
+        name = spec.partition(":")[2]
+        return name if name in METHODS else "static"
+    return "sequoia" if kind in _SEQUOIA_SUFFIX else kind
 
 
 def relax_label(relax: Relax | str, *, show_k: bool = False) -> str:
@@ -189,9 +182,9 @@ def method_style(method: object, *, variant: str = "principled", rule: str = "r1
     if isinstance(method, Relax) or (isinstance(method, str) and method.split(":")[0] in _RELAX_KINDS):
         text = relax_label(method)  # type: ignore[arg-type]
     if key == "chain":
-        text = f"chain of {re.sub(r'[^0-9]', '', str(method))}"
+        text = f"chain of {str(method).partition(':')[2]}"
     if key == "sequoia":
-        text += _SEQUOIA_SUFFIX.get(re.split(r"[:\-]\d", str(method).strip(), maxsplit=1)[0].lower(), "")
+        text += _SEQUOIA_SUFFIX.get(str(method).strip().partition(":")[0].lower(), "")
     if key == "costaware":
         mode = str(method).strip().rsplit(",", 1)[-1].lower()
         text += f", {mode}" if mode in _COST_AWARE_MODES else ""

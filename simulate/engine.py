@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
 
 import numba
 import numpy as np
 from numba import njit, prange
 
-from simulate.policies import KIND_STATIC, PolicySpec, TreePolicy
+from core.trees.policies import KIND_STATIC, PolicySpec, TreePolicy
 from simulate.policy_kernels import EXPAND_BATCH, build_dynamic, build_static
+from simulate.results import SimResult
 from simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_counter, stream_key, uniform
 from simulate.verify import RuleSpec
 from simulate.verify_kernels import children_csr, exact_step, leaf_bonus, path_tv, walk
@@ -50,139 +50,6 @@ BACKENDS = ("numba", "numpy")
 STEP_FIELDS = ("tokens", "tree_size", "tree_depth", "accepted_depth", "draft_calls", "root_choice")
 
 
-@dataclass
-class SimResult:
-    """Per-step records of a run and their summaries.
-
-    Per-step arrays (steps of sequence 0 first, then 1, ...): ``tokens``
-    (accepted drafts + 1), ``tree_size`` (draft nodes, root excluded),
-    ``tree_depth``, ``accepted_depth``, ``draft_calls``, ``root_choice``
-    (rank of the accepted root child, -1 if none), ``token_tv`` (the exact
-    TV of the step's emitted tokens: sum over the nodes that decided them of
-    TV(law the node emits, its target), see ``simulate.verify_kernels.path_tv``),
-    ``expected_tokens`` and ``expected_tv`` (theory's exact E[tokens] and
-    E[token_tv] given the step's tree and state; NaN unless the run had
-    ``exact_expectations=True``), ``sequence``.
-    """
-
-    world: str
-    tree: str
-    rule: str
-    relax: Relax
-    variant: str
-    temperature: float
-    n_sequences: int
-    seq_len: int
-    seed: int
-    tokens: np.ndarray
-    tree_size: np.ndarray
-    tree_depth: np.ndarray
-    accepted_depth: np.ndarray
-    draft_calls: np.ndarray
-    root_choice: np.ndarray
-    token_tv: np.ndarray
-    expected_tokens: np.ndarray
-    expected_tv: np.ndarray
-    sequence: np.ndarray
-    exact_expectations: bool = False
-    seconds: float = 0.0  # wall-clock seconds of the decoding (validation and tables excluded)
-    extra: dict = field(default_factory=dict)  # run(): "cpu_seconds", the process's CPU time meanwhile
-
-    @property
-    def n_steps(self) -> int:
-        """Verification steps over all sequences."""
-        return int(self.tokens.size)
-
-    def _per_sequence(self, values: np.ndarray) -> np.ndarray:
-        return np.bincount(self.sequence, weights=values, minlength=self.n_sequences)
-
-    def _ratio_se(self, values: np.ndarray) -> float:
-        """Cluster-robust (by sequence) standard error of sum(values) / n_steps."""
-        n = self._per_sequence(np.ones(self.n_steps))
-        t = self._per_sequence(values)
-        used = n > 0
-        S = used.sum()
-        if S < 2:
-            return float("nan")
-        r = t.sum() / n.sum()
-        return float(np.sqrt(S / (S - 1) * np.sum((t[used] - r * n[used]) ** 2)) / n.sum())
-
-    @property
-    def mean_tokens_per_step(self) -> float:
-        """Tokens emitted per verification step (total tokens / total steps)."""
-        return float(self.tokens.mean())
-
-    @property
-    def se_tokens_per_step(self) -> float:
-        """Standard error of :attr:`mean_tokens_per_step` (sequences are the independent units)."""
-        return self._ratio_se(self.tokens.astype(np.float64))
-
-    def _need_expectations(self, name: str) -> None:
-        if not self.exact_expectations:
-            raise ValueError(f"{name} needs theory's per-step expectations: "
-                             "run(..., exact_expectations=True)")
-
-    @property
-    def mean_expected_tokens(self) -> float:
-        """Theory's exact E[tokens | tree, state] over the visited steps (needs exact_expectations)."""
-        self._need_expectations("mean_expected_tokens")
-        return float(self.expected_tokens.mean())
-
-    @property
-    def se_difference(self) -> float:
-        """Standard error of mean(tokens - expected_tokens) (a martingale difference: mean 0)."""
-        self._need_expectations("se_difference")
-        return self._ratio_se(self.tokens - self.expected_tokens)
-
-    @property
-    def mean_accepted_depth(self) -> float:
-        """Accepted drafts per step."""
-        return float(self.accepted_depth.mean())
-
-    @property
-    def mean_tree_depth(self) -> float:
-        """Depth of the drafted tree."""
-        return float(self.tree_depth.mean())
-
-    @property
-    def mean_tree_size(self) -> float:
-        """Draft nodes verified per step (root excluded)."""
-        return float(self.tree_size.mean())
-
-    @property
-    def draft_calls_per_step(self) -> float:
-        """Drafter forwards per step."""
-        return float(self.draft_calls.mean())
-
-    @property
-    def tv_bound_per_sequence(self) -> float:
-        """Mean over sequences of the summed ``token_tv``: estimates the bound on TV(generated, target).
-
-        docs/theory.md, Theorem 12: TV(law of a sequence, target) <= sum over
-        its tokens of E[TV(law of the node deciding the token, p)]; each
-        token's term is exact here, and its mean over sequences is unbiased."""
-        return float(self._per_sequence(self.token_tv).mean())
-
-    @property
-    def tv_bound_per_token(self) -> float:
-        """Summed ``token_tv`` per emitted token."""
-        return float(self.token_tv.sum() / self.tokens.sum())
-
-    def summary(self) -> dict[str, float]:
-        """The scalar summaries (the CSV's result columns)."""
-        return {
-            "mean_tokens_per_step": self.mean_tokens_per_step,
-            "se_tokens_per_step": self.se_tokens_per_step,
-            "mean_accepted_depth": self.mean_accepted_depth,
-            "mean_tree_depth": self.mean_tree_depth,
-            "mean_tree_size": self.mean_tree_size,
-            "draft_calls_per_step": self.draft_calls_per_step,
-            "tv_bound_per_token": self.tv_bound_per_token,
-            "tv_bound_per_sequence": self.tv_bound_per_sequence,
-        }
-
-
-# ------------------------------------------------------------------ kernel
 @njit(cache=True, error_model="numpy")
 def _p_row(W, v, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs, npr):
     """p at final node v into the next free row ``p_rows[npr]``; returns the next free row."""

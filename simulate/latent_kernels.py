@@ -1,4 +1,4 @@
-"""Numba twin of :meth:`simulate.latent.ChildSelector.select` on a world's expanded draft rows.
+"""Numba twin of :meth:`core.trees.selection.ChildSelector.select` on a world's expanded draft rows.
 
 The selection is passed as the tuple ``S = (mode, pool, code, k, param, nb)``
 (``ChildSelector.kernel_args``): mode 0 q, 1 latent, 2 diverse; the

@@ -1,6 +1,6 @@
 """Numba builders of the tree policies, fed by a world's in-kernel drafter.
 
-Twins of the NumPy ``build`` methods in :mod:`simulate.policies`: given the
+Twins of the NumPy ``build`` methods in :mod:`core.trees.policies`: given the
 same q rows they build the same tree (tested exactly). A builder works on
 *buffer nodes* (static trees: template nodes; dynamic trees: node 0 = root,
 node i + 1 = pool entry i) whose states live in the world buffers, and
@@ -269,7 +269,7 @@ def kernel_build(policy, world, z0: np.ndarray, h0: np.uint64, temperature: floa
 
     Returns ``(parents, tokens, q, draft_calls)`` with q the draft rows of the
     final nodes (uniform where never expanded), as ``BuiltTree`` holds them."""
-    from simulate.policies import KIND_STATIC
+    from core.trees.policies import KIND_STATIC
 
     policy.check_vocab(world.vocab_size)
     ps = policy.kernel_spec()

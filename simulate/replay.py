@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from simulate.engine import SimResult
+from simulate.results import SimResult
 from simulate.verify import step_expectation, verify_step
 from simulate.worlds import TraceWorld
 from theory.relax import Relax

@@ -7,7 +7,7 @@
   ``ambiguous`` (LlamaGen-like) and ``mini`` (fitted to the shipped
   Fashion-MNIST model), all at V = 16384, d = 8.
 - :class:`StationaryWorld`: the same p and q at every node.
-- :class:`TraceWorld`: logits captured from a real model (``simulate.trace``).
+- :class:`TraceWorld`: logits captured from a real model (``core.trace``).
 
 Target logits at state z: ``beta <E_x, z> + b_x``. After token x the state
 moves to ``normalise(rho z + (1 - rho) E_x + sigma xi)`` with xi keyed by
@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from core.trace import Trace, read_trace
 from simulate.rng import fmix, stream_key, uniform
-from simulate.trace import Trace, read_trace
 from simulate.world_kernels import (
     F_BETA,
     F_BETA_Q,

@@ -8,9 +8,9 @@ import itertools
 import numpy as np
 import pytest
 
+from core.trees.policies import DDDTree, Eagle2Tree, StaticTree
 from relaxspec import figstyle, nbenv
-from simulate.demo import DEMO_CONFIG
-from simulate.policies import DDDTree, Eagle2Tree, StaticTree
+from relaxspec.demo import DEMO_CONFIG
 from theory.relax import Relax
 
 FAMILIES = {
@@ -66,7 +66,7 @@ def test_the_demos_trees_have_distinct_colours_under_colour_blindness() -> None:
     ("eagle2:10,4,59", "eagle2"), (Eagle2Tree(10, 4, 59), "eagle2"), ("ddd:10,11,5/7/9,-0.3,60", "ddd"),
     (DDDTree(), "ddd"), ("static:naive_extend_57", "naive_extend_57"),
     (StaticTree.naive_extend_57(), "naive_extend_57"),
-    ("mc_sim_7b_63", "mc_sim_7b_63"), ("sequoia:57,8", "sequoia"), ("sequoia-57-8", "sequoia"),
+    ("mc_sim_7b_63", "mc_sim_7b_63"), ("sequoia:57,8", "sequoia"), ("sequoia-lossless:57,8", "sequoia"),
     (StaticTree.chain(4), "chain"), ("AR", "ar"), ("none", "exact"), (Relax.none(), "exact"),
     ("additive:k=1000,delta=0.1", "lantern"), (Relax.multiplicative(10, 2.0), "lantern++"),
 ])
@@ -88,9 +88,9 @@ def test_labels_carry_the_relaxation_parameter_variant_and_rule() -> None:
 
 
 @pytest.mark.parametrize("method, label", [
-    ("latent:10,4,58", "latent EAGLE-2"), ("latent-10-4-58", "latent EAGLE-2"),
+    ("latent:10,4,58", "latent EAGLE-2"), ("latent:10,4,58,40", "latent EAGLE-2"),
     ("latent-diverse:10,4,58", "latent EAGLE-2, diverse"), ("latent-walk:10,4,58", "latent EAGLE-2, walk"),
-    ("latent-walk-10-8-58", "latent EAGLE-2, walk"), ("sequoia-diverse:57,8", "Sequoia, diverse"),
+    ("latent-walk:10,8,58", "latent EAGLE-2, walk"), ("sequoia-diverse:57,8", "Sequoia, diverse"),
     ("sequoia-walk:57,8", "Sequoia, walk"), ("costaware:57,8,walk", "cost-aware Sequoia, walk"),
     ("costaware:57,8", "cost-aware Sequoia"), ("sequoia:57,8", "Sequoia"),
     ("sequoia-lossless:57,8", "Sequoia, exact-rule vector"), ("sequoia-latent:57,8", "Sequoia, latent"),

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from reference_helpers import random_model, tiny_config
 
+from core.cost import DEFAULT_TABLE, CostModel, read_table, target_models
+from core.trace import read_trace
+from core.trees.policies import Eagle2Tree
 from reference.capture import capture_trace, module_sha256
-from reference.cost import DEFAULT_TABLE, CostModel, read_table, target_models
 from reference.decode import Decoder, DecodeSettings
 from reference.drafter import GPTDraftSession
 from reference.replay import replay
-from simulate.policies import Eagle2Tree
-from simulate.trace import read_trace
 from simulate.worlds import TraceWorld, world_stats
 from theory.distributions import total_variation
 from theory.neighbours import neighbour_table
@@ -34,7 +34,8 @@ def test_capture_replays_and_gives_trace_ambiguity(tmp_path) -> None:
     results = capture_trace(dec, tmp_path / "t", [0, 1, 2], seed=5, neighbours=table, model="tiny")
     trace = read_trace(tmp_path / "t")
     h = trace.header
-    assert (h.model, h.rule, h.relax, h.tree) == ("tiny", "r1", str(relax), "eagle2-3-2-8")
+    assert (h.model, h.rule, h.relax, h.tree) == ("tiny", "r1", str(relax), "eagle2:3,2,8")
+    assert str(h.tree_policy(table)) == h.tree  # the header's tree parses back to the policy that made it
     assert h.checkpoint_sha256 == module_sha256(target) != module_sha256(small)
     assert len(list(trace.steps())) == sum(len(r.steps) for r in results)
     report = replay(tmp_path / "t", require_simulate=True)

@@ -11,10 +11,10 @@ import pytest
 import torch
 from reference_helpers import official_state, tiny_config
 
+from core.trace import TraceHeader, TraceStep, TraceWriter, read_trace
 from reference.train_drafter import main as train_main
 from reference.vq import VQModel, vq_config
 from relaxspec.cli import main
-from simulate.trace import TraceHeader, TraceStep, TraceWriter, read_trace
 from theory.neighbours import neighbour_table, save_neighbours
 from theory.relax import Relax
 from theory.tree import Tree, sample_step
@@ -41,8 +41,8 @@ def gen_args(ckpts, out, *extra: str) -> list[str]:
 
 def test_generate_trace_replay_rescore_and_resume(tmp_path, ckpts, capsys) -> None:
     out = tmp_path / "run"
-    args = gen_args(ckpts, out, "--classes", "0,2", "--per-class", "2", "--tree", "eagle2",
-                    "--tree-args", "top_k=3,depth=2,total_tokens=8", "--rule", "r1",
+    args = gen_args(ckpts, out, "--classes", "0,2", "--per-class", "2", "--tree", "eagle2:3,2,8",
+                    "--rule", "r1",
                     "--relax", "additive:k=3,delta=0.1", "--trace", "--draft-ckpt",
                     str(ckpts / "c2i_tiny_draft.pt"), "--draft-model", "GPT-tiny")
     assert main(args) == 0
@@ -65,7 +65,7 @@ def test_generate_trace_replay_rescore_and_resume(tmp_path, ckpts, capsys) -> No
     assert main(["rescore", str(out / "trace"), "--rule", "r2"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "rule r2 verifies drafts sampled from q without replacement" in err
-    assert "recorded with rule r1 on tree 'eagle2:top_k=3,depth=2,total_tokens=8'" in err
+    assert "recorded with rule r1 on tree 'eagle2:3,2,8'" in err
     # an interrupted run: the last image and its rows gone -> only it is redone, identically
     tokens = np.load(out / "tokens" / "000003.npy")
     (out / "images" / "000003_class2.png").unlink()
@@ -78,10 +78,12 @@ def test_generate_trace_replay_rescore_and_resume(tmp_path, ckpts, capsys) -> No
 
 def test_generate_ar_and_static_self_drafting(tmp_path, ckpts, capsys) -> None:
     assert main(gen_args(ckpts, tmp_path / "ar", "--classes", "1", "--tree", "ar", "--cfg-scale", "1")) == 0
-    assert main(gen_args(ckpts, tmp_path / "st", "--classes", "1", "--tree", "static", "--rule", "r2",
-                         "--tree-args", "choices=[[0],[1],[0,0]]", "--temperature", "0.9",
+    assert main(gen_args(ckpts, tmp_path / "st", "--classes", "1", "--tree", "static:[[0],[1],[0,0]]",
+                         "--rule", "r2", "--temperature", "0.9",
                          "--top-k", "5", "--trace")) == 0
     assert len(list((tmp_path / "st" / "images").iterdir())) == 1
+    header = read_trace(tmp_path / "st" / "trace").header  # the header's tree parses back to its policy
+    assert header.tree == "static:[[0],[1],[0,0]]" and str(header.tree_policy()) == header.tree
     # a static tree drafted by sampling (recorded with r2) rescores under r2
     capsys.readouterr()
     assert main(["rescore", str(tmp_path / "st" / "trace"), "--rule", "r2"]) == 0
@@ -93,7 +95,7 @@ def write_trace(path: Path, *, rule: str = "r1", relax: Relax = Relax.none(), ta
     """A small trace written without a model (random logits, outcomes from theory.sample_step)."""
     rng = np.random.default_rng(0)
     header = TraceHeader(model="toy", checkpoint_sha256="0" * 64, vocab_size=V, codebook_sha256="1" * 64,
-                         rule=rule, relax=str(relax), variant="principled", tree="eagle2:top_k=2,depth=2",
+                         rule=rule, relax=str(relax), variant="principled", tree="eagle2:2,2,6",
                          logits_dtype="float32")
     parents, tokens = np.array([-1, 0, 0, 1]), np.array([0, 1, 2, 3])
     with TraceWriter(path, header, table) as tw:
@@ -167,9 +169,13 @@ def test_generate_errors_name_the_problem(tmp_path, ckpts, capsys) -> None:
     assert "vocabulary mismatch" in capsys.readouterr().err
     assert main(gen_args(ckpts, tmp_path / "y", "--classes", "7", "--tree", "ar")) == 2
     assert "class label 7" in capsys.readouterr().err
+    assert main(gen_args(ckpts, tmp_path / "z", "--classes", "1", "--tree", "eagle2:3,2")) == 2
+    err = capsys.readouterr().err
+    assert "bad tree spec 'eagle2:3,2': needs 3 comma-separated values (eagle2:K,D,M)" in err
+    # the retired spelling is refused with the new one named
     assert main(gen_args(ckpts, tmp_path / "z", "--classes", "1", "--tree", "eagle2",
-                         "--tree-args", "widths=3")) == 2
-    assert "bad arguments for tree policy" in capsys.readouterr().err
+                         "--tree-args", "top_k=3,depth=2,total_tokens=8")) == 2
+    assert "--tree-args is gone: a tree is one spec, e.g. --tree eagle2:3,2,8" in capsys.readouterr().err
 
 
 def test_trained_eagle_head_drives_generation(tmp_path, ckpts) -> None:
@@ -177,8 +183,7 @@ def test_trained_eagle_head_drives_generation(tmp_path, ckpts) -> None:
     assert train_main(["--gpt-ckpt", str(ckpts / "c2i_tiny.pt"), "--gpt-model", "GPT-tiny",
                        "--codebook-size", "8", "--grid", "2", "--num-classes", "3", "--sequences", "16",
                        "--steps", "20", "--device", "cpu", "--out", str(head)]) == 0
-    assert main(gen_args(ckpts, tmp_path / "e", "--classes", "0", "--tree", "ddd",
-                         "--tree-args", "top_k=2,max_calls=3,check_steps=[2],total_tokens=5",
+    assert main(gen_args(ckpts, tmp_path / "e", "--classes", "0", "--tree", "ddd:2,3,2,-0.3,5",
                          "--eagle-ckpt", str(head), "--trace")) == 0
     assert main(["replay", str(tmp_path / "e" / "trace")]) == 0
 

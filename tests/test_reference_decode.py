@@ -11,11 +11,11 @@ import torch
 from reference_helpers import random_model, tiny_config
 from scipy.stats import chi2
 
+from core.trace import Sampling, TraceHeader, TraceWriter, read_trace
+from core.trees.policies import DDDTree, Eagle2Tree, StaticTree
 from reference.decode import Decoder, DecodeSettings
 from reference.drafter import EagleDraftSession, EagleHead, GPTDraftSession
 from reference.replay import replay, rescore, rescore_steps
-from simulate.policies import DDDTree, Eagle2Tree, StaticTree
-from simulate.trace import Sampling, TraceHeader, TraceWriter, read_trace
 from theory.distributions import logits_to_probs
 from theory.neighbours import neighbour_table
 from theory.relax import Relax

@@ -6,8 +6,9 @@ import csv
 
 import pytest
 
+from core.trees.spec import parse_tree
 from relaxspec.cli import main
-from simulate.sweep import COLUMNS, SweepConfig, parse_tree
+from relaxspec.sweep import COLUMNS, SweepConfig
 
 CONFIG = """
 worlds = ["ambiguous"]
@@ -86,7 +87,7 @@ def test_config_errors(tmp_path, text, match, capsys):
 
 
 def test_parse_tree_and_world_stats(capsys):
-    assert str(parse_tree("static:mc_sim_7b_63")) == "mc_sim_7b_63"
+    assert str(parse_tree("static:mc_sim_7b_63")) == "static:mc_sim_7b_63"
     assert parse_tree("ddd:10,11,5/7/9,-0.3,60").max_calls == 11
     with pytest.raises(ValueError, match="acceptance"):
         parse_tree("sequoia:10,4")

@@ -1,4 +1,4 @@
-"""The demo's report.md (simulate.demo.write_report, mini.demo's FD lines) on synthetic rows: sample size
+"""The demo's report.md (relaxspec.demo.write_report, mini.demo's FD lines) on synthetic rows: sample size
 and standard errors, non-monotone rows flagged with their noise, the LANTERN++ claim under R1 and R2, the
 cost model's speed-up, the run's conditions, and the mini model's FD (issue 12, items 4 and 9)."""
 
@@ -8,10 +8,10 @@ import math
 
 import pytest
 
+from core.cost import CostModel
 from mini.demo import DEMO_NAMES, QUALITY_COMMAND, committed_quality, fd_lines, lossless_twin
 from mini.quality import QUALITY_CONFIGS
-from reference.cost import CostModel
-from simulate.demo import (
+from relaxspec.demo import (
     DEMO_CONFIG,
     EAGLE_TREE,
     STATIC_TREE,
@@ -21,7 +21,7 @@ from simulate.demo import (
     row_speedup,
     write_report,
 )
-from simulate.sweep import COLUMNS, config_key, jobs
+from relaxspec.sweep import COLUMNS, config_key, jobs
 
 DDD = DEMO_CONFIG["trees"][2]
 RELAXATIONS = [("none", 0.0, 1.0), *(("additive", d, 1.0) for d in (0.05, 0.1, 0.2, 0.4)),
@@ -127,7 +127,7 @@ def test_report_predicts_the_cost_model_speedup_and_names_its_table(tmp_path, co
     line = next(ln for ln in text.splitlines()
                 if ln.startswith(f"| ambiguous | {STATIC_TREE} | R2 | LANTERN++ λ=10 |"))
     assert f"| {expected:.2f} |" in line
-    assert ("`benchmarks/decoder_cpu.csv`, target GPT-B with the EAGLE head (GPT-B) drafter on "
+    assert ("`core/tables/decoder_cpu.csv`, target GPT-B with the EAGLE head (GPT-B) drafter on "
             "CPU (1 thread)") in text
     assert f"- ambiguous world: best predicted speed-up {expected:.2f}x ({STATIC_TREE}, R2, LANTERN++ λ=10" \
         in text

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulate import DDDTree, Eagle2Tree, StaticTree
+from core.trees import DDDTree, Eagle2Tree, StaticTree
 from simulate.engine import STEP_FIELDS, run
 from simulate.worlds import LatentWorld, StationaryWorld
 from theory import Relax, Tree

@@ -7,9 +7,10 @@ import itertools
 import numpy as np
 import pytest
 
-from simulate import DDDTree, Eagle2Tree, StaticTree
+from core.trees import DDDTree, Eagle2Tree, StaticTree
+from core.trees.sequoia import SequoiaTree, sequoia_choices
+from simulate.acceptance import measure_positional_acceptance
 from simulate.policy_kernels import kernel_build, kernel_draft
-from simulate.sequoia import SequoiaTree, measure_positional_acceptance, sequoia_choices
 from simulate.worlds import LatentWorld, StationaryWorld
 from theory import Relax
 

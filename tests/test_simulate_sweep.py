@@ -8,9 +8,17 @@ import time
 
 import pytest
 
-import simulate.sweep as sweep
-from simulate.policies import MAX_POOL_NODES, MAX_TREE_DEPTH, MAX_TREE_NODES, Eagle2Tree, StaticTree
-from simulate.sweep import COLUMNS, TEXT_COLUMNS, SweepConfig, config_key, parse_tree, read_results, run_sweep
+import relaxspec.sweep as sweep
+from core.trees.policies import MAX_POOL_NODES, MAX_TREE_DEPTH, MAX_TREE_NODES, Eagle2Tree, StaticTree
+from core.trees.spec import check_tree_spec
+from relaxspec.sweep import (
+    COLUMNS,
+    TEXT_COLUMNS,
+    SweepConfig,
+    config_key,
+    read_results,
+    run_sweep,
+)
 
 GRID = {
     "worlds": ["ambiguous"],
@@ -154,7 +162,7 @@ def test_the_largest_chain_is_built_in_linear_time():
     assert tree.n_nodes == MAX_TREE_NODES + 1 and tree.template.depth == MAX_TREE_NODES
     assert tree.parents.tolist() == list(range(-1, MAX_TREE_NODES))
     small = StaticTree.chain(4)
-    assert small.choices == [[0], [0, 0], [0, 0, 0], [0, 0, 0, 0]] and str(small) == "chain4"
+    assert small.choices == [[0], [0, 0], [0, 0, 0], [0, 0, 0, 0]] and str(small) == "chain:4"
     ref = StaticTree([[0] * i for i in range(1, 5)])
     assert small.parents.tolist() == ref.parents.tolist() and small.ranks.tolist() == ref.ranks.tolist()
     with pytest.raises(ValueError, match=f"at most {MAX_TREE_NODES}"):
@@ -192,7 +200,7 @@ def test_skipped_combinations_are_named(tmp_path):
 ])
 def test_dynamic_tree_errors_name_what_the_user_wrote(spec, match):
     with pytest.raises(ValueError, match=match):
-        parse_tree(spec, probe=True)
+        check_tree_spec(spec)
 
 
 def test_eagle2_depth_error_from_the_api():

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from core.trace import Sampling, TraceHeader, TraceStep, TraceWriter
 from simulate.engine import run
 from simulate.rng import combine, normals, stream_key
-from simulate.trace import Sampling, TraceHeader, TraceStep, TraceWriter
 from simulate.world_kernels import (
     NCH,
     draft_row,

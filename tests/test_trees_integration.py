@@ -12,15 +12,17 @@ import torch
 from reference_helpers import random_model, tiny_config
 from test_reference_decode import CFG, SAMPLING, chi_square_ok, exact_sequence_probs
 
+from core.cost import DEFAULT_TABLE, CostModel
+from core.trace import TraceHeader, TraceWriter
+from core.trees.costaware import choose_static_size
+from core.trees.policies import LatentAwareTree, StaticTree
+from core.trees.selection import ChildSelector
+from core.trees.sequoia import sequoia_choices
+from core.trees.spec import check_tree_spec, parse_tree
 from reference.decode import Decoder, DecodeSettings
 from reference.drafter import GPTDraftSession
-from reference.generate import policy_from_spec
-from simulate.cost import DEFAULT_TABLE, CostModel, choose_static_size
-from simulate.latent import ChildSelector
-from simulate.policies import LatentAwareTree, StaticTree
-from simulate.sequoia import sequoia_choices, trace_positional_acceptance
-from simulate.sweep import SweepConfig, jobs, parse_tree
-from simulate.trace import TraceHeader, TraceWriter
+from relaxspec.sweep import SweepConfig, jobs
+from simulate.acceptance import trace_positional_acceptance
 from simulate.worlds import TraceWorld
 from theory import Relax, neighbour_table, node_outcome
 
@@ -71,7 +73,7 @@ def test_sweep_specs_of_the_new_trees():
 
     for spec in ("latent:4,2,10", "latent-diverse:4,2,10,8", "latent-walk:4,2,10", "sequoia-lossless:10,3",
                  "sequoia-walk:10,3", "costaware:10,3,diverse"):
-        assert parse_tree(spec, probe=True) is None
+        check_tree_spec(spec)
         tree = parse_tree(spec, acceptance=acceptance, relax=relax, neighbours=world.neighbours,
                           cost=lambda: CostModel.from_table(DEFAULT_TABLE, "GPT-S"))
         assert str(tree) == spec
@@ -79,9 +81,9 @@ def test_sweep_specs_of_the_new_trees():
     with pytest.raises(ValueError, match="neighbour table"):
         parse_tree("latent:4,2,10", relax=relax)
     with pytest.raises(ValueError, match="MODE"):
-        parse_tree("costaware:10,3,best", probe=True)
+        check_tree_spec("costaware:10,3,best")
     with pytest.raises(ValueError, match="K,D,M"):
-        parse_tree("latent-walk:4,2", probe=True)
+        check_tree_spec("latent-walk:4,2")
     cfg = SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["latent:4,2,10", "sequoia-walk:10,3",
                                  "costaware:10,3", "static:mc_sim_7b_63"], "rules": ["r1", "r2"],
                                  "cost": {"model": "GPT-S"}})
@@ -92,22 +94,21 @@ def test_sweep_specs_of_the_new_trees():
         SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["eagle2:4,2,10"], "cost": {"price": "1"}})
 
 
-def test_generate_policies_by_name():
+def test_generate_policies_by_spec():
     nb = neighbour_table(np.random.default_rng(0).normal(size=(8, 3)), k_max=7)
     relax = Relax.additive(3, 0.2)
-    t = policy_from_spec("latent", relax=relax, neighbours=nb, top_k=3, depth=2, total_tokens=8, mode="walk")
+    t = parse_tree("latent-walk:3,2,8", relax=relax, neighbours=nb)
     assert isinstance(t, LatentAwareTree) and t.selector.mode == "walk"
-    s = policy_from_spec("sequoia", relax=relax, neighbours=nb, acceptance=[0.5, 0.2], n_nodes=6, max_depth=3,
-                         mode="diverse")
-    assert s.selector.mode == "diverse" and s.n_nodes - 1 <= 6
-    c = policy_from_spec("costaware", acceptance=[0.5, 0.2], max_nodes=6, max_depth=3, model="GPT-S")
-    assert isinstance(c, StaticTree) and str(c).startswith("costaware-")
+    s = parse_tree("sequoia-diverse:6,3", relax=relax, neighbours=nb, acceptance=[0.5, 0.2])
+    assert s.selector.mode == "diverse" and s.n_nodes - 1 <= 6 and str(s) == "sequoia-diverse:6,3"
+    c = parse_tree("costaware:6,3", acceptance=[0.5, 0.2], cost=CostModel.from_table(DEFAULT_TABLE, "GPT-S"))
+    assert isinstance(c, StaticTree) and str(c) == "costaware:6,3"
     with pytest.raises(ValueError, match="acceptance"):
-        policy_from_spec("sequoia", n_nodes=3, max_depth=2)
+        parse_tree("sequoia:3,2")
     with pytest.raises(ValueError, match="neighbour table"):
-        policy_from_spec("latent", relax=relax)
-    with pytest.raises(ValueError, match="bad arguments"):
-        policy_from_spec("latent", relax=relax, neighbours=nb, width=3)
+        parse_tree("latent:3,2,8", relax=relax)
+    with pytest.raises(ValueError, match="needs 3 or 4"):
+        parse_tree("latent:3,2,8,1,1", relax=relax, neighbours=nb)
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +171,7 @@ def test_trace_positional_acceptance_is_exact(tmp_path, models):
 
 
 def test_demo_reports_the_relaxation_aware_trees():
-    from simulate.demo import DEMO_CONFIG, relaxation_aware_section
+    from relaxspec.demo import DEMO_CONFIG, relaxation_aware_section
 
     rows = []
     for i, tree in enumerate(DEMO_CONFIG["trees"]):

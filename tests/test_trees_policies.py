@@ -9,13 +9,13 @@ import pytest
 from scipy.stats import chi2
 from test_simulate_engine import test_numba_run_matches_numpy_oracle as engine_matches_oracle
 
-from simulate import Eagle2Tree, StaticTree
+from core.trees import Eagle2Tree, StaticTree
+from core.trees.policies import LatentAwareTree
+from core.trees.selection import ChildSelector
+from core.trees.sequoia import SequoiaTree
 from simulate.engine import run
-from simulate.latent import ChildSelector
-from simulate.policies import LatentAwareTree
 from simulate.policy_kernels import kernel_build, kernel_draft
 from simulate.rng import stream_key
-from simulate.sequoia import SequoiaTree
 from simulate.verify import step_expectation, verify_step
 from simulate.worlds import LatentWorld, StationaryWorld
 from theory import Relax, Tree, neighbour_table

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulate.latent import SELECTION_MODES, ChildSelector, top_ranked
+from core.trees.selection import SELECTION_MODES, ChildSelector, top_ranked
 from simulate.latent_kernels import select_children
 from simulate.world_kernels import NCH, chunk_maxima
 from simulate.worlds import StationaryWorld

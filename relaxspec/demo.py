@@ -28,10 +28,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.cost import CostModel
 from mini.timing import Clock, load_average
-from reference.cost import CostModel
-from simulate.figures import render
-from simulate.sweep import SweepConfig, read_results, run_sweep
+from relaxspec.figures import render
+from relaxspec.sweep import SweepConfig, read_results, run_sweep
 
 EAGLE_TREE = "eagle2:10,4,59"
 STATIC_TREE = "static:naive_extend_57"

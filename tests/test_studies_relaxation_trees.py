@@ -1,26 +1,18 @@
-"""benchmarks/relaxation_trees.py's pieces: the goal comparison, the table, the figure, and the shipped-model
-rows (two images per policy), so the issue-7 measurement cannot rot between its (long) runs."""
+"""The relaxation-aware-trees study's pieces (relaxspec.studies.relaxation_trees): the goal comparison,
+the table, the figure, and the shipped-model rows (two images per policy), so the issue-7 measurement
+cannot rot between its (long) runs."""
 
 from __future__ import annotations
-
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from relaxspec.studies import relaxation_trees
 
 
 @pytest.fixture(scope="module")
 def bench():
-    path = ROOT / "benchmarks" / "relaxation_trees.py"
-    spec = importlib.util.spec_from_file_location("relaxation_trees", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["relaxation_trees"] = module
-    spec.loader.exec_module(module)
-    return module
+    return relaxation_trees
 
 
 def _rows(bench) -> list[dict]:

@@ -1,21 +1,18 @@
 """Cost-aware static tree sizes (issue 7, item 4) on the cost model of SPEC section 8.
 
-The cost model itself (:class:`reference.cost.CostModel`, NumPy only) reads
-a latency table written by ``benchmarks/decoder_bench.py``.
-:func:`choose_static_size` is the cost-aware size: among Sequoia trees with at
-most ``max_nodes`` nodes and depth at most ``max_depth`` for a measured
-positional acceptance vector, the one whose predicted speedup (Sequoia's DP
-value for E[tokens], the tree's own node count and depth for the cost) is
-largest, not the one with most tokens.
+:func:`choose_static_size`: among Sequoia trees with at most ``max_nodes``
+nodes and depth at most ``max_depth`` for a measured positional acceptance
+vector, the one whose predicted speedup (Sequoia's DP value for E[tokens],
+the tree's own node count and depth for the cost, :class:`core.cost.CostModel`)
+is largest, not the one with most tokens.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reference.cost import DEFAULT_TABLE, CostModel
-
-__all__ = ["DEFAULT_TABLE", "CostModel", "SizeChoice", "choose_static_size"]
+from core.cost import CostModel
+from core.trees.sequoia import sequoia_table
 
 
 @dataclass(frozen=True)
@@ -33,8 +30,6 @@ class SizeChoice:
 def choose_static_size(acceptance, cost: CostModel, max_nodes: int, max_depth: int) -> SizeChoice:
     """The Sequoia tree (at most ``max_nodes`` nodes, depth at most ``max_depth``) of largest predicted
     speedup; ties go to the smaller tree. A static tree makes one draft call per level with children."""
-    from simulate.sequoia import sequoia_table
-
     table = sequoia_table(acceptance, max_nodes, max_depth)  # validates its arguments
     grid = []
     best = None

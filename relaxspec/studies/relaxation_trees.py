@@ -1,8 +1,8 @@
 """Issue 7's measurement: relaxation-aware draft trees against EAGLE-2, LANTERN++'s static tree, DDD, Sequoia.
 
-    python benchmarks/relaxation_trees.py                  # worlds + shipped model (resumable)
-    python benchmarks/relaxation_trees.py --skip-shipped   # the synthetic worlds only
-    python benchmarks/relaxation_trees.py --quick          # smoke run (results/relaxation_trees-quick)
+    python -m relaxspec.studies.relaxation_trees                  # worlds + shipped model (resumable)
+    python -m relaxspec.studies.relaxation_trees --skip-shipped   # the synthetic worlds only
+    python -m relaxspec.studies.relaxation_trees --quick          # smoke run (results/relaxation_trees-quick)
 
 One table, one run, one seed: every policy at the same node budget (57
 draft nodes) and the same relaxations, in the ``ambiguous`` and
@@ -10,7 +10,7 @@ draft nodes) and the same relaxations, in the ``ambiguous`` and
 vectors measured with seed 1) and on the shipped Fashion-MNIST model (the
 reference decoder, the same images and uniforms in every row; FD and class
 accuracy from its evaluator, ``mini.quality``). Around the table: how often
-plain top-k siblings' proximity sets overlap (``simulate.latent.sibling_overlap``),
+plain top-k siblings' proximity sets overlap (``core.trees.selection.sibling_overlap``),
 and the analysis of why the goal is or is not met (a perfect drafter, and the
 merged-mass budget at the root: docs/theory.md, Theorem 6).
 
@@ -25,23 +25,23 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from reference.cost import DEFAULT_TABLE, CostModel  # noqa: E402
-from simulate.engine import run  # noqa: E402
-from simulate.latent import ChildSelector, sibling_overlap, top_ranked  # noqa: E402
-from simulate.policies import Eagle2Tree, LatentAwareTree  # noqa: E402
-from simulate.sequoia import SequoiaTree, measure_positional_acceptance  # noqa: E402
-from simulate.sweep import SweepConfig, read_results, run_sweep  # noqa: E402
-from simulate.worlds import LatentWorld  # noqa: E402
-from theory import Relax, node_outcome, r1_distortion  # noqa: E402
+from core.cost import DEFAULT_TABLE, CostModel
+from core.trees.policies import Eagle2Tree, LatentAwareTree
+from core.trees.selection import ChildSelector, top_ranked
+from core.trees.sequoia import SequoiaTree
+from relaxspec.figstyle import relax_label
+from relaxspec.sweep import SweepConfig, read_results, run_sweep
+from simulate.acceptance import measure_positional_acceptance
+from simulate.engine import run
+from simulate.overlap import sibling_overlap
+from simulate.worlds import LatentWorld
+from theory import Relax, node_outcome, r1_distortion
 
 WORLDS = ["ambiguous", "confident"]
 RELAXATIONS = ["none", "additive:k=1000,delta=0.1", "additive:k=1000,delta=0.2",
@@ -163,15 +163,15 @@ def shipped_rows(out: Path, n_images: int, n_trace: int, cost: CostModel) -> lis
     from mini.quality import generate_config, summarise
     from mini.shipped import load_mini
     from reference.capture import capture_trace
-    from simulate.sequoia import trace_positional_acceptance
+    from simulate.acceptance import trace_positional_acceptance
     from simulate.worlds import TraceWorld
 
     torch.set_num_threads(1)  # one core each: the worlds can run beside (--skip-worlds / --skip-shipped)
     mini = load_mini()
     nb = mini.neighbours()
-    eagle = {"top_k": 10, "depth": 4, "total_tokens": NODES + 1}
+    eagle = f"eagle2:10,4,{NODES + 1}"
     # the trace the Sequoia vectors are measured on (exact EAGLE-2, seed 1: not the table's images)
-    base = DecodeConfig("trace EAGLE-2", tree="eagle2", tree_args=eagle)
+    base = DecodeConfig("trace EAGLE-2", tree=eagle)
     trace_dir = out / "trace"
     capture_trace(make_decoder(mini, base), trace_dir, [i % 10 for i in range(n_trace)], seed=1,
                   neighbours=nb,
@@ -179,45 +179,34 @@ def shipped_rows(out: Path, n_images: int, n_trace: int, cost: CostModel) -> lis
                   checkpoint_sha256=mini.checkpoint_sha256("target"), resume=True, progress=True)
     world = TraceWorld(trace_dir)
     configs = [DecodeConfig("AR")]
-    vectors: dict[tuple[str, str, str], list[float]] = {}  # Sequoia vectors, each measured once
+    vectors: dict[tuple[str, str, str], tuple[float, ...]] = {}  # Sequoia vectors, each measured once
     for text in SHIPPED_RELAX:
         relax = Relax.parse(text)
 
-        def vector(mode: str, measured: Relax, relax: Relax = relax) -> list[float]:
+        def vector(mode: str, measured: Relax, relax: Relax = relax) -> tuple[float, ...]:
             key = (mode, str(measured), str(relax))
             if key not in vectors:
                 sel = ChildSelector(mode, relax, None if relax.is_exact else nb)
                 a = trace_positional_acceptance(world, width=16, rule="r1", relax=measured, selector=sel)
-                vectors[key] = [round(float(x), 6) for x in a]
+                vectors[key] = tuple(round(float(x), 6) for x in a)
             return vectors[key]
 
-        seq = {"n_nodes": NODES, "max_depth": 8}
-        specs = [("eagle2", eagle, "r1", "eagle2:10,4,58"),
-                 ("static", {"choices": "naive_extend_57"}, "r1", "static:naive_extend_57"),
-                 ("static", {"choices": "naive_extend_57"}, "r2", "static:naive_extend_57"),
-                 ("ddd", {"top_k": 10, "max_calls": 11, "check_steps": [5, 7, 9], "threshold": -0.3,
-                          "total_tokens": NODES + 1}, "r1", "ddd:10,11,5/7/9,-0.3,58"),
-                 ("sequoia", {"acceptance": ("q", Relax.none()), **seq}, "r1", "sequoia-lossless:57,8"),
-                 ("sequoia", {"acceptance": ("q", relax), **seq}, "r1", "sequoia:57,8"),
-                 ("latent", {**eagle, "mode": "latent"}, "r1", "latent:10,4,58"),
-                 ("latent", {**eagle, "mode": "diverse"}, "r1", "latent-diverse:10,4,58"),
-                 ("latent", {**eagle, "mode": "walk"}, "r1", "latent-walk:10,4,58"),
-                 ("latent", {**eagle, "depth": 8, "mode": "walk"}, "r1", "latent-walk:10,8,58"),
-                 ("sequoia", {"acceptance": ("diverse", relax), **seq, "mode": "diverse"}, "r1",
-                  "sequoia-diverse:57,8"),
-                 ("sequoia", {"acceptance": ("walk", relax), **seq, "mode": "walk"}, "r1",
-                  "sequoia-walk:57,8"),
-                 ("costaware", {"acceptance": ("walk", relax), "max_nodes": NODES, "max_depth": 8,
-                                "mode": "walk", "table": cost.path, "model": cost.model}, "r1",
-                  "costaware:57,8,walk")]
-        for tree, args, rule, spec in specs:
-            if spec not in SHIPPED_TREES or (relax.is_exact and spec not in ("eagle2:10,4,58",
-                                                                            "static:naive_extend_57")):
+        # (spec, rule, how its Sequoia vector is measured: selection mode and the rule's relaxation)
+        specs = [(eagle, "r1", None), ("static:naive_extend_57", "r1", None),
+                 ("static:naive_extend_57", "r2", None), (f"ddd:10,11,5/7/9,-0.3,{NODES + 1}", "r1", None),
+                 ("sequoia-lossless:57,8", "r1", ("q", Relax.none())), ("sequoia:57,8", "r1", ("q", relax)),
+                 (f"latent:10,4,{NODES + 1}", "r1", None), (f"latent-diverse:10,4,{NODES + 1}", "r1", None),
+                 (f"latent-walk:10,4,{NODES + 1}", "r1", None), (f"latent-walk:10,8,{NODES + 1}", "r1", None),
+                 ("sequoia-diverse:57,8", "r1", ("diverse", relax)),
+                 ("sequoia-walk:57,8", "r1", ("walk", relax)),
+                 ("costaware:57,8,walk", "r1", ("walk", relax))]
+        for spec, rule, measured in specs:
+            lossless_ok = spec in (eagle, "static:naive_extend_57")
+            if spec not in SHIPPED_TREES or (relax.is_exact and not lossless_ok):
                 continue
-            if "acceptance" in args:  # (selection mode, rule's relaxation): measured only for trees decoded
-                args = {**args, "acceptance": vector(*args["acceptance"])}
-            configs.append(DecodeConfig(f"{spec} {rule} {text}", tree=tree, tree_args=args, rule=rule,
-                                        relax=text))
+            configs.append(DecodeConfig(f"{spec} {rule} {text}", tree=spec, rule=rule, relax=text,
+                                        acceptance=vector(*measured) if measured else None,
+                                        cost_table=str(cost.path), cost_model=cost.model))
     rows = []
     for c in tqdm(configs, desc="shipped configurations", unit="config"):
         records = generate_config(mini, c, n_images, out, progress=False)
@@ -234,13 +223,6 @@ def shipped_rows(out: Path, n_images: int, n_trace: int, cost: CostModel) -> lis
 
 
 # ---------------------------------------------------------------- the table
-def relax_label(text: str) -> str:
-    r = Relax.parse(text)
-    if r.kind == "none":
-        return "exact"
-    return f"LANTERN δ={r.delta:g}" if r.kind == "additive" else f"LANTERN++ λ={r.lam:g}"
-
-
 def relax_text(row: dict) -> str:
     if row["relax"] == "none":
         return "none"

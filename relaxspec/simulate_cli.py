@@ -8,7 +8,7 @@ import argparse
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``simulate`` subcommand (``relaxspec.cli`` lists it)."""
     p = sub.add_parser("simulate", help="run a sweep grid from a TOML config into a resumable CSV")
-    p.add_argument("config", help="TOML config (see simulate/sweep.py)")
+    p.add_argument("config", help="TOML config (see relaxspec/sweep.py)")
     p.add_argument("--out", required=True, help="results CSV (appended to; finished rows are skipped)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=_simulate)
@@ -59,7 +59,7 @@ def add_trace_acceptance_parser(sub: argparse._SubParsersAction) -> argparse.Arg
     p.add_argument("--relax", default="none", help="none | additive:k=..,delta=.. | multiplicative:..")
     p.add_argument("--variant", choices=("principled", "official"), default="principled")
     p.add_argument("--mode", choices=("q", "latent", "diverse", "walk"), default="q",
-                   help="how the root's children are ranked (simulate.latent)")
+                   help="how the root's children are ranked (core.trees.selection)")
     p.add_argument("--neighbours", metavar="TABLE.npy",
                    help="neighbour table (V, K) of the trace's codebook (default: the table stored in the "
                         "trace, when it holds one)")
@@ -70,9 +70,9 @@ def add_trace_acceptance_parser(sub: argparse._SubParsersAction) -> argparse.Arg
 def _trace_acceptance(args: argparse.Namespace) -> int:
     import json
 
-    from simulate.latent import ChildSelector
-    from simulate.sequoia import trace_positional_acceptance
-    from simulate.trace import read_trace, trace_neighbours
+    from core.trace import read_trace, trace_neighbours
+    from core.trees.selection import ChildSelector
+    from simulate.acceptance import trace_positional_acceptance
     from simulate.worlds import TraceWorld
     from theory.relax import Relax
 
@@ -87,7 +87,7 @@ def _trace_acceptance(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from simulate.sweep import SweepConfig, run_sweep
+    from relaxspec.sweep import SweepConfig, run_sweep
 
     cfg = SweepConfig.load(args.config)
     rows = run_sweep(cfg, args.out, progress=not args.no_progress)
@@ -98,7 +98,7 @@ def _simulate(args: argparse.Namespace) -> int:
 def _plot(args: argparse.Namespace) -> int:
     import sys
 
-    from simulate.figures import render
+    from relaxspec.figures import render
 
     done = render(args.results, args.out)
     for path in done.paths:
@@ -111,7 +111,7 @@ def _plot(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     import numba
 
-    from simulate.demo import main
+    from relaxspec.demo import main
 
     top = numba.config.NUMBA_NUM_THREADS
     if args.threads is not None and not 1 <= args.threads <= top:

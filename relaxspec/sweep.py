@@ -20,7 +20,7 @@ A config (TOML) holds the grid and the run sizes::
     seq_len = 64
 
     [cost]                                       # optional: the cost table of costaware trees
-    table = "benchmarks/decoder_cpu.csv"
+    table = "core/tables/decoder_cpu.csv"
     model = "GPT-B"
 
 Tree specs: ``static:NAME`` (mc_sim_7b_63, naive_extend_57), ``chain:N``,
@@ -29,9 +29,9 @@ Tree specs: ``static:NAME`` (mc_sim_7b_63, naive_extend_57), ``chain:N``,
 Sequoia does, with a one-level tree). Rule r2 is run on static trees only.
 
 Relaxation-aware trees (issue 7; the selection uses the job's relaxation
-and the world's neighbour table, see :mod:`simulate.latent`):
+and the world's neighbour table, see :mod:`core.trees.selection`):
 ``latent:K,D,M[,POOL]``, ``latent-diverse:K,D,M[,POOL]``,
-``latent-walk:K,D,M[,POOL]`` (:class:`~simulate.policies.LatentAwareTree`);
+``latent-walk:K,D,M[,POOL]`` (:class:`~core.trees.policies.LatentAwareTree`);
 ``sequoia-lossless:N,DEPTH`` (acceptance measured with the exact rule,
 children by q: Sequoia as published, verified with the job's rule);
 ``sequoia-latent:N,DEPTH``, ``sequoia-diverse:N,DEPTH``,
@@ -40,7 +40,7 @@ picked by that selection); ``costaware:N,DEPTH[,MODE]`` (the Sequoia tree
 of at most N nodes and depth DEPTH whose predicted speedup on the
 ``[cost]`` table is largest; MODE q, latent, diverse or walk, default q).
 
-Tree sizes are bounded (:mod:`simulate.policies`): N, chain lengths and M - 1
+Tree sizes are bounded (:mod:`core.trees.policies`): N, chain lengths and M - 1
 at most ``MAX_TREE_NODES`` = 2048 draft nodes (also the latent POOL and
 ``[sequoia] width``), D, CALLS - 1 and Sequoia's DEPTH at most
 ``MAX_TREE_DEPTH`` = 64, K + D K^2 at most ``MAX_POOL_NODES`` = 65536.
@@ -74,27 +74,23 @@ import os
 import time
 import tomllib
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numba
 import numpy as np
 
-from simulate.cost import DEFAULT_TABLE, CostModel, choose_static_size
-from simulate.engine import SimResult, run
-from simulate.latent import SELECTION_MODES, ChildSelector
-from simulate.policies import (
-    MAX_TREE_DEPTH,
+from core.cost import DEFAULT_TABLE, CostModel
+from core.trees.policies import (
     MAX_TREE_NODES,
-    DDDTree,
-    Eagle2Tree,
-    LatentAwareTree,
-    StaticTree,
-    TreePolicy,
     check_budget,
 )
-from simulate.sequoia import SequoiaTree, measure_positional_acceptance
+from core.trees.selection import ChildSelector
+from core.trees.spec import SEQUOIA_KINDS, check_tree_spec, parse_tree
+from simulate.acceptance import measure_positional_acceptance
+from simulate.engine import run
+from simulate.results import SimResult
 from simulate.worlds import PRESETS, LatentParams, LatentWorld
 from theory.relax import Relax
 from theory.stages import VARIANTS
@@ -114,9 +110,6 @@ _TABLE_KEYS = {"world_overrides", "sequoia", "cost"}
 _SEQUOIA_KEYS = {"width": int, "n_sequences": int, "seq_len": int}
 _COST_KEYS = {"table", "model", "drafter"}
 _R2_TREES = "static:NAME, chain:N, sequoia:N,DEPTH, sequoia-lossless:N,DEPTH, costaware:N,DEPTH[,q]"
-LATENT_KINDS = {"latent": "latent", "latent-diverse": "diverse", "latent-walk": "walk"}
-SEQUOIA_KINDS = {"sequoia": "q", "sequoia-lossless": "q", "sequoia-latent": "latent",
-                 "sequoia-diverse": "diverse", "sequoia-walk": "walk"}
 
 
 @dataclass(frozen=True)
@@ -187,7 +180,7 @@ class SweepConfig:
             if "\n" in t or "\r" in t:
                 raise ValueError(f"{source}: tree spec {t!r} holds a line break")
             try:
-                parse_tree(t, probe=True)
+                check_tree_spec(t)
             except ValueError as err:
                 raise ValueError(f"{source}: {err}") from err
         kw["world_overrides"] = _world_overrides(d.get("world_overrides", {}), kw["worlds"], source)
@@ -292,101 +285,6 @@ def _world_overrides(over: object, worlds: list[str], source: str) -> dict:
         except ValueError as err:
             raise ValueError(f"{source}: world_overrides for world {w!r}: {err}") from err
     return dict(over)
-
-
-def _ints(text: str, n: int, spec: str) -> list[int]:
-    parts = text.split(",")
-    if len(parts) != n:
-        raise ValueError(f"tree spec {spec!r} needs {n} comma-separated values")
-    try:
-        return [int(p) for p in parts]
-    except ValueError as err:
-        raise ValueError(f"tree spec {spec!r}: {err}") from err
-
-
-Acceptance = Callable[[ChildSelector, Relax], list[float]]
-
-
-def parse_tree(spec: str, *, probe: bool = False, acceptance: Acceptance | None = None,
-               relax: Relax | None = None, neighbours: Callable[[int], np.ndarray] | None = None,
-               cost: Callable[[], CostModel] | None = None) -> TreePolicy | None:
-    """A tree policy from its spec string (see the module docstring).
-
-    Sequoia-type trees need ``acceptance(selector, relax)`` (the positional
-    vector measured with that ranking and rule); relaxation-aware trees need
-    the verifier's ``relax`` and ``neighbours(k)``; ``costaware`` needs
-    ``cost()``. With ``probe=True`` only the syntax is checked and None may
-    be returned."""
-    kind, _, args = spec.partition(":")
-    try:
-        if kind == "static":
-            return StaticTree.builtin(args)
-        if kind == "chain":
-            return StaticTree.chain(_ints(args, 1, spec)[0])
-        if kind == "eagle2":
-            return Eagle2Tree(*_ints(args, 3, spec))
-        if kind == "ddd":
-            parts = args.split(",")
-            if len(parts) != 5:
-                raise ValueError(f"tree spec {spec!r} needs K,CALLS,S1/S2/..,THRESHOLD,M")
-            steps = [int(s) for s in parts[2].split("/") if s]
-            return DDDTree(int(parts[0]), int(parts[1]), steps, float(parts[3]), int(parts[4]))
-        if kind in LATENT_KINDS:
-            vals = _ints(args, len(args.split(",")), spec)
-            if len(vals) not in (3, 4):
-                raise ValueError(f"tree spec {spec!r} needs K,D,M or K,D,M,POOL")
-            # the probe checks the sizes with the exact rule, which needs no neighbour table
-            rel, table = (Relax.none(), None) if probe else _relaxation(relax, neighbours, spec)
-            tree = LatentAwareTree(*vals[:3], relax=rel, neighbours=table,
-                                   **({"pool": vals[3]} if len(vals) == 4 else {}), mode=LATENT_KINDS[kind])
-            if probe:
-                return None
-            tree.name = spec
-            return tree
-        if kind in SEQUOIA_KINDS or kind == "costaware":
-            parts = args.split(",")
-            mode = SEQUOIA_KINDS.get(kind, "q")
-            if kind == "costaware" and len(parts) == 3:
-                mode = parts.pop()
-                if mode not in SELECTION_MODES:
-                    raise ValueError(f"tree spec {spec!r}: MODE must be one of {SELECTION_MODES}")
-            n, depth = _ints(",".join(parts), 2, spec)
-            check_budget("N", n, 1, MAX_TREE_NODES)
-            check_budget("DEPTH", depth, 1, MAX_TREE_DEPTH)
-            if probe:
-                return None
-            if acceptance is None:
-                raise ValueError("a sequoia tree needs a measured acceptance vector")
-            if mode == "q":
-                rel, table = relax or Relax.none(), None
-            else:
-                rel, table = _relaxation(relax, neighbours, spec)
-            selector = ChildSelector(mode, rel, table)
-            vector = acceptance(selector, Relax.none() if kind == "sequoia-lossless" else rel)
-            if kind == "costaware":
-                if cost is None:
-                    raise ValueError("a costaware tree needs a cost table")
-                chosen = choose_static_size(vector, cost(), n, depth)
-                tree = StaticTree(chosen.choices, name=spec, selector=selector)
-            else:
-                tree = SequoiaTree(vector, n, depth, selector=selector)
-                tree.name = spec
-            return tree
-    except ValueError as err:
-        raise ValueError(f"bad tree spec {spec!r}: {err}") from err
-    raise ValueError(f"unknown tree kind in {spec!r}; expected static, chain, eagle2, ddd, sequoia, "
-                     f"{', '.join(LATENT_KINDS)}, {', '.join(k for k in SEQUOIA_KINDS if k != 'sequoia')} "
-                     "or costaware")
-
-
-def _relaxation(relax: Relax | None, neighbours, spec: str) -> tuple[Relax, np.ndarray | None]:
-    """The verifier's relaxation and its neighbour table, for a relaxation-aware tree."""
-    relax = relax or Relax.none()
-    if relax.is_exact:
-        return relax, None
-    if neighbours is None:
-        raise ValueError(f"tree {spec!r} ranks by proximity mass and needs the world's neighbour table")
-    return relax, neighbours(relax.k)
 
 
 def config_key(row: dict) -> str:

@@ -30,6 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from core.cost import CostModel
+from core.trees.policies import TreePolicy
+from core.trees.spec import parse_tree
 from theory.distributions import logits_to_probs
 from theory.neighbours import load_neighbours, validate_neighbours
 from theory.relax import Relax
@@ -109,6 +112,15 @@ class TraceHeader:
     def relaxation(self) -> Relax:
         """The relaxation the run verified with."""
         return Relax.parse(self.relax)
+
+    def tree_policy(self, neighbours: np.ndarray | None = None) -> TreePolicy | None:
+        """The policy that drafted the trace's trees (None for ``ar``), parsed back from ``tree`` with
+        the context the header records (``extra``: ``tree_acceptance``, ``tree_cost``) and the trace's
+        relaxation and neighbour table."""
+        cost = self.extra.get("tree_cost")
+        return parse_tree(self.tree, relax=self.relaxation, neighbours=neighbours,
+                          acceptance=self.extra.get("tree_acceptance"),
+                          cost=(lambda: CostModel.from_table(cost["table"], cost["model"])) if cost else None)
 
     def to_json(self) -> str:
         """Serialise as JSON."""

@@ -44,13 +44,14 @@ given the same q rows (tested exactly). Policies are plain data: new ones
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from simulate.latent import ChildSelector
+from core.trees.selection import DEFAULT_POOL, ChildSelector
 from theory.relax import Relax
 from theory.sampler import draw_without_replacement
 from theory.tree import Tree, choices_to_parents
@@ -160,7 +161,7 @@ class TreePolicy:
     """Base class: a named way to build a draft tree each step."""
 
     name: str = "policy"
-    selector: ChildSelector = ChildSelector()  # how a node's children are picked (simulate.latent)
+    selector: ChildSelector = ChildSelector()  # how a node's children are picked (core.trees.selection)
 
     def check_vocab(self, vocab_size: int) -> None:
         """Raise ``ValueError`` if the policy cannot build trees over ``vocab_size`` tokens."""
@@ -193,7 +194,7 @@ class StaticTree(TreePolicy):
     Template nodes are ordered by (depth, path) as EAGLE sorts them; one
     draft call per depth level that has children (q_root's included).
     ``selector`` ranks the children (default: by q; a latent-aware one ranks
-    by proximity mass, see :mod:`simulate.latent`; the diverse one may leave
+    by proximity mass, see :mod:`core.trees.selection`; the diverse one may leave
     high ranks, and their subtrees, out).
     """
 
@@ -201,7 +202,8 @@ class StaticTree(TreePolicy):
                  selector: ChildSelector | None = None) -> None:
         check_budget("the number of static tree nodes", len(choices), 0, MAX_TREE_NODES)
         parents, ranks = choices_to_parents(choices)
-        self._setup(parents, ranks, name or f"static{len(choices)}", selector)
+        paths = json.dumps([[int(i) for i in c] for c in choices], separators=(",", ":"))
+        self._setup(parents, ranks, name or f"static:{paths}", selector)
         self._choices: list[list[int]] | None = [list(c) for c in choices]
 
     @classmethod
@@ -215,7 +217,7 @@ class StaticTree(TreePolicy):
     def _setup(self, parents: np.ndarray, ranks: np.ndarray, name: str,
                selector: ChildSelector | None) -> None:
         if selector is not None and not isinstance(selector, ChildSelector):
-            raise ValueError("selector must be a simulate.latent.ChildSelector, "
+            raise ValueError("selector must be a core.trees.selection.ChildSelector, "
                              f"got {type(selector).__name__}")
         kid_parents, kid_ranks = parents[1:], ranks[1:]
         order = np.lexsort((kid_ranks, kid_parents))  # children grouped by parent, in rank order
@@ -246,7 +248,7 @@ class StaticTree(TreePolicy):
         """``mc_sim_7b_63`` or ``naive_extend_57``."""
         if name not in BUILTIN_CHOICES:
             raise ValueError(f"unknown static tree {name!r}; built in: {sorted(BUILTIN_CHOICES)}")
-        return cls(BUILTIN_CHOICES[name], name=name)
+        return cls(BUILTIN_CHOICES[name], name=f"static:{name}")
 
     @classmethod
     def mc_sim_7b_63(cls) -> StaticTree:
@@ -264,7 +266,7 @@ class StaticTree(TreePolicy):
         n = check_budget("chain length N", n, 1, MAX_TREE_NODES)
         ranks = np.zeros(n + 1, dtype=np.int64)
         ranks[0] = -1
-        return cls._from_template(np.arange(-1, n, dtype=np.int64), ranks, name=f"chain{n}")
+        return cls._from_template(np.arange(-1, n, dtype=np.int64), ranks, name=f"chain:{n}")
 
     @property
     def supports_draws(self) -> bool:
@@ -353,7 +355,7 @@ class Eagle2Tree(TreePolicy):
     def __init__(self, top_k: int = 10, depth: int = 4, total_tokens: int = 59) -> None:
         self.depth = check_budget("depth D", depth, 0, MAX_TREE_DEPTH)
         self._init(top_k, 1 + self.depth, total_tokens, (), 0.0)
-        self.name = f"eagle2-{self.top_k}-{self.depth}-{self.total_tokens}"
+        self.name = f"eagle2:{self.top_k},{self.depth},{self.total_tokens}"
 
     def _init(self, top_k: int, max_calls: int, total_tokens: int, check_steps: Sequence[int],
               threshold: float, selector: ChildSelector | None = None) -> None:
@@ -457,8 +459,8 @@ class DDDTree(Eagle2Tree):
                  threshold: float = -0.3, total_tokens: int = 60) -> None:
         self._init(top_k, max_calls, total_tokens, check_steps, threshold)
         self.depth = self.max_calls - 1
-        steps = ",".join(str(s) for s in self.check_steps)
-        self.name = f"ddd-{self.top_k}-{self.max_calls}-{steps}-{self.threshold:g}-{self.total_tokens}"
+        steps = "/".join(str(s) for s in self.check_steps)
+        self.name = f"ddd:{self.top_k},{self.max_calls},{steps},{self.threshold!r},{self.total_tokens}"
 
 
 class LatentAwareTree(Eagle2Tree):
@@ -472,16 +474,17 @@ class LatentAwareTree(Eagle2Tree):
     score is the sum of log q~ along its path. ``mode="diverse"`` picks
     siblings greedily by q~ while skipping any whose proximity set overlaps a
     chosen sibling's; ``mode="walk"`` scores each sibling by its acceptance
-    probability under R1 run on q (:mod:`simulate.latent`). With
+    probability under R1 run on q (:mod:`core.trees.selection`). With
     ``Relax.none()`` (or k = 0) the tree is EAGLE-2's, node for node.
     """
 
     def __init__(self, top_k: int = 10, depth: int = 4, total_tokens: int = 59, *, relax: Relax,
-                 neighbours: np.ndarray | None, pool: int = 40, mode: str = "latent") -> None:
+                 neighbours: np.ndarray | None, pool: int = DEFAULT_POOL, mode: str = "latent") -> None:
         if mode == "q":
             raise ValueError("a latent-aware tree selects by 'latent', 'diverse' or 'walk' (q: Eagle2Tree)")
         self.depth = check_budget("depth D", depth, 0, MAX_TREE_DEPTH)
         selector = ChildSelector(mode, relax, neighbours, check_budget("pool POOL", pool, 1, MAX_TREE_NODES))
         self._init(top_k, 1 + self.depth, total_tokens, (), 0.0, selector)
         kind = "latent" if mode == "latent" else f"latent-{mode}"
-        self.name = f"{kind}-{self.top_k}-{self.depth}-{self.total_tokens}"
+        extra = "" if int(pool) == DEFAULT_POOL else f",{int(pool)}"
+        self.name = f"{kind}:{self.top_k},{self.depth},{self.total_tokens}{extra}"

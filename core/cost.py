@@ -4,7 +4,8 @@
 
 ``t_target(n)`` is one target forward over n new tokens and ``t_draft`` one
 drafter forward, read from a table written by ``benchmarks/decoder_bench.py``
-(``benchmarks/decoder_cpu.csv``, ``benchmarks/decoder_cuda.csv``): rows of
+(``core/tables/decoder_cpu.csv``, ``core/tables/decoder_cuda.csv``, shipped with the
+package): rows of
 (device, device_name, model, role, prefix, n_tokens, mode, latency_ms, ...).
 The model averages the latencies over the table's prefix lengths (a sequence
 visits them all) and interpolates t_target linearly in n between measured
@@ -16,6 +17,8 @@ tokens * t_target(1) / time.
 The committed table is CPU-only (one core: a 60-token tree costs about 6x an
 AR step, so trees barely pay); a GPU table written by the same script plugs
 in unchanged. The module needs only NumPy, so ``simulate`` uses it too.
+
+The cost-aware tree size built on it is :func:`core.trees.costaware.choose_static_size`.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-DEFAULT_TABLE = Path(__file__).resolve().parents[1] / "benchmarks" / "decoder_cpu.csv"
+TABLES = Path(__file__).resolve().parent / "tables"
+DEFAULT_TABLE = TABLES / "decoder_cpu.csv"
 COLUMNS = ("device", "device_name", "model", "role", "prefix", "n_tokens", "mode", "latency_ms")
 
 

@@ -1,0 +1,215 @@
+"""The one tree grammar: a spec string names a draft-tree policy everywhere.
+
+The sweep's ``trees`` list, ``relaxspec generate --tree``, the mini model's
+decoding configurations, trace headers, result rows and figure labels all
+write trees the same way, and ``str(policy)`` (the policy's ``name``) is its
+spec, which :func:`parse_tree` turns back into the same policy.
+
+=================================  ==========================================================
+spec                               policy
+=================================  ==========================================================
+``ar``                             no tree: autoregressive decoding (decoders only)
+``static:NAME``                    a built-in static tree (``mc_sim_7b_63``, ``naive_extend_57``)
+``static:[[0],[1],[0,0]]``         a static tree from its rank paths (JSON)
+``chain:N``                        a chain of N top-ranked drafts
+``eagle2:K,D,M``                   EAGLE-2: top-K, D expansions, M tokens (root included)
+``ddd:K,CALLS,S1/S2/..,X,M``       DDD: at most CALLS draft calls, depth checks before calls
+                                   S1, S2, ... with threshold X
+``latent:K,D,M[,POOL]``            EAGLE-2 ranked by proximity mass (also ``latent-diverse``,
+                                   ``latent-walk``; :mod:`core.trees.selection`)
+``sequoia:N,DEPTH``                Sequoia's optimal tree for a positional acceptance vector
+                                   (also ``sequoia-lossless``: the vector measured with the
+                                   exact rule; ``sequoia-latent``, ``sequoia-diverse``,
+                                   ``sequoia-walk``: children picked by that selection)
+``costaware:N,DEPTH[,MODE]``       the Sequoia tree of largest predicted speed-up on a cost
+                                   table (MODE q, latent, diverse or walk; default q)
+=================================  ==========================================================
+
+What a spec cannot say comes with it as context: the verifier's relaxation
+and neighbour table (relaxation-aware selections), the acceptance vector
+(Sequoia-type trees; a vector, or a function of the selector and relaxation
+that measures one) and the cost model (``costaware``). Sizes are bounded
+(``MAX_TREE_NODES``, ``MAX_TREE_DEPTH``) before anything is built.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from core.trees.costaware import choose_static_size
+from core.trees.policies import (
+    MAX_TREE_DEPTH,
+    MAX_TREE_NODES,
+    DDDTree,
+    Eagle2Tree,
+    LatentAwareTree,
+    StaticTree,
+    TreePolicy,
+    check_budget,
+)
+from core.trees.selection import SELECTION_MODES, ChildSelector
+from core.trees.sequoia import SequoiaTree
+from theory.relax import Relax
+
+LATENT_KINDS = {"latent": "latent", "latent-diverse": "diverse", "latent-walk": "walk"}
+SEQUOIA_KINDS = {"sequoia": "q", "sequoia-lossless": "q", "sequoia-latent": "latent",
+                 "sequoia-diverse": "diverse", "sequoia-walk": "walk"}
+KINDS = ("ar", "static", "chain", "eagle2", "ddd", *LATENT_KINDS, *SEQUOIA_KINDS, "costaware")
+FORMS = {"static": "static:NAME or static:[[0],[1],...]", "chain": "chain:N", "eagle2": "eagle2:K,D,M",
+         "ddd": "ddd:K,CALLS,S1/S2/..,THRESHOLD,M", "costaware": "costaware:N,DEPTH[,MODE]",
+         **{k: f"{k}:K,D,M[,POOL]" for k in LATENT_KINDS}, **{k: f"{k}:N,DEPTH" for k in SEQUOIA_KINDS}}
+# the policy names and generate's --tree KIND --tree-args K=V spellings before the one grammar
+_OLD_NAME = re.compile(r"(eagle2|ddd|latent(?:-diverse|-walk)?|sequoia|chain|static|costaware)-?(\d.*)")
+
+Acceptance = Sequence[float] | Callable[[ChildSelector, Relax], Sequence[float]]
+Neighbours = np.ndarray | Callable[[int], np.ndarray] | None
+
+
+def tree_kind(spec: str) -> str:
+    """The kind of a spec (the part before ``:``), checked against :data:`KINDS`."""
+    kind = str(spec).strip().partition(":")[0]
+    if kind not in KINDS:
+        raise ValueError(unknown_kind_message(spec))
+    return kind
+
+
+def unknown_kind_message(spec: str) -> str:
+    """Why ``spec`` is not a tree spec, naming the new spelling of an old one."""
+    old = _OLD_NAME.fullmatch(str(spec).strip())
+    hint = ""
+    if old:
+        hint = f"; policy names are not specs: write {old.group(1)}:{old.group(2).replace('-', ',')}"
+    return f"unknown tree kind in {spec!r}{hint}; tree specs: {', '.join(FORMS.values())}, or ar"
+
+
+def _ints(args: str, n: tuple[int, ...], spec: str) -> list[int]:
+    parts = args.split(",") if args else []
+    if len(parts) not in n:
+        need = " or ".join(str(k) for k in n)
+        raise ValueError(f"needs {need} comma-separated values ({FORMS[tree_kind(spec)]})")
+    try:
+        return [int(p) for p in parts]
+    except ValueError as err:
+        raise ValueError(f"values must be integers ({FORMS[tree_kind(spec)]}): {err}") from None
+
+
+def check_tree_spec(spec: str) -> None:
+    """Check a spec's syntax and sizes without building anything that needs context (raises ValueError)."""
+    parse_tree(spec, _probe=True)
+
+
+def parse_tree(spec: str, *, relax: Relax | None = None, neighbours: Neighbours = None,
+               acceptance: Acceptance | None = None, cost: Callable[[], object] | object | None = None,
+               _probe: bool = False) -> TreePolicy | None:
+    """The policy a spec names (``None`` for ``ar``); its ``name`` is the spec, normalised.
+
+    Parameters
+    ----------
+    spec : a tree spec (module docstring).
+    relax, neighbours : the verifier's relaxation and its neighbour table (an array, or a function of
+        the relaxation's k returning one), for relaxation-aware selections.
+    acceptance : Sequoia's positional acceptance vector, or a function ``(selector, relax) -> vector``
+        measuring it (``sequoia-lossless`` passes ``Relax.none()``).
+    cost : a ``core.cost.CostModel`` (or a function returning one), for ``costaware``.
+    """
+    text = str(spec).strip()
+    if "\n" in text or "\r" in text:
+        raise ValueError(f"tree spec {spec!r} must be one line")
+    kind, _, args = text.partition(":")
+    try:
+        kind = tree_kind(text)
+        if kind == "ar":
+            if args:
+                raise ValueError("ar takes no arguments")
+            return None
+        if kind == "static":
+            return StaticTree(_json_paths(args)) if args.startswith("[") else StaticTree.builtin(args)
+        if kind == "chain":
+            return StaticTree.chain(_ints(args, (1,), text)[0])
+        if kind == "eagle2":
+            return Eagle2Tree(*_ints(args, (3,), text))
+        if kind == "ddd":
+            return _ddd(args, text)
+        if kind in LATENT_KINDS:
+            return _latent(kind, args, text, relax, neighbours, _probe)
+        return _sequoia(kind, args, text, relax, neighbours, acceptance, cost, _probe)
+    except ValueError as err:
+        if str(err).startswith("unknown tree kind"):
+            raise
+        raise ValueError(f"bad tree spec {text!r}: {err}") from None
+
+
+def _json_paths(args: str) -> list[list[int]]:
+    try:
+        paths = json.loads(args)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"static rank paths must be a JSON list of lists of ints: {err}") from None
+    if not isinstance(paths, list) or not all(isinstance(p, list) and all(isinstance(i, int) for i in p)
+                                              for p in paths):
+        raise ValueError("static rank paths must be a JSON list of lists of ints, e.g. [[0],[1],[0,0]]")
+    return paths
+
+
+def _ddd(args: str, spec: str) -> DDDTree:
+    parts = args.split(",")
+    if len(parts) != 5:
+        raise ValueError(f"needs 5 comma-separated values ({FORMS['ddd']})")
+    try:
+        k, calls, m = int(parts[0]), int(parts[1]), int(parts[4])
+        steps = [int(s) for s in parts[2].split("/") if s]
+        threshold = float(parts[3])
+    except ValueError as err:
+        raise ValueError(f"{FORMS['ddd']}: {err}") from None
+    check_budget("max_calls CALLS", calls, 1, MAX_TREE_DEPTH + 1)
+    return DDDTree(k, calls, steps, threshold, m)
+
+
+def _table(relax: Relax, neighbours: Neighbours) -> np.ndarray | None:
+    if relax.is_exact:
+        return None
+    if neighbours is None:
+        raise ValueError("it ranks by proximity mass and needs the verifier's neighbour table")
+    return neighbours(relax.k) if callable(neighbours) else neighbours
+
+
+def _latent(kind: str, args: str, spec: str, relax: Relax | None, neighbours: Neighbours,
+            probe: bool) -> LatentAwareTree:
+    vals = _ints(args, (3, 4), spec)
+    # the probe checks the sizes with the exact rule, which needs no neighbour table
+    rel = Relax.none() if probe else (relax or Relax.none())
+    return LatentAwareTree(*vals[:3], relax=rel, neighbours=_table(rel, neighbours),
+                           **({"pool": vals[3]} if len(vals) == 4 else {}), mode=LATENT_KINDS[kind])
+
+
+def _sequoia(kind: str, args: str, spec: str, relax: Relax | None, neighbours: Neighbours,
+             acceptance: Acceptance | None, cost, probe: bool) -> TreePolicy | None:
+    parts = args.split(",") if args else []
+    mode = SEQUOIA_KINDS.get(kind, "q")
+    if kind == "costaware" and len(parts) == 3:
+        mode = parts.pop()
+        if mode not in SELECTION_MODES:
+            raise ValueError(f"MODE must be one of {SELECTION_MODES}, got {mode!r}")
+    n, depth = _ints(",".join(parts), (2,), spec)
+    check_budget("N", n, 1, MAX_TREE_NODES)
+    check_budget("DEPTH", depth, 1, MAX_TREE_DEPTH)
+    if probe:
+        return None
+    if acceptance is None:
+        raise ValueError("a Sequoia-type tree needs a positional acceptance vector")
+    rel = relax or Relax.none()
+    selector = ChildSelector(mode, rel, None if mode == "q" else _table(rel, neighbours))
+    vector = (acceptance(selector, Relax.none() if kind == "sequoia-lossless" else rel)
+              if callable(acceptance) else acceptance)
+    if kind == "costaware":
+        if cost is None:
+            raise ValueError("a costaware tree needs a cost table")
+        chosen = choose_static_size(vector, cost() if callable(cost) else cost, n, depth)
+        tree: TreePolicy = StaticTree(chosen.choices, selector=selector)
+    else:
+        tree = SequoiaTree(vector, n, depth, selector=selector)
+    tree.name = f"{kind}:{n},{depth}" + (f",{mode}" if kind == "costaware" and mode != "q" else "")
+    return tree

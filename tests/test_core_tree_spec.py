@@ -1,0 +1,70 @@
+"""The one tree grammar (core.trees.spec): every spec parses to a policy whose str() is the spec,
+and that spec parses back to a policy building the same trees; old spellings name the new one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.cost import DEFAULT_TABLE, CostModel
+from core.trees.spec import check_tree_spec, parse_tree, tree_kind
+from theory.neighbours import neighbour_table
+from theory.relax import Relax
+
+NB = neighbour_table(np.random.default_rng(0).normal(size=(32, 3)), k_max=31)
+CONTEXT = {"relax": Relax.additive(4, 0.2), "neighbours": NB, "acceptance": [0.5, 0.2, 0.1, 0.05],
+           "cost": CostModel.from_table(DEFAULT_TABLE, "GPT-S")}
+SPECS = ["static:naive_extend_57", "static:mc_sim_7b_63", "static:[[0],[1],[0,0]]", "chain:1", "chain:7",
+         "eagle2:10,4,59", "eagle2:3,0,4", "ddd:10,11,5/7/9,-0.3,60", "ddd:4,3,,-1.5,9", "latent:4,2,10",
+         "latent-diverse:4,2,10,8", "latent-walk:4,3,12", "sequoia:12,4", "sequoia-lossless:12,4",
+         "sequoia-latent:12,4", "sequoia-diverse:12,4", "sequoia-walk:12,4", "costaware:12,4",
+         "costaware:12,4,walk"]
+
+
+def _same_trees(a, b) -> None:
+    ka, kb = a.kernel_spec(), b.kernel_spec()
+    for field in ("kind", "top_k", "max_calls", "total_tokens", "threshold", "max_nodes", "max_buffer"):
+        assert getattr(ka, field) == getattr(kb, field), field
+    for field in ("parents", "ranks", "check_steps"):
+        np.testing.assert_array_equal(getattr(ka, field), getattr(kb, field))
+    assert str(a.selector) == str(b.selector)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_spec_round_trips_through_the_policy(spec: str) -> None:
+    check_tree_spec(spec)
+    policy = parse_tree(spec, **CONTEXT)
+    assert str(policy) == spec
+    _same_trees(policy, parse_tree(str(policy), **CONTEXT))
+
+
+def test_equivalent_spellings_normalise_to_one_spec() -> None:
+    assert str(parse_tree("latent:4,2,10,40", **CONTEXT)) == "latent:4,2,10"  # POOL 40 is the default
+    assert str(parse_tree("static:[[0], [1], [0, 0]]")) == "static:[[0],[1],[0,0]]"
+    assert str(parse_tree(" eagle2:10,4,59 ")) == "eagle2:10,4,59"
+    assert parse_tree("ar") is None and tree_kind("ar") == "ar"
+
+
+@pytest.mark.parametrize("old, new", [("eagle2-10-4-59", "eagle2:10,4,59"), ("chain4", "chain:4"),
+                                      ("latent-walk-10-4-58", "latent-walk:10,4,58"),
+                                      ("sequoia-57-8", "sequoia:57,8")])
+def test_old_policy_names_are_refused_naming_the_spec(old: str, new: str) -> None:
+    with pytest.raises(ValueError, match=f"write {new}"):
+        parse_tree(old)
+
+
+@pytest.mark.parametrize("spec, match", [
+    ("eagle2", "needs 3 comma-separated values"), ("eagle2:10,4", r"eagle2:K,D,M"),
+    ("ddd:10,11,5/7,x,60", "could not convert"), ("static:nope", "unknown static tree"),
+    ("static:[[0],[2]]", "child ranks"), ("static:[0]", "JSON list of lists"),
+    ("costaware:10,3,best", "MODE"), ("chain:100000", "at most 2048"), ("ar:1", "no arguments"),
+    ("sequoia:10,3", "acceptance vector"), ("eagle2:10,4,59\nchain:2", "one line"),
+    ("latent:4,2,10", None),
+])
+def test_bad_specs_are_named(spec: str, match: str | None) -> None:
+    if match is None:  # a relaxation-aware tree under a relaxation needs the neighbour table
+        with pytest.raises(ValueError, match="neighbour table"):
+            parse_tree(spec, relax=Relax.additive(4, 0.2))
+        return
+    with pytest.raises(ValueError, match=match):
+        parse_tree(spec)
