@@ -34,7 +34,13 @@ from simulate.policy_kernels import EXPAND_BATCH, build_dynamic, build_static
 from simulate.results import SimResult
 from simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_counter, stream_key, uniform
 from simulate.verify import RuleSpec
-from simulate.verify_kernels import children_csr, exact_step, leaf_bonus, path_tv, walk
+from simulate.verify_kernels import (
+    children_csr,
+    leaf_bonus,
+    path_tv,
+    sample_step_walk_kernel,
+    step_expectation_kernel,
+)
 from simulate.world_kernels import (
     ensure_state,
     initial_state,
@@ -133,15 +139,16 @@ def _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tok
                 if cstart[v + 1] > cstart[v]:
                     npr = _p_row(W, v, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es,
                                  cmaxs, npr)
-            e_tok, e_tv, epoch = exact_step(parents, tokens, depths, n, cstart, cidx, p_rows, prow, psums,
-                                            q_rows, qrow_f, rule, code, k, param, variant, nb, mark, seen,
-                                            epoch, scratch, edge, reach)
+            e_tok, e_tv, epoch = step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows,
+                                                         prow, psums, q_rows, qrow_f, rule, code, k, param,
+                                                         variant, nb, mark, seen, epoch, scratch, edge, reach)
         state[0] = 0
         state[1] = 0
         while True:  # the walk asks for p where it goes
-            m, bonus, epoch, need = walk(parents, tokens, depths, n, cstart, cidx, p_rows, prow, q_rows,
-                                         qrow_f, ua, ud, rule, code, k, param, variant, nb, mark, epoch,
-                                         scratch, path, state, ok, tops)
+            m, bonus, epoch, need = sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows,
+                                                            prow, q_rows, qrow_f, ua, ud, rule, code, k,
+                                                            param, variant, nb, mark, epoch, scratch, path,
+                                                            state, ok, tops)
             if need < 0:
                 break
             npr = _p_row(W, need, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,

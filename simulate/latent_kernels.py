@@ -4,7 +4,7 @@ The selection is passed as the tuple ``S = (mode, pool, code, k, param, nb)``
 (``ChildSelector.kernel_args``): mode 0 q, 1 latent, 2 diverse; the
 relaxation as the verification kernels take it; ``nb`` int32 (V, k). For the
 latent modes the expanded row is first written out as the float64 row the
-NumPy oracle receives (``keep_row``), and q~ is ``merge_row`` on it with
+NumPy oracle receives (``keep_row``), and q~ is ``merge_count_row_kernel`` on it with
 total 1.0: ``theory.relax.merge_count``'s arithmetic, bit for bit.
 
 ``mark`` (int64[V + 1]) is per-sequence scratch for the diverse and walk
@@ -12,7 +12,7 @@ modes: ``mark[y] == mark[V]`` means token y lies in a chosen sibling's
 proximity set (diverse) or was removed from the walk's residual (walk, the
 implicit residual of ``simulate.verify_kernels``); ``mark[V]`` is the epoch,
 bumped per selection, so the array is never cleared. Mode 3 (walk) runs
-``r1_merge`` / ``r1_reject`` on the q row: the verifier's own R1 arithmetic.
+``merge_count_kernel`` / ``r1_reject_kernel`` on the q row: the verifier's own R1 arithmetic.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 from numba import njit
 
 from simulate.row_kernels import keep_row, top_of_row
-from simulate.verify_kernels import merge_row, r1_merge, r1_reject, r1_value
+from simulate.verify_kernels import merge_count_kernel, merge_count_row_kernel, r1_reject_kernel, r1_value
 
 
 @njit(cache=True, error_model="numpy")
@@ -40,11 +40,11 @@ def _walk(row, cand, order, cnt, m, code, k, param, nb, mark, out, vals):
         rx = r1_value(row, mark, epoch, unif, x)
         if rx == 0.0:
             continue
-        J, c = r1_merge(row, mark, epoch, unif, Z, x, nb, code, k, param)
+        J, c = merge_count_kernel(row, mark, epoch, unif, Z, x, nb, code, k, param)
         out[got] = x
         vals[got] = min(Z, rx + c)
         got += 1
-        Z, epoch, unif = r1_reject(row, mark, epoch, unif, Z, x, J, nb, k, 0)
+        Z, epoch, unif = r1_reject_kernel(row, mark, epoch, unif, Z, x, J, nb, k, 0)
         if unif:  # the residual ran out of mass: nothing is left
             break
     mark[V] = epoch
@@ -68,7 +68,7 @@ def select_children(W, es, cmaxs, invs, i, m, S, mark, out, vals):
     J = np.empty(M, dtype=np.int64)
     cnt = top_of_row(W, es, cmaxs, invs, i, M, cand, qt)
     for j in range(cnt):
-        nj, c = merge_row(row, 1.0, cand[j], nb, code, k, param)
+        nj, c = merge_count_row_kernel(row, 1.0, cand[j], nb, code, k, param)
         J[j] = nj
         qt[j] = qt[j] + c
     order = np.empty(cnt, dtype=np.int64)  # stable sort of the pool by q~, descending (insertion)

@@ -26,7 +26,7 @@ from numba import njit
 
 from simulate.latent_kernels import select_children
 from simulate.row_kernels import keep_row, top_m, top_tokens  # noqa: F401  (top_tokens: re-exported)
-from simulate.verify_kernels import draw_token
+from simulate.verify_kernels import draw_token_kernel
 from simulate.world_kernels import (
     draft_exps,
     ensure_state,
@@ -46,7 +46,7 @@ def safe_log(x):
 
 
 @njit(cache=True, error_model="numpy")
-def draws_without_replacement(q, u, m, qr, cum, out):
+def draw_without_replacement_kernel(q, u, m, qr, cum, out):
     """``theory.draw_without_replacement``: up to m successive draws, ``u[i]`` for draw i (``qr``,
     ``cum``: float64[V] scratch)."""
     for x in range(q.shape[0]):
@@ -60,7 +60,7 @@ def draws_without_replacement(q, u, m, qr, cum, out):
                 break
         if not anymass:
             break
-        x = draw_token(qr, u[i], cum)
+        x = draw_token_kernel(qr, u[i], cum)
         out[cnt] = x
         cnt += 1
         qr[x] = 0.0
@@ -142,7 +142,7 @@ def build_static(W, tparents, tranks, tdepths, draws, keep_q, utree, S, smark, b
                 if draws:
                     for j in range(m):
                         ukids[j] = utree[kids[j]]
-                    got = draws_without_replacement(q, ukids, m, scratch[0], scratch[1], chosen)
+                    got = draw_without_replacement_kernel(q, ukids, m, scratch[0], scratch[1], chosen)
                 else:
                     got = select_children(W, es, cmaxs, invs, i, m, S, smark, chosen, vals)
                 for j in range(got):

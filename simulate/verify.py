@@ -11,7 +11,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulate.verify_kernels import RULE_CODES, VARIANT_CODES, exact_tree, verify_tree
+from simulate.verify_kernels import (
+    RULE_CODES,
+    VARIANT_CODES,
+    expected_tokens_per_step_kernel,
+    sample_step_kernel,
+)
 from theory.distributions import validate_distribution
 from theory.neighbours import validate_neighbours
 from theory.relax import Relax
@@ -122,7 +127,7 @@ def verify_step(
     p, q, spec = _prepare(tree, node_dists, q_dists, rule, relax, neighbours, variant)
     ua = _uniforms(u_accept, tree.size, "u_accept")
     ud = _uniforms(u_draw, tree.size, "u_draw")
-    path, bonus, tv = verify_tree(tree.parents, tree.tokens, tree.depths, p, q, ua, ud, *spec.args)
+    path, bonus, tv = sample_step_kernel(tree.parents, tree.tokens, tree.depths, p, q, ua, ud, *spec.args)
     if with_tv:
         return [int(v) for v in path], int(bonus), float(tv)
     return [int(v) for v in path], int(bonus)
@@ -154,5 +159,6 @@ def step_expectation(
     order (``theory.node_outcome`` with a sequence of children).
     """
     p, q, spec = _prepare(tree, node_dists, q_dists, rule, relax, neighbours, variant)
-    t, tv, edge, reach = exact_tree(tree.parents, tree.tokens, tree.depths, p, q, *spec.args)
+    t, tv, edge, reach = expected_tokens_per_step_kernel(tree.parents, tree.tokens, tree.depths, p, q,
+                                                         *spec.args)
     return StepExpectation(float(t), float(tv), edge, reach)

@@ -42,7 +42,7 @@ def r1_value(p, mark, epoch, unif, x):
 
 
 @njit(cache=True, error_model="numpy")
-def r1_merge(p, mark, epoch, unif, Z, x, nb, code, k, param):
+def merge_count_kernel(p, mark, epoch, unif, Z, x, nb, code, k, param):
     """``theory.relax.merge_count`` on the implicit residual: returns (J, C_J)."""
     if code == 0 or k == 0:
         return 0, 0.0
@@ -60,7 +60,7 @@ def r1_merge(p, mark, epoch, unif, Z, x, nb, code, k, param):
 
 
 @njit(cache=True, error_model="numpy")
-def r1_accept_prob(rx, c, Z):
+def r1_stage_accept_kernel(rx, c, Z):
     """``min(1, (r(x) + C_J) / Z)`` (1 when Z <= 0), as in ``theory.stages.r1_stage``."""
     if Z > 0.0:
         return min(1.0, (rx + c) / Z)
@@ -68,7 +68,7 @@ def r1_accept_prob(rx, c, Z):
 
 
 @njit(cache=True, error_model="numpy")
-def zero_count(J, k, width, variant):
+def zero_set_size_kernel(J, k, width, variant):
     """How many neighbours a rejection zeroes besides x (``theory.stages.zero_set``)."""
     if variant == 1 and J >= 1:
         return min(k + 1, width)
@@ -76,11 +76,11 @@ def zero_count(J, k, width, variant):
 
 
 @njit(cache=True, error_model="numpy")
-def r1_reject(p, mark, epoch, unif, Z, x, J, nb, k, variant):
+def r1_reject_kernel(p, mark, epoch, unif, Z, x, J, nb, k, variant):
     """``theory.stages.r1_reject`` on the zero set of x: returns (Z, epoch, unif)."""
     removed = r1_value(p, mark, epoch, unif, x)
     mark[x] = epoch
-    n = zero_count(J, k, nb.shape[1], variant)
+    n = zero_set_size_kernel(J, k, nb.shape[1], variant)
     for j in range(n):
         t = nb[x, j]
         removed += r1_value(p, mark, epoch, unif, t)
@@ -92,21 +92,21 @@ def r1_reject(p, mark, epoch, unif, Z, x, J, nb, k, variant):
 
 
 @njit(cache=True, error_model="numpy")
-def r1_sample_node(p, kids, u_kids, mark, epoch, code, k, param, variant, nb):
+def sample_node_r1_kernel(p, kids, u_kids, mark, epoch, code, k, param, variant, nb):
     """Verify one node under R1 with the children's uniforms.
 
     Returns ``(i, epoch, unif)``: the accepted child's index (-1 if none) and
-    the residual's state for :func:`r1_draw` (``epoch`` is the node's own)."""
+    the residual's state for :func:`draw_token_residual_kernel` (``epoch`` is the node's own)."""
     epoch += 1
     unif = False
     Z = 1.0
     for i in range(kids.shape[0]):
         x = kids[i]
-        J, c = r1_merge(p, mark, epoch, unif, Z, x, nb, code, k, param)
-        a = r1_accept_prob(r1_value(p, mark, epoch, unif, x), c, Z)
+        J, c = merge_count_kernel(p, mark, epoch, unif, Z, x, nb, code, k, param)
+        a = r1_stage_accept_kernel(r1_value(p, mark, epoch, unif, x), c, Z)
         if u_kids[i] < a:
             return i, epoch, unif
-        Z, epoch, unif = r1_reject(p, mark, epoch, unif, Z, x, J, nb, k, variant)
+        Z, epoch, unif = r1_reject_kernel(p, mark, epoch, unif, Z, x, J, nb, k, variant)
     return -1, epoch, unif
 
 
@@ -124,7 +124,7 @@ def first_above(cum, t):
 
 
 @njit(cache=True, error_model="numpy")
-def r1_draw(p, mark, epoch, unif, u, cum):
+def draw_token_residual_kernel(p, mark, epoch, unif, u, cum):
     """``theory.sampler.draw_token`` on the implicit R1 residual (``cum``: float64[V] scratch)."""
     V = p.shape[0]
     total = 0.0
@@ -144,7 +144,7 @@ def r1_draw(p, mark, epoch, unif, u, cum):
 
 # ---------------------------------------------------------------- plain rows
 @njit(cache=True, error_model="numpy")
-def draw_token(r, u, cum):
+def draw_token_kernel(r, u, cum):
     """``theory.sampler.draw_token``: inverse CDF on a sequential cumulative sum (``cum``: float64[V])."""
     V = r.shape[0]
     total = 0.0
@@ -163,7 +163,7 @@ def draw_token(r, u, cum):
 
 
 @njit(cache=True, error_model="numpy")
-def seqsum(a):
+def seqsum_kernel(a):
     """Sequential left-to-right sum (``theory.stages.seqsum``)."""
     s = 0.0
     for x in range(a.shape[0]):
@@ -182,7 +182,7 @@ def argmax_row(p):
 
 
 @njit(cache=True, error_model="numpy")
-def merge_row(r, total, x, nb, code, k, param):
+def merge_count_row_kernel(r, total, x, nb, code, k, param):
     """``theory.relax.merge_count`` on an explicit row: (J, C_J)."""
     if code == 0 or k == 0:
         return 0, 0.0
@@ -201,13 +201,13 @@ def merge_row(r, total, x, nb, code, k, param):
 
 # ---------------------------------------------------------------- R2
 @njit(cache=True, error_model="numpy")
-def r2_draft_residual(q, kids, i, qp):
+def draft_residual_kernel(q, kids, i, qp):
     """``theory.stages.draft_residual`` of q without kids[:i], into ``qp``; False if no mass."""
     for x in range(q.shape[0]):
         qp[x] = q[x]
     for j in range(i):
         qp[kids[j]] = 0.0
-    s = seqsum(qp)
+    s = seqsum_kernel(qp)
     if s <= 0.0:
         return False
     for x in range(q.shape[0]):
@@ -216,10 +216,10 @@ def r2_draft_residual(q, kids, i, qp):
 
 
 @njit(cache=True, error_model="numpy")
-def r2_stage(r, qp, x, nb, code, k, param, variant, res):
+def r2_stage_kernel(r, qp, x, nb, code, k, param, variant, res):
     """``theory.stages.r2_stage``: acceptance of x; ``res`` gets the residual after a rejection."""
     V = r.shape[0]
-    J, c = merge_row(r, 1.0, x, nb, code, k, param)
+    J, c = merge_count_row_kernel(r, 1.0, x, nb, code, k, param)
     a = min(1.0, (r[x] + c) / qp[x])
     if variant == 1:
         for y in range(V):
@@ -235,7 +235,7 @@ def r2_stage(r, qp, x, nb, code, k, param, variant, res):
             y = nb[x, j]
             res[y] = max(0.0 - qp[y], 0.0)
         res[x] = max((r[x] + c) - qp[x], 0.0)
-    s = seqsum(res)
+    s = seqsum_kernel(res)
     if s <= 0.0:
         for y in range(V):
             res[y] = 1.0 / V
@@ -246,14 +246,14 @@ def r2_stage(r, qp, x, nb, code, k, param, variant, res):
 
 
 @njit(cache=True, error_model="numpy")
-def r2_sample_node(p, q, kids, u_kids, code, k, param, variant, nb, r, qp, res):
+def sample_node_r2_kernel(p, q, kids, u_kids, code, k, param, variant, nb, r, qp, res):
     """Verify one node under R2; returns the accepted child's index or -1 (``r`` = residual)."""
     for x in range(p.shape[0]):
         r[x] = p[x]
     for i in range(kids.shape[0]):
-        if not r2_draft_residual(q, kids, i, qp):
+        if not draft_residual_kernel(q, kids, i, qp):
             break
-        a = r2_stage(r, qp, kids[i], nb, code, k, param, variant, res)
+        a = r2_stage_kernel(r, qp, kids[i], nb, code, k, param, variant, res)
         if u_kids[i] < a:
             return i
         for x in range(p.shape[0]):
@@ -263,11 +263,11 @@ def r2_sample_node(p, q, kids, u_kids, code, k, param, variant, nb, r, qp, res):
 
 # ---------------------------------------------------------------- R3
 @njit(cache=True, error_model="numpy")
-def greedy_acceptable(p, top, x, nb, code, k, param):
+def greedy_acceptable_kernel(p, top, x, nb, code, k, param):
     """``theory.stages.greedy_acceptable`` given ``top = argmax p``."""
     if x == top:
         return True
-    _, c = merge_row(p, 1.0, x, nb, code, k, param)
+    _, c = merge_count_row_kernel(p, 1.0, x, nb, code, k, param)
     mx = p[x] + c
     return mx > p[top] or (mx == p[top] and x < top)
 
@@ -300,7 +300,7 @@ def child_tokens(tokens, cstart, cidx, u):
 
 
 @njit(cache=True, error_model="numpy")
-def greedy_ok(parents, tokens, n, p_rows, prow, code, k, param, nb, ok, tops, start):
+def greedy_path_ok_kernel(parents, tokens, n, p_rows, prow, code, k, param, nb, ok, tops, start):
     """R3 acceptability of nodes ``start..n-1`` (root True, ``theory.tree.greedy_path``); resumable.
 
     ``start = 1`` begins (``ok[0] = True``, ``tops[:] = -1``). ``tops[u]`` gets
@@ -321,12 +321,12 @@ def greedy_ok(parents, tokens, n, p_rows, prow, code, k, param, nb, ok, tops, st
             if prow[u] < 0:
                 return v
             tops[u] = argmax_row(p_rows[prow[u]])
-        ok[v] = greedy_acceptable(p_rows[prow[u]], tops[u], tokens[v], nb, code, k, param)
+        ok[v] = greedy_acceptable_kernel(p_rows[prow[u]], tops[u], tokens[v], nb, code, k, param)
     return n
 
 
 @njit(cache=True, error_model="numpy")
-def greedy_end(depths, n, ok):
+def greedy_path_end_kernel(depths, n, ok):
     """End of the longest acceptable chain (first in node order among the deepest)."""
     best = 0
     for v in range(1, n):
@@ -336,8 +336,9 @@ def greedy_end(depths, n, ok):
 
 
 @njit(cache=True, error_model="numpy")
-def walk(parents, tokens, depths, n, cstart, cidx, p_rows, prow, q_rows, qrow, u_accept, u_draw,
-         rule, code, k, param, variant, nb, mark, epoch, scratch, path, state, ok, tops):
+def sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, prow, q_rows, qrow, u_accept,
+                            u_draw, rule, code, k, param, variant, nb, mark, epoch, scratch, path, state, ok,
+                            tops):
     """One verification step (``theory.tree.sample_step``) on the rows computed so far; resumable.
 
     p_v is read from ``p_rows[prow[v]]`` (and q_v from ``q_rows[qrow[v]]``
@@ -355,11 +356,12 @@ def walk(parents, tokens, depths, n, cstart, cidx, p_rows, prow, q_rows, qrow, u
     hold one entry per node (``tops[u]`` = argmax p_u where read).
     """
     if rule == 3:
-        v = greedy_ok(parents, tokens, n, p_rows, prow, code, k, param, nb, ok, tops, max(state[1], 1))
+        v = greedy_path_ok_kernel(parents, tokens, n, p_rows, prow, code, k, param, nb, ok, tops,
+                                  max(state[1], 1))
         state[1] = v
         if v < n:
             return 0, -1, epoch, parents[v]
-        end = greedy_end(depths, n, ok)
+        end = greedy_path_end_kernel(depths, n, ok)
         m = depths[end] + 1
         v = end
         for i in range(m - 1, -1, -1):
@@ -385,14 +387,14 @@ def walk(parents, tokens, depths, n, cstart, cidx, p_rows, prow, q_rows, qrow, u
             ukids[j] = u_accept[cidx[lo + j]]
         p = p_rows[prow[u]]
         if rule == 1:
-            i, epoch, unif = r1_sample_node(p, kids, ukids, mark, epoch, code, k, param, variant, nb)
+            i, epoch, unif = sample_node_r1_kernel(p, kids, ukids, mark, epoch, code, k, param, variant, nb)
             if i < 0:
-                return m, r1_draw(p, mark, epoch, unif, u_draw[u], scratch[0]), epoch, -1
+                return m, draw_token_residual_kernel(p, mark, epoch, unif, u_draw[u], scratch[0]), epoch, -1
         else:
-            i = r2_sample_node(p, q_rows[qrow[u]], kids, ukids, code, k, param, variant, nb,
-                               scratch[0], scratch[1], scratch[2])
+            i = sample_node_r2_kernel(p, q_rows[qrow[u]], kids, ukids, code, k, param, variant, nb,
+                                      scratch[0], scratch[1], scratch[2])
             if i < 0:
-                return m, draw_token(scratch[0], u_draw[u], scratch[1]), epoch, -1
+                return m, draw_token_kernel(scratch[0], u_draw[u], scratch[1]), epoch, -1
         u = cidx[lo + i]
         path[m] = u
         m += 1
@@ -403,7 +405,7 @@ def walk(parents, tokens, depths, n, cstart, cidx, p_rows, prow, q_rows, qrow, u
 @njit(cache=True, error_model="numpy")
 def _r1_tv_full(p, kids, accept, reach, mark, epoch, unif):
     """TV of R1's emitted token from p, in O(V). A residual without mass emits a uniform token
-    (``draw_token`` on a zero vector)."""
+    (``draw_token_kernel`` on a zero vector)."""
     V = p.shape[0]
     m = kids.shape[0]
     R = 0.0
@@ -422,7 +424,7 @@ def _r1_tv_full(p, kids, accept, reach, mark, epoch, unif):
 
 
 @njit(cache=True, error_model="numpy")
-def r1_node_exact(p, psum, kids, mark, seen, epoch, code, k, param, variant, nb, accept):
+def node_outcome_r1_kernel(p, psum, kids, mark, seen, epoch, code, k, param, variant, nb, accept):
     """Exact R1 outcome at one node (``theory.verify._r1``): fills ``accept``; returns (TV, epoch).
 
     The TV is computed on the touched tokens only (children and zeroed
@@ -438,14 +440,14 @@ def r1_node_exact(p, psum, kids, mark, seen, epoch, code, k, param, variant, nb,
         accept[i] = 0.0
     for i in range(m):
         x = kids[i]
-        J, c = r1_merge(p, mark, epoch, unif, Z, x, nb, code, k, param)
-        a = r1_accept_prob(r1_value(p, mark, epoch, unif, x), c, Z)
+        J, c = merge_count_kernel(p, mark, epoch, unif, Z, x, nb, code, k, param)
+        a = r1_stage_accept_kernel(r1_value(p, mark, epoch, unif, x), c, Z)
         accept[i] = reach * a
         reach *= 1.0 - a
         if reach == 0.0:
             break
-        nz[i] = zero_count(J, k, nb.shape[1], variant)
-        Z, epoch, unif = r1_reject(p, mark, epoch, unif, Z, x, J, nb, k, variant)
+        nz[i] = zero_set_size_kernel(J, k, nb.shape[1], variant)
+        Z, epoch, unif = r1_reject_kernel(p, mark, epoch, unif, Z, x, J, nb, k, variant)
     if code == 0 or k == 0:
         return 0.0, epoch  # exact rule: the emitted token is distributed as p
     if unif:  # degenerate residual
@@ -485,7 +487,7 @@ def r1_node_exact(p, psum, kids, mark, seen, epoch, code, k, param, variant, nb,
 
 
 @njit(cache=True, error_model="numpy")
-def r2_node_exact(p, q, kids, code, k, param, variant, nb, accept, r, qp, res):
+def node_outcome_r2_kernel(p, q, kids, code, k, param, variant, nb, accept, r, qp, res):
     """Exact R2 acceptance given the draw order (``theory.verify._r2_given``): fills ``accept``."""
     for x in range(p.shape[0]):
         r[x] = p[x]
@@ -494,9 +496,9 @@ def r2_node_exact(p, q, kids, code, k, param, variant, nb, accept, r, qp, res):
     for i in range(m):
         accept[i] = 0.0
     for i in range(m):
-        if not r2_draft_residual(q, kids, i, qp):
+        if not draft_residual_kernel(q, kids, i, qp):
             break
-        a = r2_stage(r, qp, kids[i], nb, code, k, param, variant, res)
+        a = r2_stage_kernel(r, qp, kids[i], nb, code, k, param, variant, res)
         accept[i] = reach * a
         reach *= 1.0 - a
         if reach == 0.0:
@@ -513,7 +515,7 @@ def path_tv(parents, tokens, path, m, cstart, cidx, p_rows, prow, psums, rule, c
     Each node on the accepted path with children decided one token (the next
     accepted child, or its residual draw); a leaf's bonus is a draw from p
     (TV 0). Sums TV(law the node emits, its target) over those nodes, exact
-    (``theory.node_outcome(...).tv``): R1 by :func:`r1_node_exact`; R3 1 per
+    (``theory.node_outcome(...).tv``): R1 by :func:`node_outcome_r1_kernel`; R3 1 per
     accepted child that is not argmax p of its parent; R2 0 with ``none``,
     else NaN (exact only averaged over draw orders). Reads p only on the path.
     """
@@ -534,15 +536,15 @@ def path_tv(parents, tokens, path, m, cstart, cidx, p_rows, prow, psums, rule, c
             continue
         kids = child_tokens(tokens, cstart, cidx, u)
         acc = np.empty(kids.shape[0])
-        tv_u, epoch = r1_node_exact(p_rows[prow[u]], psums[u], kids, mark, seen, epoch, code, k, param,
-                                    variant, nb, acc)
+        tv_u, epoch = node_outcome_r1_kernel(p_rows[prow[u]], psums[u], kids, mark, seen, epoch, code, k,
+                                             param, variant, nb, acc)
         tv += tv_u
     return tv, epoch
 
 
 @njit(cache=True, error_model="numpy")
-def exact_step(parents, tokens, depths, n, cstart, cidx, p_rows, prow, psums, q_rows, qrow,
-               rule, code, k, param, variant, nb, mark, seen, epoch, scratch, edge, reach):
+def step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, prow, psums, q_rows, qrow, rule,
+                            code, k, param, variant, nb, mark, seen, epoch, scratch, edge, reach):
     """Exact expectations of one step given the tree and rows (p at every node with children).
 
     Fills ``edge[v]`` = P(v accepted | parent reached) and ``reach[v]`` =
@@ -559,8 +561,8 @@ def exact_step(parents, tokens, depths, n, cstart, cidx, p_rows, prow, psums, q_
     if rule == 3:
         tops = np.empty(n, dtype=np.int64)
         ok = np.empty(n, dtype=np.bool_)
-        greedy_ok(parents, tokens, n, p_rows, prow, code, k, param, nb, ok, tops, 1)
-        end = greedy_end(depths, n, ok)
+        greedy_path_ok_kernel(parents, tokens, n, p_rows, prow, code, k, param, nb, ok, tops, 1)
+        end = greedy_path_end_kernel(depths, n, ok)
         for v in range(1, n):
             edge[v] = 0.0
             reach[v] = 0.0
@@ -583,11 +585,11 @@ def exact_step(parents, tokens, depths, n, cstart, cidx, p_rows, prow, psums, q_
         kids = child_tokens(tokens, cstart, cidx, u)
         acc = np.empty(hi - lo)
         if rule == 1:
-            tv_u, epoch = r1_node_exact(p_rows[prow[u]], psums[u], kids, mark, seen, epoch, code, k,
-                                        param, variant, nb, acc)
+            tv_u, epoch = node_outcome_r1_kernel(p_rows[prow[u]], psums[u], kids, mark, seen, epoch, code, k,
+                                                 param, variant, nb, acc)
         else:
-            r2_node_exact(p_rows[prow[u]], q_rows[qrow[u]], kids, code, k, param, variant, nb, acc,
-                          scratch[0], scratch[1], scratch[2])
+            node_outcome_r2_kernel(p_rows[prow[u]], q_rows[qrow[u]], kids, code, k, param, variant, nb, acc,
+                                   scratch[0], scratch[1], scratch[2])
             tv_u = math.nan if relaxed else 0.0
         for j in range(hi - lo):
             edge[cidx[lo + j]] = acc[j]
@@ -608,12 +610,12 @@ def leaf_bonus(p_leaf, u, rule, cum):
     """Bonus token at a leaf: a draw from p (R1, R2) or its argmax (R3); ``cum``: float64[V] scratch."""
     if rule == 3:
         return argmax_row(p_leaf)
-    return draw_token(p_leaf, u, cum)
+    return draw_token_kernel(p_leaf, u, cum)
 
 
 @njit(cache=True, error_model="numpy")
-def verify_tree(parents, tokens, depths, p_rows, q_rows, u_accept, u_draw, rule, code, k, param,
-                variant, nb):
+def sample_step_kernel(parents, tokens, depths, p_rows, q_rows, u_accept, u_draw, rule, code, k, param,
+                       variant, nb):
     """A whole verification step on rows given for every node; returns (path, bonus, TV of the emitted
     tokens as :func:`path_tv`)."""
     n = parents.shape[0]
@@ -627,22 +629,24 @@ def verify_tree(parents, tokens, depths, p_rows, q_rows, u_accept, u_draw, rule,
     scratch = np.empty((3, V))
     path = np.empty(n, dtype=np.int64)
     state = np.zeros(2, dtype=np.int64)
-    m, bonus, epoch, _ = walk(parents, tokens, depths, n, cstart, cidx, p_rows, rows, q_rows, rows, u_accept,
-                              u_draw, rule, code, k, param, variant, nb, mark, 0, scratch, path, state,
-                              np.empty(n, dtype=np.bool_), np.empty(n, dtype=np.int64))
+    m, bonus, epoch, _ = sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, rows,
+                                                 q_rows, rows, u_accept, u_draw, rule, code, k, param,
+                                                 variant, nb, mark, 0, scratch, path, state,
+                                                 np.empty(n, dtype=np.bool_), np.empty(n, dtype=np.int64))
     if bonus < 0:
         leaf = path[m - 1]
         bonus = leaf_bonus(p_rows[leaf], u_draw[leaf], rule, scratch[0])
     psums = np.empty(n)
     for i in range(m):
-        psums[path[i]] = seqsum(p_rows[path[i]])
+        psums[path[i]] = seqsum_kernel(p_rows[path[i]])
     tv, _ = path_tv(parents, tokens, path, m, cstart, cidx, p_rows, rows, psums, rule, code, k, param,
                     variant, nb, mark, seen, epoch)
     return path[:m].copy(), bonus, tv
 
 
 @njit(cache=True, error_model="numpy")
-def exact_tree(parents, tokens, depths, p_rows, q_rows, rule, code, k, param, variant, nb):
+def expected_tokens_per_step_kernel(parents, tokens, depths, p_rows, q_rows, rule, code, k, param, variant,
+                                    nb):
     """Exact expectations of a step on rows given for every node: (E[tokens], E[TV], edge, reach)."""
     n = parents.shape[0]
     V = p_rows.shape[1]
@@ -652,13 +656,13 @@ def exact_tree(parents, tokens, depths, p_rows, q_rows, rule, code, k, param, va
     rows = np.arange(n)
     psums = np.empty(n)
     for v in range(n):
-        psums[v] = seqsum(p_rows[v])
+        psums[v] = seqsum_kernel(p_rows[v])
     mark = np.zeros(V, dtype=np.int64)
     seen = np.zeros(V, dtype=np.int64)
     scratch = np.empty((3, V))
     edge = np.empty(n)
     reach = np.empty(n)
-    tokens_e, tv_e, _ = exact_step(parents, tokens, depths, n, cstart, cidx, p_rows, rows, psums, q_rows,
-                                   rows, rule, code, k, param, variant, nb, mark, seen, 0, scratch, edge,
-                                   reach)
+    tokens_e, tv_e, _ = step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, rows, psums,
+                                                q_rows, rows, rule, code, k, param, variant, nb, mark, seen,
+                                                0, scratch, edge, reach)
     return tokens_e, tv_e, edge, reach

@@ -203,7 +203,7 @@ def test_r1_exact_residual_without_mass():
 def test_kernel_draw_token_matches_theory():
     """The kernel's draw (one sequential pass, binary search on the stored cumulative sums) takes
     theory's draws, edge cases included (no mass, u * total rounding up to total, zero weights)."""
-    from simulate.verify_kernels import draw_token as kernel_draw
+    from simulate.verify_kernels import draw_token_kernel as kernel_draw
     from theory import draw_token
 
     rng = np.random.default_rng(8)
