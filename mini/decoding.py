@@ -23,7 +23,7 @@ from reference.decode import Decoder, DecodeSettings
 from reference.drafter import EagleDraftSession, GPTDraftSession
 from simulate.verify import step_expectation
 from theory.relax import Relax
-from theory.verify import neighbour_rows
+from theory.rules import neighbour_rows
 
 DRAFTERS = ("eagle", "draft_gpt")
 CFG_SCALE = 2.0

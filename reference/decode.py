@@ -30,8 +30,8 @@ from core.trace import LOGIT_DTYPES, Sampling, TraceStep, TraceWriter
 from reference.drafter import DraftSession
 from reference.model import Transformer, tree_depths
 from theory.relax import Relax
+from theory.rules import check_rule, neighbour_rows
 from theory.tree import Tree, sample_step
-from theory.verify import check_rule, neighbour_rows
 
 DraftFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 

@@ -22,8 +22,9 @@ import numpy as np
 
 from core.trace import Trace, TraceStep, read_trace, trace_neighbours
 from theory.relax import Relax
+from theory.rules import check_rule, neighbour_rows
 from theory.tree import expected_tokens_per_step, path_probs, sample_step
-from theory.verify import check_rule, neighbour_rows, node_outcome
+from theory.verify import node_outcome
 
 Verifier = Callable[..., tuple]
 

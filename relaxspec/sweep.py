@@ -93,8 +93,7 @@ from simulate.engine import run
 from simulate.results import SimResult
 from simulate.worlds import PRESETS, LatentParams, LatentWorld
 from theory.relax import Relax
-from theory.stages import VARIANTS
-from theory.verify import RULES
+from theory.rules import RULES, VARIANTS
 
 COLUMNS = [
     "world", "tree", "rule", "variant", "relax", "k", "delta", "lam", "temperature", "n_sequences", "seq_len",

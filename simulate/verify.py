@@ -12,16 +12,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulate.verify_kernels import (
-    RULE_CODES,
-    VARIANT_CODES,
     expected_tokens_per_step_kernel,
     sample_step_kernel,
 )
 from theory.distributions import validate_distribution
-from theory.neighbours import validate_neighbours
 from theory.relax import Relax
+from theory.rules import encode, rule_table
 from theory.tree import Tree
-from theory.verify import check_rule
 
 
 @dataclass(frozen=True)
@@ -38,19 +35,10 @@ class RuleSpec:
     @classmethod
     def make(cls, rule: str, relax: Relax, neighbours: np.ndarray | None, vocab_size: int,
              variant: str = "principled") -> RuleSpec:
-        """Validate ``rule``/``relax``/``variant`` and the table; keep only the columns the rule reads."""
-        check_rule(rule, variant)
-        if not isinstance(relax, Relax):
-            raise ValueError(f"relax must be a theory.Relax, got {type(relax).__name__}")
-        if relax.is_exact:
-            table = np.zeros((vocab_size, 0), dtype=np.int32)
-        else:  # as theory.verify.neighbour_rows, without converting the whole table (V x 1024) to int64
-            if neighbours is None:
-                raise ValueError(f"relaxation {relax} needs a neighbour table")
-            validate_neighbours(neighbours, vocab_size, relax.k)
-            width = min(neighbours.shape[1], relax.k + 1 if variant == "official" else relax.k)
-            table = np.ascontiguousarray(neighbours[:, :width], dtype=np.int32)
-        return cls(RULE_CODES[rule], relax.code, relax.k, float(relax.param), VARIANT_CODES[variant], table)
+        """Validate and encode the rule (``theory.rules``) and keep only the table columns it reads."""
+        e = encode(rule, relax, variant)
+        table = rule_table(neighbours, vocab_size, relax, variant)
+        return cls(e.rule, e.code, e.k, e.param, e.variant, table)
 
     @property
     def args(self) -> tuple:

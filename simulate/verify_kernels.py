@@ -26,9 +26,6 @@ import math
 import numpy as np
 from numba import njit
 
-RULE_CODES = {"r1": 1, "r2": 2, "r3": 3}
-VARIANT_CODES = {"principled": 0, "official": 1}
-
 
 # ---------------------------------------------------------------- R1 residual
 @njit(cache=True, error_model="numpy")

@@ -17,8 +17,8 @@ from reference.vq import VQModel, vq_config
 from relaxspec.cli import main
 from theory.neighbours import neighbour_table, save_neighbours
 from theory.relax import Relax
+from theory.rules import neighbour_rows
 from theory.tree import Tree, sample_step
-from theory.verify import neighbour_rows
 
 MODEL_ARGS = ["--gpt-model", "GPT-tiny", "--vq-model", "VQ-tiny", "--codebook-size", "8",
               "--codebook-embed-dim", "4", "--image-size", "4", "--num-classes", "3"]

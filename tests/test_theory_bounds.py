@@ -22,7 +22,7 @@ from theory import (
     total_variation,
     tv_bound,
 )
-from theory.verify import neighbour_rows
+from theory.rules import neighbour_rows
 
 TOL = 1e-12
 

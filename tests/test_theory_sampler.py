@@ -26,7 +26,7 @@ from theory import (
     sample_node,
     sample_step,
 )
-from theory.verify import neighbour_rows
+from theory.rules import neighbour_rows
 
 RELAXATIONS = [
     Relax.none(),

@@ -15,7 +15,7 @@ from theory import (
     greedy_path,
     node_outcome,
 )
-from theory.verify import neighbour_rows
+from theory.rules import neighbour_rows
 
 
 @st.composite

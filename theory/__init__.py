@@ -24,6 +24,7 @@ from theory.neighbours import (
     validate_neighbours,
 )
 from theory.relax import Relax, merge_count, proximity_set
+from theory.rules import RULES, neighbour_rows
 from theory.sampler import draw_token, draw_without_replacement, sample_node
 from theory.tree import (
     Tree,
@@ -36,11 +37,9 @@ from theory.tree import (
     sample_step,
 )
 from theory.verify import (
-    RULES,
     NodeOutcome,
     R1Stage,
     R2State,
-    neighbour_rows,
     node_outcome,
     r1_walk,
     r2_given_states,

@@ -24,15 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from theory.distributions import validate_distribution
+from theory.neighbours import validate_neighbour_rows
 from theory.relax import NO_RELAX, Relax, merge_count
-from theory.verify import (
-    check_node_inputs,
-    neighbour_rows,
-    r1_walk,
-    r2_states,
-    rows_read,
-    validate_neighbour_rows,
-)
+from theory.rules import neighbour_rows, rows_read
+from theory.verify import check_node_inputs, r1_walk, r2_states
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,6 @@ import numpy as np
 
 from theory.relax import Relax, merge_count
 
-VARIANTS = ("principled", "official")
-
 
 def seqsum(a: np.ndarray) -> float:
     """Sequential left-to-right float64 sum (what a plain loop computes)."""

@@ -15,9 +15,10 @@ import numpy as np
 
 from theory.distributions import validate_distribution
 from theory.relax import NO_RELAX, Relax
+from theory.rules import check_rule, neighbour_rows
 from theory.sampler import draw_token, sample_node
 from theory.stages import greedy_acceptable
-from theory.verify import check_rule, neighbour_rows, node_outcome
+from theory.verify import node_outcome
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from theory.distributions import total_variation, validate_distribution
-from theory.neighbours import validate_neighbour_rows, validate_neighbours
+from theory.neighbours import validate_neighbour_rows
 from theory.relax import NO_RELAX, Relax, check_token
+from theory.rules import check_rule, neighbour_rows, rows_read
 from theory.stages import (
-    VARIANTS,
     draft_residual,
     greedy_acceptable,
     r1_reject,
@@ -26,7 +26,6 @@ from theory.stages import (
     r2_stage,
 )
 
-RULES = ("r1", "r2", "r3")
 R2_EXACT_MAX_V = 12
 R2_EXACT_MAX_M = 4
 
@@ -55,33 +54,6 @@ class NodeOutcome:
     def expected_tried(self) -> float:
         """Expected number of children tested."""
         return float(self.tried_probs.sum())
-
-
-def check_rule(rule: str, variant: str) -> None:
-    """Raise ``ValueError`` for an unknown rule or variant."""
-    if rule not in RULES:
-        raise ValueError(f"unknown rule {rule!r}; expected one of {RULES}")
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}")
-
-
-def neighbour_rows(
-    neighbours: np.ndarray | None, vocab_size: int, relax: Relax, variant: str
-) -> np.ndarray:
-    """Validate the table for ``relax`` and return it as int64 (an empty table when unused)."""
-    if relax.is_exact:
-        return np.zeros((vocab_size, 0), dtype=np.int64)
-    if neighbours is None:
-        raise ValueError(f"relaxation {relax} needs a neighbour table")
-    validate_neighbours(neighbours, vocab_size, relax.k)
-    return np.asarray(neighbours, dtype=np.int64)
-
-
-def rows_read(relax: Relax, variant: str) -> int:
-    """How many leading columns of a neighbour row a rule reads: k, or k + 1 (official)."""
-    if relax.is_exact:
-        return 0
-    return relax.k + 1 if variant == "official" else relax.k
 
 
 def check_children(children: Sequence[int] | np.ndarray, vocab_size: int) -> np.ndarray:

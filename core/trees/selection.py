@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from theory.relax import Relax, merge_count
+from theory.rules import relax_args
 from theory.stages import r1_reject, zero_set
 
 SELECTION_MODES = ("q", "latent", "diverse", "walk")
@@ -183,8 +184,7 @@ class ChildSelector:
         """``(mode, pool, code, k, param, table)`` for :func:`simulate.latent_kernels.select_children`."""
         mode = SELECTION_MODES.index(self.mode)
         if self.merges:
-            r = self.relax
-            return (mode, self.pool, r.code, r.k, float(r.param), self.neighbours)
+            return (mode, self.pool, *relax_args(self.relax), self.neighbours)
         return (mode, self.pool, 0, 0, 0.0, np.zeros((1, 0), dtype=np.int32))
 
     def __str__(self) -> str:
