@@ -6,10 +6,9 @@ Replay recomputes p and q from the stored logits exactly as the decoder did
 recorded uniforms to ``theory.sample_step`` and to ``simulate.verify_step``
 (the Numba twin with the same signature); every recorded outcome must come back.
 Rescoring computes, per step, the exact expected tokens per step of another
-rule on the recorded tree: for R1 and R3 with ``theory.expected_tokens_per_step``;
-for R2 conditionally on the recorded draw order of each node's children
-(``theory.node_outcome`` with explicit children), since exact R2 averaging over
-draws enumerates only tiny vocabularies.
+rule on the recorded tree with ``theory.step_expectation`` (for R2
+conditionally on the recorded draw order of each node's children, since exact
+R2 averaging over draws enumerates only tiny vocabularies).
 """
 
 from __future__ import annotations
@@ -23,8 +22,7 @@ import numpy as np
 from core.trace import Trace, TraceStep, read_trace, trace_neighbours
 from theory.relax import Relax
 from theory.rules import check_rule, neighbour_rows
-from theory.tree import expected_tokens_per_step, path_probs, sample_step
-from theory.verify import node_outcome
+from theory.tree import sample_step, step_expectation
 
 Verifier = Callable[..., tuple]
 
@@ -110,18 +108,8 @@ def rescore_steps(trace: Trace, rule: str, relax: Relax, variant: str = "princip
     nb = neighbour_rows(trace_neighbours(trace, relax, neighbours), h.vocab_size, relax, variant)
     for step in trace.steps():
         p, q = step_distributions(trace, step)
-        tree = step.tree
-        if rule != "r2":
-            yield step, expected_tokens_per_step(tree, p, rule=rule, relax=relax, neighbours=nb,
-                                                 variant=variant)
-            continue
-        edge = np.ones(tree.size)
-        for u in range(tree.size):
-            kids = tree.children(u)
-            if kids.size:
-                edge[kids] = node_outcome(p[u], tree.tokens[kids], rule="r2", relax=relax, neighbours=nb,
-                                          q=q[u], variant=variant).accept_probs
-        yield step, 1.0 + float(path_probs(tree, edge)[1:].sum())
+        yield step, step_expectation(step.tree, p, rule=rule, relax=relax, neighbours=nb, q_dists=q,
+                                     variant=variant).tokens
 
 
 def check_rescore_r2(trace: Trace) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 from simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_counter, stream_key, uniform
 from simulate.worlds import LatentWorld
 from theory.relax import Relax
-from theory.tree import Tree, greedy_path, sample_step
+from theory.tree import Tree, greedy_path_tv, sample_step, step_expectation
 from theory.verify import node_outcome
 
 
@@ -66,12 +66,6 @@ def world_draft(world, states: States, temperature: float):
     return draft
 
 
-def _greedy_tv(tree: Tree, p: _LazyRows, path: list[int]) -> float:
-    """R3: 1 per accepted child that is not the argmax of its parent's p."""
-    return sum(1.0 for a, b in zip(path[:-1], path[1:], strict=True)
-               if tree.tokens[b] != int(np.argmax(p[a])))
-
-
 def _node_tv(tree: Tree, p: _LazyRows, u: int, rule: str, relax: Relax, variant: str,
              nb: np.ndarray) -> float:
     """TV of the token node u emits from p_u (R1: ``theory.node_outcome``; R2: 0 or NaN)."""
@@ -83,38 +77,11 @@ def _node_tv(tree: Tree, p: _LazyRows, u: int, rule: str, relax: Relax, variant:
                         variant=variant).tv
 
 
-def _exact(tree: Tree, p: _LazyRows, q: np.ndarray, rule: str, relax: Relax, variant: str,
-           nb: np.ndarray) -> tuple[float, float]:
-    """E[tokens] and the TV bound of the step, from theory's exact node outcomes."""
-    if rule == "r3":
-        path = greedy_path(tree, p, nb, relax)
-        return 1.0 + float(tree.depths[path[-1]]), _greedy_tv(tree, p, path)
-    reach = np.ones(tree.size)
-    tvs = np.zeros(tree.size)
-    table = nb if nb.shape[1] else None
-    for u in range(tree.size):
-        kids = tree.children(u)
-        if kids.size == 0:
-            continue
-        o = node_outcome(p[u], tree.tokens[kids], rule=rule, relax=relax, neighbours=table,
-                         q=q[u] if rule == "r2" else None, variant=variant)
-        reach[kids] = reach[u] * o.accept_probs
-        tvs[u] = o.tv if rule == "r1" else (0.0 if relax.is_exact else np.nan)
-    if rule == "r2":
-        tv = 0.0 if relax.is_exact else np.nan
-    elif relax.is_exact:
-        tv = 0.0
-    else:
-        internal = np.array([tree.children(u).size > 0 for u in range(tree.size)])
-        tv = float(np.sum(reach[internal] * tvs[internal]))
-    return 1.0 + float(reach[1:].sum()), tv
-
-
 def _path_tv(tree: Tree, p: _LazyRows, path: list[int], rule: str, relax: Relax, variant: str,
              nb: np.ndarray) -> float:
     """TV of the tokens the step emitted: the nodes on the path that decided one (those with children)."""
     if rule == "r3":
-        return _greedy_tv(tree, p, path)
+        return greedy_path_tv(tree, p, path)
     return float(sum(_node_tv(tree, p, u, rule, relax, variant, nb) for u in path
                      if tree.children(u).size > 0))
 
@@ -145,7 +112,9 @@ def oracle_sequence(world, policy, rule, relax, variant, nb, seq_len, temperatur
         ud = np.array([uniform(key, step_counter(step, v, U_DRAW)) for v in range(n)])
         p = _LazyRows(tree, states, world, temperature)
         if exact:
-            o_exp[step], o_tv[step] = _exact(tree, p, built.q, rule, relax, variant, nb64)
+            e = step_expectation(tree, p, rule=rule, relax=relax, neighbours=nb64, q_dists=built.q,
+                                 variant=variant)
+            o_exp[step], o_tv[step] = e.tokens, e.tv
         path, bonus = sample_step(tree, p, ua, ud, rule=rule, relax=relax, neighbours=nb64,
                                   q_dists=built.q if rule == "r2" else None, variant=variant)
         m = len(path)

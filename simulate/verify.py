@@ -18,7 +18,7 @@ from simulate.verify_kernels import (
 from theory.distributions import validate_distribution
 from theory.relax import Relax
 from theory.rules import encode, rule_table
-from theory.tree import Tree
+from theory.tree import StepExpectation, Tree
 
 
 @dataclass(frozen=True)
@@ -119,16 +119,6 @@ def verify_step(
     if with_tv:
         return [int(v) for v in path], int(bonus), float(tv)
     return [int(v) for v in path], int(bonus)
-
-
-@dataclass(frozen=True)
-class StepExpectation:
-    """Exact expectations of one verification step (given the tree and distributions)."""
-
-    tokens: float  # E[tokens emitted]
-    tv: float  # sum over internal nodes of P(reached) * TV(emitted there, target); NaN: R2 relaxed
-    edge_probs: np.ndarray  # P(v accepted | parent reached)
-    reach_probs: np.ndarray  # P(v on the accepted path)
 
 
 def step_expectation(

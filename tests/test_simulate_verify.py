@@ -9,6 +9,7 @@ import pytest
 
 from simulate import step_expectation, verify_step
 from theory import Relax, Tree, neighbour_table, node_outcome, sample_step
+from theory.rules import neighbour_rows
 from theory.tree import choices_to_parents, expected_tokens_per_step
 
 V = 24
@@ -144,6 +145,28 @@ def test_r2_expectation_conditional_on_draws(table):
                                      q=q[u], variant=variant)
                     np.testing.assert_allclose(got.edge_probs[kids], o.accept_probs, rtol=1e-12, atol=1e-15)
             assert np.isnan(got.tv) != relax.is_exact
+
+
+@pytest.mark.parametrize("rule", ["r1", "r2", "r3"])
+def test_kernel_step_expectation_is_the_twin_of_theorys(table, rule):
+    """simulate.step_expectation (Numba) against theory.step_expectation, the one NumPy home of the sum."""
+    from theory import step_expectation as theory_step_expectation
+
+    rng = np.random.default_rng(11)
+    for trial, relax in itertools.product(range(6), RELAXES):
+        for variant in ("principled", "official"):
+            n = int(rng.integers(2, 9))
+            p = np.array([random_dist(rng, V, sparsity=0.3 if trial % 2 else 0.0) for _ in range(n)])
+            q = np.array([random_dist(rng, V) for _ in range(n)])
+            tree = random_tree(rng, V, n, q if rule == "r2" else None)
+            p, q = p[: tree.size], q[: tree.size]
+            kw = {"rule": rule, "relax": relax, "q_dists": q, "variant": variant}
+            got = step_expectation(tree, p, neighbours=table, **kw)
+            want = theory_step_expectation(tree, p, neighbours=neighbour_rows(table, V, relax, variant), **kw)
+            assert got.tokens == pytest.approx(want.tokens, rel=1e-12, abs=1e-12)
+            assert got.tv == pytest.approx(want.tv, rel=1e-9, abs=1e-12, nan_ok=True)
+            np.testing.assert_allclose(got.edge_probs, want.edge_probs, rtol=1e-12, atol=1e-15)
+            np.testing.assert_allclose(got.reach_probs, want.reach_probs, rtol=1e-12, atol=1e-15)
 
 
 def test_static_tree_expectation_mc_sim(table):

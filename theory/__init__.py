@@ -35,6 +35,7 @@ from theory.tree import (
     node_accept_probs,
     path_probs,
     sample_step,
+    step_expectation,
 )
 from theory.verify import (
     NodeOutcome,
@@ -81,6 +82,7 @@ __all__ = [
     "r3_tv_bound",
     "sample_node",
     "sample_step",
+    "step_expectation",
     "save_neighbours",
     "total_variation",
     "tv_bound",

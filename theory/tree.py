@@ -193,6 +193,75 @@ def expected_tokens_per_step(
     return 1.0 + float(path_probs(tree, acc)[1:].sum())
 
 
+@dataclass(frozen=True)
+class StepExpectation:
+    """Exact expectations of one verification step, given the tree and distributions."""
+
+    tokens: float  # E[tokens emitted]
+    tv: float  # sum over internal nodes of P(reached) * TV(emitted there, target); NaN: R2 relaxed
+    edge_probs: np.ndarray  # P(v accepted | parent reached)
+    reach_probs: np.ndarray  # P(v on the accepted path)
+
+
+def step_expectation(
+    tree: Tree,
+    node_dists: Sequence[np.ndarray] | np.ndarray,
+    *,
+    rule: str,
+    relax: Relax = NO_RELAX,
+    neighbours: np.ndarray,
+    q_dists: np.ndarray | None = None,
+    variant: str = "principled",
+) -> StepExpectation:
+    """Exact E[tokens per step] and the step's TV bound on the drawn tree (the one home of this sum).
+
+    Unlike :func:`expected_tokens_per_step`, R2 is conditional on the tree's
+    draw order (``node_outcome`` with the tree's children as drawn), which is
+    what a simulated or recorded step holds. The TV bound is the sum over
+    internal nodes u of P(u reached) * TV(token u emits, p_u) (R3: one per
+    accepted child that is not its parent's argmax; relaxed R2: NaN, exact
+    only averaged over draw orders). ``node_dists`` only needs ``[u]``
+    (rows may be computed lazily: only internal nodes are read, and for R3
+    the greedy chain); ``neighbours`` is an int64 table
+    (``theory.rules.neighbour_rows``). ``simulate.verify.step_expectation``
+    is its Numba twin.
+    """
+    check_rule(rule, variant)
+    if rule == "r3":
+        path = greedy_path(tree, node_dists, neighbours, relax)
+        on_path = np.zeros(tree.size)
+        on_path[path] = 1.0
+        return StepExpectation(1.0 + float(tree.depths[path[-1]]), greedy_path_tv(tree, node_dists, path),
+                               on_path.copy(), on_path)
+    edge = np.ones(tree.size)
+    reach = np.ones(tree.size)
+    tvs = np.zeros(tree.size)
+    table = neighbours if neighbours.shape[1] else None
+    for u in range(tree.size):
+        kids = tree.children(u)
+        if kids.size == 0:
+            continue
+        o = node_outcome(node_dists[u], tree.tokens[kids], rule=rule, relax=relax, neighbours=table,
+                         q=q_dists[u] if rule == "r2" else None, variant=variant)
+        edge[kids] = o.accept_probs
+        reach[kids] = reach[u] * o.accept_probs
+        tvs[u] = o.tv if rule == "r1" else (0.0 if relax.is_exact else np.nan)
+    if rule == "r2":
+        tv = 0.0 if relax.is_exact else np.nan
+    elif relax.is_exact:
+        tv = 0.0
+    else:
+        internal = np.array([tree.children(u).size > 0 for u in range(tree.size)])
+        tv = float(np.sum(reach[internal] * tvs[internal]))
+    return StepExpectation(1.0 + float(reach[1:].sum()), tv, edge, reach)
+
+
+def greedy_path_tv(tree: Tree, p: Sequence[np.ndarray] | np.ndarray, path: list[int]) -> float:
+    """R3's TV along an accepted path: 1 per accepted child that is not the argmax of its parent's p."""
+    return sum(1.0 for a, b in zip(path[:-1], path[1:], strict=True)
+               if tree.tokens[b] != int(np.argmax(p[a])))
+
+
 def greedy_path(tree: Tree, p: np.ndarray, nb: np.ndarray, relax: Relax) -> list[int]:
     """R3: the longest root-to-node chain of acceptable nodes (ties: first in node order)."""
     ok = np.zeros(tree.size, dtype=bool)
