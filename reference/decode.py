@@ -28,10 +28,10 @@ import torch
 
 from core.trace import LOGIT_DTYPES, Sampling, TraceStep, TraceWriter
 from reference.drafter import DraftSession
-from reference.model import Transformer, tree_depths
+from reference.model import Transformer
 from theory.relax import Relax
 from theory.rules import check_rule, neighbour_rows
-from theory.tree import Tree, sample_step
+from theory.tree import Tree, parent_depths, sample_step
 
 DraftFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
@@ -242,7 +242,7 @@ class Decoder:
             nodes = np.asarray(nodes, dtype=np.int64)
             seen.update(parents=parents, tokens=np.asarray(tokens, dtype=np.int64))
             seen["calls"] += 1
-            idx = np.flatnonzero(tree_depths(parents)[nodes] < max_depth)  # deeper nodes' children are pruned
+            idx = np.flatnonzero(parent_depths(parents)[nodes] < max_depth)  # deeper: pruned
             out = np.full((nodes.size, self.vocab), 1.0 / self.vocab)
             if idx.size:
                 stored = self._stored(drafter.draft(parents, tokens, nodes[idx]))

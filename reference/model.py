@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from reference.checkpoint import load_state, read_state_dict
+from theory.tree import parent_depths
 
 
 def find_multiple(n: int, k: int) -> int:
@@ -253,15 +254,6 @@ class Block(nn.Module):
         return h + self.feed_forward(self.ffn_norm(h))
 
 
-def tree_depths(parents: np.ndarray) -> np.ndarray:
-    """Depth of every node of a parent array in topological order (root = 0)."""
-    parents = np.asarray(parents, dtype=np.int64)
-    depths = np.zeros(parents.size, dtype=np.int64)
-    for v in range(1, parents.size):
-        depths[v] = depths[parents[v]] + 1
-    return depths
-
-
 class Transformer(nn.Module):
     """LlamaGen c2i GPT. :meth:`forward` is the teacher-forced pass; decoding uses the cache."""
 
@@ -381,7 +373,7 @@ def tree_inputs(rope: torch.Tensor, cache_len: int, parents: np.ndarray, nodes: 
         slots[v] = len(slots)
     if prefix_len + len(slots) > cache_len:
         raise ValueError(f"prefix {prefix_len} + {len(slots)} tree slots exceed the cache length {cache_len}")
-    positions = pos_offset + prefix_len + tree_depths(parents)[nodes]
+    positions = pos_offset + prefix_len + parent_depths(parents)[nodes]
     if positions.max() >= rope.shape[0]:
         raise ValueError(f"position {positions.max()} is past the last grid position {rope.shape[0] - 1}")
     mask = np.zeros((nodes.size, cache_len), dtype=bool)

@@ -51,6 +51,7 @@ from simulate.world_kernels import (
 )
 from simulate.worlds import LatentWorld, StationaryWorld, TraceWorld, World
 from theory.relax import Relax
+from theory.tree import parent_depths
 
 BACKENDS = ("numba", "numpy")
 STEP_FIELDS = ("tokens", "tree_size", "tree_depth", "accepted_depth", "draft_calls", "root_choice")
@@ -294,9 +295,7 @@ def _run_numba(world, ps: PolicySpec, spec: RuleSpec, n_seq, seq_len, temperatur
     W = world.kernel_world(float(temperature))
     n_q = ps.max_buffer  # rows of q: at most one per buffer node
     if ps.kind == KIND_STATIC:
-        tdepths = np.zeros(ps.parents.size, dtype=np.int64)
-        for v in range(1, ps.parents.size):
-            tdepths[v] = tdepths[ps.parents[v]] + 1
+        tdepths = parent_depths(ps.parents)
         n_q = int(np.unique(ps.parents[1:]).size) if ps.parents.size > 1 else 1
         kids_max = max(np.bincount(ps.parents[1:]).max() if ps.parents.size > 1 else 0, 0)
         if kids_max > world.vocab_size:

@@ -33,6 +33,7 @@ from simulate.world_kernels import (
     row_scratch,
     vocab_size,
 )
+from theory.tree import parent_depths
 
 EXPAND_BATCH = 16  # drafter rows computed in one pass over the codebook (a beam, a tree level)
 
@@ -296,9 +297,7 @@ def kernel_build(policy, world, z0: np.ndarray, h0: np.uint64, temperature: floa
     depths = np.empty(ps.max_nodes, dtype=np.int64)
     buf_of = np.empty(ps.max_nodes, dtype=np.int64)
     if ps.kind == KIND_STATIC:
-        tdepths = np.zeros(ps.parents.size, dtype=np.int64)
-        for v in range(1, ps.parents.size):
-            tdepths[v] = tdepths[ps.parents[v]] + 1
+        tdepths = parent_depths(ps.parents)
         utree = np.zeros(ps.parents.size) if u is None else np.asarray(u, dtype=np.float64)
         n, calls = build_static(W, ps.parents, ps.ranks, tdepths, u is not None, True, utree, ps.selection,
                                 smark, bparent, btoken, bdepth, zs, hs, have, qrow, q_rows, es, cmaxs,

@@ -21,6 +21,16 @@ from theory.stages import greedy_acceptable
 from theory.verify import node_outcome
 
 
+def parent_depths(parents: np.ndarray) -> np.ndarray:
+    """Depth of every node of a parent array in topological order (root 0, depth 0): the one place
+    depths are derived from parents."""
+    parents = np.asarray(parents, dtype=np.int64)
+    depths = np.zeros(parents.size, dtype=np.int64)
+    for v in range(1, parents.size):
+        depths[v] = depths[parents[v]] + 1
+    return depths
+
+
 @dataclass(frozen=True)
 class Tree:
     """A validated draft tree. Build with ``Tree(parents, tokens)``; depths are derived."""
@@ -52,9 +62,7 @@ class Tree:
                 )
         if np.any(tokens < 0):
             raise ValueError("tokens must be non-negative token ids")
-        depths = np.zeros(parents.size, dtype=np.int64)
-        for v in range(1, parents.size):
-            depths[v] = depths[parents[v]] + 1
+        depths = parent_depths(parents)
         if self.depths is not None and not np.array_equal(np.asarray(self.depths), depths):
             raise ValueError("depths do not match the parent array")
         seen: set[tuple[int, int]] = set()
