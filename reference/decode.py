@@ -21,30 +21,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from core.trace import LOGIT_DTYPES, Sampling, TraceStep, TraceWriter
+from core.trees.policies import TreePolicy
 from reference.drafter import DraftSession
 from reference.model import Transformer
 from theory.relax import Relax
 from theory.rules import check_rule, neighbour_rows
 from theory.tree import Tree, parent_depths, sample_step
-
-DraftFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
-
-
-class TreePolicy(Protocol):
-    """What the decoder needs of a tree builder (``core.trees.policies.TreePolicy``)."""
-
-    supports_draws: bool
-
-    def build(self, q_root: np.ndarray, draft: DraftFn, u: np.ndarray | None = None) -> Any:
-        """A built tree (``.tree``: ``theory.Tree``, ``.draft_calls``) from the root's draft
-        distribution; ``u`` (one uniform per template node) ranks children by draws (R2)."""
-        ...
 
 
 def guide(raw: torch.Tensor, cfg_scale: float) -> torch.Tensor:

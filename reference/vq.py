@@ -137,7 +137,7 @@ class Encoder(nn.Module):
         return self.conv_out(F.silu(self.norm_out(h)))
 
 
-class Decoder(nn.Module):
+class VQDecoder(nn.Module):
     def __init__(self, cfg: VQConfig) -> None:
         super().__init__()
         g, ch, mult = cfg.norm_groups, cfg.ch, cfg.ch_mult
@@ -178,7 +178,7 @@ class VQModel(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.encoder = Encoder(cfg)
-        self.decoder = Decoder(cfg)
+        self.decoder = VQDecoder(cfg)
         self.quantize = nn.Module()
         self.quantize.embedding = nn.Embedding(cfg.codebook_size, cfg.codebook_embed_dim)
         self.quant_conv = nn.Conv2d(cfg.z_channels, cfg.codebook_embed_dim, 1)
