@@ -33,14 +33,14 @@ from core.trees.policies import KIND_STATIC, PolicySpec, TreePolicy
 from simulate.policy_kernels import EXPAND_BATCH, build_dynamic, build_static
 from simulate.results import SimResult
 from simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_counter, stream_key, uniform
-from simulate.verify import RuleSpec
-from simulate.verify_kernels import (
+from simulate.step_kernels import (
     children_csr,
     leaf_bonus,
     path_tv,
     sample_step_walk_kernel,
     step_expectation_kernel,
 )
+from simulate.verify import RuleSpec
 from simulate.world_kernels import (
     ensure_state,
     initial_state,

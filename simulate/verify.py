@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulate.verify_kernels import (
+from simulate.step_kernels import (
     expected_tokens_per_step_kernel,
     sample_step_kernel,
 )

@@ -1,0 +1,427 @@
+"""Numba kernels of a whole verification step on a tree (SPEC sections 3-4): the walk from the root,
+the greedy (R3) path, the bonus token, and the step's exact expectations and TV.
+
+Twins of ``theory.tree.sample_step`` and ``theory.tree.step_expectation`` built on the node kernels of
+:mod:`simulate.verify_kernels` (same array conventions). Trees arrive as parent arrays in topological
+order; children are handled as CSR (:func:`children_csr`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from simulate.verify_kernels import (
+    argmax_row,
+    draft_residual_kernel,
+    draw_token_kernel,
+    draw_token_residual_kernel,
+    greedy_acceptable_kernel,
+    merge_count_kernel,
+    r1_reject_kernel,
+    r1_stage_accept_kernel,
+    r1_value,
+    r2_stage_kernel,
+    sample_node_r1_kernel,
+    sample_node_r2_kernel,
+    seqsum_kernel,
+    zero_set_size_kernel,
+)
+
+
+# ---------------------------------------------------------------- trees
+@njit(cache=True, error_model="numpy")
+def children_csr(parents, n, cstart, cidx):
+    """Children of every node (increasing index) as CSR: cidx[cstart[v]:cstart[v+1]]."""
+    for v in range(n + 1):
+        cstart[v] = 0
+    for v in range(1, n):
+        cstart[parents[v] + 1] += 1
+    for v in range(n):
+        cstart[v + 1] += cstart[v]
+    fill = cstart[:n].copy()
+    for v in range(1, n):
+        u = parents[v]
+        cidx[fill[u]] = v
+        fill[u] += 1
+
+
+@njit(cache=True, error_model="numpy")
+def child_tokens(tokens, cstart, cidx, u):
+    """Tokens of u's children in order."""
+    lo, hi = cstart[u], cstart[u + 1]
+    kids = np.empty(hi - lo, dtype=np.int64)
+    for j in range(hi - lo):
+        kids[j] = tokens[cidx[lo + j]]
+    return kids
+
+
+@njit(cache=True, error_model="numpy")
+def greedy_path_ok_kernel(parents, tokens, n, p_rows, prow, code, k, param, nb, ok, tops, start):
+    """R3 acceptability of nodes ``start..n-1`` (root True, ``theory.tree.greedy_path``); resumable.
+
+    ``start = 1`` begins (``ok[0] = True``, ``tops[:] = -1``). ``tops[u]`` gets
+    argmax p_u for every acceptable node with children; rows of nodes under an
+    unacceptable parent are never read. Returns n when done, or the node v
+    whose parent's row is missing (``prow[parents[v]] < 0``): call again
+    with ``start = v`` once it is there."""
+    if start == 1:
+        ok[0] = True
+        for u in range(n):
+            tops[u] = -1
+    for v in range(start, n):
+        u = parents[v]
+        if not ok[u]:
+            ok[v] = False
+            continue
+        if tops[u] < 0:
+            if prow[u] < 0:
+                return v
+            tops[u] = argmax_row(p_rows[prow[u]])
+        ok[v] = greedy_acceptable_kernel(p_rows[prow[u]], tops[u], tokens[v], nb, code, k, param)
+    return n
+
+
+@njit(cache=True, error_model="numpy")
+def greedy_path_end_kernel(depths, n, ok):
+    """End of the longest acceptable chain (first in node order among the deepest)."""
+    best = 0
+    for v in range(1, n):
+        if ok[v] and depths[v] > depths[best]:
+            best = v
+    return best
+
+
+@njit(cache=True, error_model="numpy")
+def sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, prow, q_rows, qrow, u_accept,
+                            u_draw, rule, code, k, param, variant, nb, mark, epoch, scratch, path, state, ok,
+                            tops):
+    """One verification step (``theory.tree.sample_step``) on the rows computed so far; resumable.
+
+    p_v is read from ``p_rows[prow[v]]`` (and q_v from ``q_rows[qrow[v]]``
+    for R2) only where the walk needs it: the root, each accepted node and
+    (R3) every node on an acceptable chain. Where ``prow[v] < 0`` the walk
+    returns ``need = v``; the caller computes the row, sets ``prow[v]`` and
+    calls again with the same ``state``, ``path``, ``ok``, ``tops`` (int64[2]
+    ``state`` = [path length so far, R3's next node]: zeros to start).
+
+    Returns ``(path_len, bonus, epoch, need)``; with ``need = -1`` the walk is
+    done and ``path[:path_len]`` holds the accepted path. ``bonus = -1``
+    means it ended at the leaf ``path[path_len - 1]`` and the bonus is drawn
+    from (R3: is the argmax of) that leaf's p with ``u_draw[leaf]``, which
+    the caller computes. ``scratch`` is (3, V) float64; R3's ``ok`` / ``tops``
+    hold one entry per node (``tops[u]`` = argmax p_u where read).
+    """
+    if rule == 3:
+        v = greedy_path_ok_kernel(parents, tokens, n, p_rows, prow, code, k, param, nb, ok, tops,
+                                  max(state[1], 1))
+        state[1] = v
+        if v < n:
+            return 0, -1, epoch, parents[v]
+        end = greedy_path_end_kernel(depths, n, ok)
+        m = depths[end] + 1
+        v = end
+        for i in range(m - 1, -1, -1):
+            path[i] = v
+            v = parents[v]
+        if cstart[end + 1] > cstart[end]:
+            return m, tops[end], epoch, -1
+        return m, -1, epoch, -1
+    if state[0] == 0:
+        path[0] = 0
+        state[0] = 1
+    m = state[0]
+    while True:
+        u = path[m - 1]
+        lo, hi = cstart[u], cstart[u + 1]
+        if hi == lo:
+            return m, -1, epoch, -1
+        if prow[u] < 0:
+            return m, -1, epoch, u
+        kids = child_tokens(tokens, cstart, cidx, u)
+        ukids = np.empty(hi - lo)
+        for j in range(hi - lo):
+            ukids[j] = u_accept[cidx[lo + j]]
+        p = p_rows[prow[u]]
+        if rule == 1:
+            i, epoch, unif = sample_node_r1_kernel(p, kids, ukids, mark, epoch, code, k, param, variant, nb)
+            if i < 0:
+                return m, draw_token_residual_kernel(p, mark, epoch, unif, u_draw[u], scratch[0]), epoch, -1
+        else:
+            i = sample_node_r2_kernel(p, q_rows[qrow[u]], kids, ukids, code, k, param, variant, nb,
+                                      scratch[0], scratch[1], scratch[2])
+            if i < 0:
+                return m, draw_token_kernel(scratch[0], u_draw[u], scratch[1]), epoch, -1
+        u = cidx[lo + i]
+        path[m] = u
+        m += 1
+        state[0] = m
+
+
+# ---------------------------------------------------------------- exact outcomes
+@njit(cache=True, error_model="numpy")
+def _r1_tv_full(p, kids, accept, reach, mark, epoch, unif):
+    """TV of R1's emitted token from p, in O(V). A residual without mass emits a uniform token
+    (``draw_token_kernel`` on a zero vector)."""
+    V = p.shape[0]
+    m = kids.shape[0]
+    R = 0.0
+    for x in range(V):
+        R += r1_value(p, mark, epoch, unif, x)
+    tv = 0.0
+    for x in range(V):
+        em = 0.0
+        if reach > 0.0:
+            em = reach * r1_value(p, mark, epoch, unif, x) / R if R > 0.0 else reach / V
+        for i in range(m):
+            if kids[i] == x:
+                em += accept[i]
+        tv += abs(em - p[x])
+    return 0.5 * tv
+
+
+@njit(cache=True, error_model="numpy")
+def node_outcome_r1_kernel(p, psum, kids, mark, seen, epoch, code, k, param, variant, nb, accept):
+    """Exact R1 outcome at one node (``theory.verify._r1``): fills ``accept``; returns (TV, epoch).
+
+    The TV is computed on the touched tokens only (children and zeroed
+    tokens); untouched tokens share one factor. ``psum`` is the row's sum.
+    """
+    epoch += 1
+    first = epoch
+    unif = False
+    Z, reach = 1.0, 1.0
+    m = kids.shape[0]
+    nz = np.zeros(m, dtype=np.int64)  # neighbours zeroed by rejecting child i
+    for i in range(m):
+        accept[i] = 0.0
+    for i in range(m):
+        x = kids[i]
+        J, c = merge_count_kernel(p, mark, epoch, unif, Z, x, nb, code, k, param)
+        a = r1_stage_accept_kernel(r1_value(p, mark, epoch, unif, x), c, Z)
+        accept[i] = reach * a
+        reach *= 1.0 - a
+        if reach == 0.0:
+            break
+        nz[i] = zero_set_size_kernel(J, k, nb.shape[1], variant)
+        Z, epoch, unif = r1_reject_kernel(p, mark, epoch, unif, Z, x, J, nb, k, variant)
+    if code == 0 or k == 0:
+        return 0.0, epoch  # exact rule: the emitted token is distributed as p
+    if unif:  # degenerate residual
+        return _r1_tv_full(p, kids, accept, reach, mark, epoch, unif), epoch
+    # touched tokens: the children and every token a rejection zeroed
+    nt = m
+    for i in range(m):
+        nt += nz[i]
+    touched = np.empty(nt, dtype=np.int64)
+    nt = 0
+    for i in range(m):
+        x = kids[i]
+        for j in range(-1, nz[i]):
+            t = x if j < 0 else nb[x, j]
+            if seen[t] != first:
+                seen[t] = first
+                touched[nt] = t
+                nt += 1
+    p_touched, r_touched = 0.0, 0.0
+    for j in range(nt):
+        p_touched += p[touched[j]]
+        r_touched += r1_value(p, mark, epoch, unif, touched[j])
+    rest = psum - p_touched
+    R = rest + r_touched
+    if reach > 0.0 and R < 1e-6:  # little residual mass: avoid cancellation in `rest`
+        return _r1_tv_full(p, kids, accept, reach, mark, epoch, unif), epoch
+    scale = reach / R if reach > 0.0 else 0.0
+    tv = abs(scale - 1.0) * max(rest, 0.0)
+    for j in range(nt):
+        x = touched[j]
+        em = scale * r1_value(p, mark, epoch, unif, x)
+        for i in range(m):
+            if kids[i] == x:
+                em += accept[i]
+        tv += abs(em - p[x])
+    return 0.5 * tv, epoch
+
+
+@njit(cache=True, error_model="numpy")
+def node_outcome_r2_kernel(p, q, kids, code, k, param, variant, nb, accept, r, qp, res):
+    """Exact R2 acceptance given the draw order (``theory.verify._r2_given``): fills ``accept``."""
+    for x in range(p.shape[0]):
+        r[x] = p[x]
+    reach = 1.0
+    m = kids.shape[0]
+    for i in range(m):
+        accept[i] = 0.0
+    for i in range(m):
+        if not draft_residual_kernel(q, kids, i, qp):
+            break
+        a = r2_stage_kernel(r, qp, kids[i], nb, code, k, param, variant, res)
+        accept[i] = reach * a
+        reach *= 1.0 - a
+        if reach == 0.0:
+            break
+        for x in range(p.shape[0]):
+            r[x] = res[x]
+
+
+@njit(cache=True, error_model="numpy")
+def path_tv(parents, tokens, path, m, cstart, cidx, p_rows, prow, psums, rule, code, k, param, variant, nb,
+            mark, seen, epoch):
+    """TV of the tokens one step emitted, from the nodes that decided them; returns (TV, epoch).
+
+    Each node on the accepted path with children decided one token (the next
+    accepted child, or its residual draw); a leaf's bonus is a draw from p
+    (TV 0). Sums TV(law the node emits, its target) over those nodes, exact
+    (``theory.node_outcome(...).tv``): R1 by :func:`node_outcome_r1_kernel`; R3 1 per
+    accepted child that is not argmax p of its parent; R2 0 with ``none``,
+    else NaN (exact only averaged over draw orders). Reads p only on the path.
+    """
+    if rule == 3:
+        tv = 0.0
+        for i in range(m - 1):
+            if tokens[path[i + 1]] != argmax_row(p_rows[prow[path[i]]]):
+                tv += 1.0
+        return tv, epoch
+    if code == 0 or k == 0:
+        return 0.0, epoch
+    if rule == 2:
+        return math.nan, epoch
+    tv = 0.0
+    for i in range(m):
+        u = path[i]
+        if cstart[u + 1] == cstart[u]:
+            continue
+        kids = child_tokens(tokens, cstart, cidx, u)
+        acc = np.empty(kids.shape[0])
+        tv_u, epoch = node_outcome_r1_kernel(p_rows[prow[u]], psums[u], kids, mark, seen, epoch, code, k,
+                                             param, variant, nb, acc)
+        tv += tv_u
+    return tv, epoch
+
+
+@njit(cache=True, error_model="numpy")
+def step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, prow, psums, q_rows, qrow, rule,
+                            code, k, param, variant, nb, mark, seen, epoch, scratch, edge, reach):
+    """Exact expectations of one step given the tree and rows (p at every node with children).
+
+    Fills ``edge[v]`` = P(v accepted | parent reached) and ``reach[v]`` =
+    P(v on the accepted path). Returns ``(E[tokens], E[TV bound], epoch)``:
+    E[tokens] = 1 + sum of reach over non-root nodes (R3: 1 + greedy depth);
+    the TV bound is sum over internal nodes u of reach[u] * TV_u, the TV of
+    the token u emits from p_u (R3: from the greedy point mass; R2: NaN when
+    relaxed, since it is exact only averaged over draw orders): the
+    expectation of :func:`path_tv` given the tree and state.
+    """
+    edge[0] = 1.0
+    reach[0] = 1.0
+    relaxed = not (code == 0 or k == 0)
+    if rule == 3:
+        tops = np.empty(n, dtype=np.int64)
+        ok = np.empty(n, dtype=np.bool_)
+        greedy_path_ok_kernel(parents, tokens, n, p_rows, prow, code, k, param, nb, ok, tops, 1)
+        end = greedy_path_end_kernel(depths, n, ok)
+        for v in range(1, n):
+            edge[v] = 0.0
+            reach[v] = 0.0
+        m = depths[end] + 1
+        path = np.empty(m, dtype=np.int64)
+        v = end
+        for i in range(m - 1, -1, -1):
+            path[i] = v
+            edge[v] = 1.0
+            reach[v] = 1.0
+            v = parents[v]
+        tv, epoch = path_tv(parents, tokens, path, m, cstart, cidx, p_rows, prow, psums, rule, code, k, param,
+                            variant, nb, mark, seen, epoch)
+        return 1.0 + depths[end], tv, epoch
+    tvs = np.zeros(n)
+    for u in range(n):
+        lo, hi = cstart[u], cstart[u + 1]
+        if hi == lo:
+            continue
+        kids = child_tokens(tokens, cstart, cidx, u)
+        acc = np.empty(hi - lo)
+        if rule == 1:
+            tv_u, epoch = node_outcome_r1_kernel(p_rows[prow[u]], psums[u], kids, mark, seen, epoch, code, k,
+                                                 param, variant, nb, acc)
+        else:
+            node_outcome_r2_kernel(p_rows[prow[u]], q_rows[qrow[u]], kids, code, k, param, variant, nb, acc,
+                                   scratch[0], scratch[1], scratch[2])
+            tv_u = math.nan if relaxed else 0.0
+        for j in range(hi - lo):
+            edge[cidx[lo + j]] = acc[j]
+        tvs[u] = tv_u
+    total = 1.0
+    etv = 0.0
+    for v in range(1, n):
+        reach[v] = reach[parents[v]] * edge[v]
+        total += reach[v]
+    for u in range(n):
+        if cstart[u + 1] > cstart[u]:
+            etv += reach[u] * tvs[u]
+    return total, etv, epoch
+
+
+@njit(cache=True, error_model="numpy")
+def leaf_bonus(p_leaf, u, rule, cum):
+    """Bonus token at a leaf: a draw from p (R1, R2) or its argmax (R3); ``cum``: float64[V] scratch."""
+    if rule == 3:
+        return argmax_row(p_leaf)
+    return draw_token_kernel(p_leaf, u, cum)
+
+
+@njit(cache=True, error_model="numpy")
+def sample_step_kernel(parents, tokens, depths, p_rows, q_rows, u_accept, u_draw, rule, code, k, param,
+                       variant, nb):
+    """A whole verification step on rows given for every node; returns (path, bonus, TV of the emitted
+    tokens as :func:`path_tv`)."""
+    n = parents.shape[0]
+    V = p_rows.shape[1]
+    cstart = np.empty(n + 1, dtype=np.int64)
+    cidx = np.empty(max(n - 1, 1), dtype=np.int64)
+    children_csr(parents, n, cstart, cidx)
+    rows = np.arange(n)
+    mark = np.zeros(V, dtype=np.int64)
+    seen = np.zeros(V, dtype=np.int64)
+    scratch = np.empty((3, V))
+    path = np.empty(n, dtype=np.int64)
+    state = np.zeros(2, dtype=np.int64)
+    m, bonus, epoch, _ = sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, rows,
+                                                 q_rows, rows, u_accept, u_draw, rule, code, k, param,
+                                                 variant, nb, mark, 0, scratch, path, state,
+                                                 np.empty(n, dtype=np.bool_), np.empty(n, dtype=np.int64))
+    if bonus < 0:
+        leaf = path[m - 1]
+        bonus = leaf_bonus(p_rows[leaf], u_draw[leaf], rule, scratch[0])
+    psums = np.empty(n)
+    for i in range(m):
+        psums[path[i]] = seqsum_kernel(p_rows[path[i]])
+    tv, _ = path_tv(parents, tokens, path, m, cstart, cidx, p_rows, rows, psums, rule, code, k, param,
+                    variant, nb, mark, seen, epoch)
+    return path[:m].copy(), bonus, tv
+
+
+@njit(cache=True, error_model="numpy")
+def expected_tokens_per_step_kernel(parents, tokens, depths, p_rows, q_rows, rule, code, k, param, variant,
+                                    nb):
+    """Exact expectations of a step on rows given for every node: (E[tokens], E[TV], edge, reach)."""
+    n = parents.shape[0]
+    V = p_rows.shape[1]
+    cstart = np.empty(n + 1, dtype=np.int64)
+    cidx = np.empty(max(n - 1, 1), dtype=np.int64)
+    children_csr(parents, n, cstart, cidx)
+    rows = np.arange(n)
+    psums = np.empty(n)
+    for v in range(n):
+        psums[v] = seqsum_kernel(p_rows[v])
+    mark = np.zeros(V, dtype=np.int64)
+    seen = np.zeros(V, dtype=np.int64)
+    scratch = np.empty((3, V))
+    edge = np.empty(n)
+    reach = np.empty(n)
+    tokens_e, tv_e, _ = step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, rows, psums,
+                                                q_rows, rows, rule, code, k, param, variant, nb, mark, seen,
+                                                0, scratch, edge, reach)
+    return tokens_e, tv_e, edge, reach
