@@ -31,7 +31,8 @@ from pathlib import Path
 from core.cost import CostModel
 from mini.timing import Clock, load_average
 from relaxspec.figures import render
-from relaxspec.sweep import SweepConfig, read_results, run_sweep
+from relaxspec.results import read_results
+from relaxspec.sweep import SweepConfig, run_sweep
 
 EAGLE_TREE = "eagle2:10,4,59"
 STATIC_TREE = "static:naive_extend_57"

@@ -45,7 +45,7 @@ from relaxspec.figstyle import (
     save,
     shades,
 )
-from relaxspec.sweep import config_key, read_results
+from relaxspec.results import config_key, read_results
 from theory.relax import Relax
 
 EXTRAS = ("k", "n_sequences", "seq_len", "seed")  # varying: in a line's label and a shade of its colour

@@ -8,7 +8,8 @@ import pytest
 
 from core.trees.spec import parse_tree
 from relaxspec.cli import main
-from relaxspec.sweep import COLUMNS, SweepConfig
+from relaxspec.results import COLUMNS
+from relaxspec.sweep import SweepConfig
 
 CONFIG = """
 worlds = ["ambiguous"]

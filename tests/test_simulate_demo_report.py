@@ -21,7 +21,8 @@ from relaxspec.demo import (
     row_speedup,
     write_report,
 )
-from relaxspec.sweep import COLUMNS, config_key, jobs
+from relaxspec.results import COLUMNS, config_key
+from relaxspec.sweep import jobs
 
 DDD = DEMO_CONFIG["trees"][2]
 RELAXATIONS = [("none", 0.0, 1.0), *(("additive", d, 1.0) for d in (0.05, 0.1, 0.2, 0.4)),

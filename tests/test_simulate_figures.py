@@ -10,7 +10,7 @@ import pytest
 
 from relaxspec.cli import main
 from relaxspec.figures import FigureData, LineKey, Panel, draw, line_styles, plan, plot_results, render
-from relaxspec.sweep import COLUMNS, read_results
+from relaxspec.results import COLUMNS, read_results
 
 DEMO_TREES = ["eagle2:10,4,59", "static:naive_extend_57", "ddd:10,11,5/7/9,-0.3,60", "sequoia:57,8",
               "latent:10,4,59", "latent-walk:10,4,59", "sequoia-walk:57,8"]

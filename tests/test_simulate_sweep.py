@@ -8,17 +8,12 @@ import time
 
 import pytest
 
+import relaxspec.results as results_mod
 import relaxspec.sweep as sweep
 from core.trees.policies import MAX_POOL_NODES, MAX_TREE_DEPTH, MAX_TREE_NODES, Eagle2Tree, StaticTree
 from core.trees.spec import check_tree_spec
-from relaxspec.sweep import (
-    COLUMNS,
-    TEXT_COLUMNS,
-    SweepConfig,
-    config_key,
-    read_results,
-    run_sweep,
-)
+from relaxspec.results import COLUMNS, TEXT_COLUMNS, config_key, read_results
+from relaxspec.sweep import SweepConfig, run_sweep
 
 GRID = {
     "worlds": ["ambiguous"],
@@ -111,13 +106,13 @@ def test_a_torn_header_is_rewritten(tmp_path, finished):
 def test_each_row_is_one_write(tmp_path, monkeypatch):
     """Rows go to the file in one os.write each (a crash leaves whole rows or one torn last line)."""
     writes: list[bytes] = []
-    real = sweep.os.write
+    real = results_mod.os.write
 
     def spy(fd: int, data: bytes) -> int:
         writes.append(bytes(data))
         return real(fd, data)
 
-    monkeypatch.setattr(sweep.os, "write", spy)
+    monkeypatch.setattr(results_mod.os, "write", spy)
     out = tmp_path / "results.csv"
     rows = run_sweep(SweepConfig.from_dict({**GRID, "trees": ["chain:3"]}), out, progress=False)
     assert len(writes) == 1 + len(rows) == 3  # header + rows

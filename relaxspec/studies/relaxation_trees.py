@@ -36,7 +36,8 @@ from core.trees.policies import Eagle2Tree, LatentAwareTree
 from core.trees.selection import ChildSelector, top_ranked
 from core.trees.sequoia import SequoiaTree
 from relaxspec.figstyle import relax_label
-from relaxspec.sweep import SweepConfig, read_results, run_sweep
+from relaxspec.results import read_results
+from relaxspec.sweep import SweepConfig, run_sweep
 from simulate.acceptance import measure_positional_acceptance
 from simulate.engine import run
 from simulate.overlap import sibling_overlap
