@@ -68,9 +68,13 @@ def _p_row(W, v, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es,
 
 
 @njit(cache=True, error_model="numpy")
-def _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps,
-              threshold, S, max_nodes, max_buffer, n_q, rule, code, k, param, variant, nb, exact, seq_len,
-              seed, o_int, o_exp, o_tv, o_ttv, n_steps):
+def _sequence(s, W, ps, rs, exact, seq_len, seed, o, n_steps):
+    """Decode sequence ``s``: the policy tuple ``ps`` (:func:`_policy_tuple`), the rule tuple ``rs``
+    (``RuleSpec.args``), per-step outputs ``o`` = (o_int, o_exp, o_tv, o_ttv) of this sequence."""
+    kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps, threshold, S, max_nodes, \
+        max_buffer, n_q = ps
+    rule, code, k, param, variant, nb = rs
+    o_int, o_exp, o_tv, o_ttv = o
     V = vocab_size(W)
     d = W[1].shape[0]
     keep_q = rule == 2  # R2 verifies with q; R1 and R3 never read it after the build
@@ -141,15 +145,14 @@ def _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tok
                     npr = _p_row(W, v, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es,
                                  cmaxs, npr)
             e_tok, e_tv, epoch = step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows,
-                                                         prow, psums, q_rows, qrow_f, rule, code, k, param,
-                                                         variant, nb, mark, seen, epoch, scratch, edge, reach)
+                                                         prow, psums, q_rows, qrow_f, rs, mark, seen, epoch,
+                                                         scratch, edge, reach)
         state[0] = 0
         state[1] = 0
         while True:  # the walk asks for p where it goes
             m, bonus, epoch, need = sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows,
-                                                            prow, q_rows, qrow_f, ua, ud, rule, code, k,
-                                                            param, variant, nb, mark, epoch, scratch, path,
-                                                            state, ok, tops)
+                                                            prow, q_rows, qrow_f, ua, ud, rs, mark, epoch,
+                                                            scratch, path, state, ok, tops)
             if need < 0:
                 break
             npr = _p_row(W, need, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,
@@ -160,8 +163,8 @@ def _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tok
                 npr = _p_row(W, end, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,
                              npr)
             bonus = leaf_bonus(p_rows[prow[end]], ud[end], rule, scratch[0])
-        t_tv, epoch = path_tv(parents, tokens, path, m, cstart, cidx, p_rows, prow, psums, rule, code, k,
-                              param, variant, nb, mark, seen, epoch)
+        t_tv, epoch = path_tv(parents, tokens, path, m, cstart, cidx, p_rows, prow, psums, rs, mark, seen,
+                              epoch)
         depth = 0
         for v in range(n):
             depth = max(depth, depths[v])
@@ -191,14 +194,18 @@ def _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tok
 
 
 @njit(parallel=True, cache=True, error_model="numpy")
-def simulate_kernel(W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps,
-                    threshold, S, max_nodes, max_buffer, n_q, rule, code, k, param, variant, nb, exact, n_seq,
-                    seq_len, seed, o_int, o_exp, o_tv, o_ttv, n_steps):
-    """Decode ``n_seq`` sequences in parallel; per-step outputs (n_seq, seq_len, ...)."""
+def simulate_kernel(W, ps, rs, exact, n_seq, seq_len, seed, out, n_steps):
+    """Decode ``n_seq`` sequences in parallel; per-step outputs ``out`` (each (n_seq, seq_len, ...))."""
+    # a parfor passes each captured variable to its worker on its own: tuples holding arrays are taken
+    # apart here and rebuilt in the loop (Numba cannot hand such a nested tuple to the gufunc)
+    kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps, threshold, S, max_nodes, \
+        max_buffer, n_q = ps
+    rule, code, k, param, variant, nb = rs
+    o_int, o_exp, o_tv, o_ttv = out
     for s in prange(n_seq):
-        _sequence(s, W, kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps,
-                  threshold, S, max_nodes, max_buffer, n_q, rule, code, k, param, variant, nb, exact, seq_len,
-                  seed, o_int[s], o_exp[s], o_tv[s], o_ttv[s], n_steps)
+        _sequence(s, W, (kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps,
+                         threshold, S, max_nodes, max_buffer, n_q), (rule, code, k, param, variant, nb),
+                  exact, seq_len, seed, (o_int[s], o_exp[s], o_tv[s], o_ttv[s]), n_steps)
 
 
 # ------------------------------------------------------------------ Python layer
@@ -309,9 +316,9 @@ def _run_numba(world, ps: PolicySpec, spec: RuleSpec, n_seq, seq_len, temperatur
     try:
         if threads is not None:
             numba.set_num_threads(int(threads))
-        simulate_kernel(W, ps.kind, ps.parents, ps.ranks, tdepths, ps.top_k, ps.max_calls, ps.total_tokens,
-                        ps.check_steps, ps.threshold, ps.selection, ps.max_nodes, ps.max_buffer, max(n_q, 1),
-                        *spec.args, exact, int(n_seq), int(seq_len), int(seed), *out)
+        policy = (ps.kind, ps.parents, ps.ranks, tdepths, ps.top_k, ps.max_calls, ps.total_tokens,
+                  ps.check_steps, ps.threshold, ps.selection, ps.max_nodes, ps.max_buffer, max(n_q, 1))
+        simulate_kernel(W, policy, spec.args, exact, int(n_seq), int(seq_len), int(seed), out[:4], out[4])
     finally:
         numba.set_num_threads(old)
     return out

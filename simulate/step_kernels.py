@@ -96,7 +96,7 @@ def greedy_path_end_kernel(depths, n, ok):
 
 @njit(cache=True, error_model="numpy")
 def sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, prow, q_rows, qrow, u_accept,
-                            u_draw, rule, code, k, param, variant, nb, mark, epoch, scratch, path, state, ok,
+                            u_draw, rs, mark, epoch, scratch, path, state, ok,
                             tops):
     """One verification step (``theory.tree.sample_step``) on the rows computed so far; resumable.
 
@@ -114,6 +114,7 @@ def sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, pr
     the caller computes. ``scratch`` is (3, V) float64; R3's ``ok`` / ``tops``
     hold one entry per node (``tops[u]`` = argmax p_u where read).
     """
+    rule, code, k, param, variant, nb = rs
     if rule == 3:
         v = greedy_path_ok_kernel(parents, tokens, n, p_rows, prow, code, k, param, nb, ok, tops,
                                   max(state[1], 1))
@@ -267,7 +268,7 @@ def node_outcome_r2_kernel(p, q, kids, code, k, param, variant, nb, accept, r, q
 
 
 @njit(cache=True, error_model="numpy")
-def path_tv(parents, tokens, path, m, cstart, cidx, p_rows, prow, psums, rule, code, k, param, variant, nb,
+def path_tv(parents, tokens, path, m, cstart, cidx, p_rows, prow, psums, rs,
             mark, seen, epoch):
     """TV of the tokens one step emitted, from the nodes that decided them; returns (TV, epoch).
 
@@ -278,6 +279,7 @@ def path_tv(parents, tokens, path, m, cstart, cidx, p_rows, prow, psums, rule, c
     accepted child that is not argmax p of its parent; R2 0 with ``none``,
     else NaN (exact only averaged over draw orders). Reads p only on the path.
     """
+    rule, code, k, param, variant, nb = rs
     if rule == 3:
         tv = 0.0
         for i in range(m - 1):
@@ -302,8 +304,8 @@ def path_tv(parents, tokens, path, m, cstart, cidx, p_rows, prow, psums, rule, c
 
 
 @njit(cache=True, error_model="numpy")
-def step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, prow, psums, q_rows, qrow, rule,
-                            code, k, param, variant, nb, mark, seen, epoch, scratch, edge, reach):
+def step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, prow, psums, q_rows, qrow, rs,
+                            mark, seen, epoch, scratch, edge, reach):
     """Exact expectations of one step given the tree and rows (p at every node with children).
 
     Fills ``edge[v]`` = P(v accepted | parent reached) and ``reach[v]`` =
@@ -314,6 +316,7 @@ def step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, pr
     relaxed, since it is exact only averaged over draw orders): the
     expectation of :func:`path_tv` given the tree and state.
     """
+    rule, code, k, param, variant, nb = rs
     edge[0] = 1.0
     reach[0] = 1.0
     relaxed = not (code == 0 or k == 0)
@@ -333,8 +336,8 @@ def step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, pr
             edge[v] = 1.0
             reach[v] = 1.0
             v = parents[v]
-        tv, epoch = path_tv(parents, tokens, path, m, cstart, cidx, p_rows, prow, psums, rule, code, k, param,
-                            variant, nb, mark, seen, epoch)
+        tv, epoch = path_tv(parents, tokens, path, m, cstart, cidx, p_rows, prow, psums, rs, mark, seen,
+                            epoch)
         return 1.0 + depths[end], tv, epoch
     tvs = np.zeros(n)
     for u in range(n):
@@ -373,10 +376,10 @@ def leaf_bonus(p_leaf, u, rule, cum):
 
 
 @njit(cache=True, error_model="numpy")
-def sample_step_kernel(parents, tokens, depths, p_rows, q_rows, u_accept, u_draw, rule, code, k, param,
-                       variant, nb):
+def sample_step_kernel(parents, tokens, depths, p_rows, q_rows, u_accept, u_draw, rs):
     """A whole verification step on rows given for every node; returns (path, bonus, TV of the emitted
     tokens as :func:`path_tv`)."""
+    rule, code, k, param, variant, nb = rs
     n = parents.shape[0]
     V = p_rows.shape[1]
     cstart = np.empty(n + 1, dtype=np.int64)
@@ -389,24 +392,23 @@ def sample_step_kernel(parents, tokens, depths, p_rows, q_rows, u_accept, u_draw
     path = np.empty(n, dtype=np.int64)
     state = np.zeros(2, dtype=np.int64)
     m, bonus, epoch, _ = sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, rows,
-                                                 q_rows, rows, u_accept, u_draw, rule, code, k, param,
-                                                 variant, nb, mark, 0, scratch, path, state,
-                                                 np.empty(n, dtype=np.bool_), np.empty(n, dtype=np.int64))
+                                                 q_rows, rows, u_accept, u_draw, rs, mark, 0, scratch, path,
+                                                 state, np.empty(n, dtype=np.bool_),
+                                                 np.empty(n, dtype=np.int64))
     if bonus < 0:
         leaf = path[m - 1]
         bonus = leaf_bonus(p_rows[leaf], u_draw[leaf], rule, scratch[0])
     psums = np.empty(n)
     for i in range(m):
         psums[path[i]] = seqsum_kernel(p_rows[path[i]])
-    tv, _ = path_tv(parents, tokens, path, m, cstart, cidx, p_rows, rows, psums, rule, code, k, param,
-                    variant, nb, mark, seen, epoch)
+    tv, _ = path_tv(parents, tokens, path, m, cstart, cidx, p_rows, rows, psums, rs, mark, seen, epoch)
     return path[:m].copy(), bonus, tv
 
 
 @njit(cache=True, error_model="numpy")
-def expected_tokens_per_step_kernel(parents, tokens, depths, p_rows, q_rows, rule, code, k, param, variant,
-                                    nb):
+def expected_tokens_per_step_kernel(parents, tokens, depths, p_rows, q_rows, rs):
     """Exact expectations of a step on rows given for every node: (E[tokens], E[TV], edge, reach)."""
+    rule, code, k, param, variant, nb = rs
     n = parents.shape[0]
     V = p_rows.shape[1]
     cstart = np.empty(n + 1, dtype=np.int64)
@@ -422,6 +424,6 @@ def expected_tokens_per_step_kernel(parents, tokens, depths, p_rows, q_rows, rul
     edge = np.empty(n)
     reach = np.empty(n)
     tokens_e, tv_e, _ = step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, rows, psums,
-                                                q_rows, rows, rule, code, k, param, variant, nb, mark, seen,
+                                                q_rows, rows, rs, mark, seen,
                                                 0, scratch, edge, reach)
     return tokens_e, tv_e, edge, reach

@@ -115,7 +115,7 @@ def verify_step(
     p, q, spec = _prepare(tree, node_dists, q_dists, rule, relax, neighbours, variant)
     ua = _uniforms(u_accept, tree.size, "u_accept")
     ud = _uniforms(u_draw, tree.size, "u_draw")
-    path, bonus, tv = sample_step_kernel(tree.parents, tree.tokens, tree.depths, p, q, ua, ud, *spec.args)
+    path, bonus, tv = sample_step_kernel(tree.parents, tree.tokens, tree.depths, p, q, ua, ud, spec.args)
     if with_tv:
         return [int(v) for v in path], int(bonus), float(tv)
     return [int(v) for v in path], int(bonus)
@@ -138,5 +138,5 @@ def step_expectation(
     """
     p, q, spec = _prepare(tree, node_dists, q_dists, rule, relax, neighbours, variant)
     t, tv, edge, reach = expected_tokens_per_step_kernel(tree.parents, tree.tokens, tree.depths, p, q,
-                                                         *spec.args)
+                                                         spec.args)
     return StepExpectation(float(t), float(tv), edge, reach)
