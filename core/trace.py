@@ -15,6 +15,9 @@ hold), the two uniforms of every node (``u_accept``, ``u_draw``; see
 ``theory.sampler``) and the outcome (accepted node path from the root, bonus
 token). Chunks are written whole and renamed into place, so an interrupted
 run keeps every finished sequence and can resume.
+
+Over 400 lines: the format's header, step records, writer (resumable, atomic chunks) and reader with
+its validation are one file format, kept together so that writer and reader cannot drift apart.
 """
 
 from __future__ import annotations

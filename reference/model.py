@@ -23,6 +23,9 @@ and lets it attend to the prefix, its ancestors and itself (SPEC section 5);
 :meth:`Transformer.accept_path` moves the accepted nodes' keys and values to
 slots ``prefix_len, prefix_len + 1, ...``. A plain decoding step is a
 one-node tree.
+
+Over 400 lines: LlamaGen's GPT with its KV cache, tree attention and strict checkpoint loading is one
+concept (the model) in the style of gpt-fast's single model file.
 """
 
 from __future__ import annotations

@@ -68,13 +68,49 @@ def _p_row(W, v, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es,
 
 
 @njit(cache=True, error_model="numpy")
+def _record_step(o, step, m, n, depths, path, cstart, cidx, calls, e_tok, e_tv, t_tv):
+    """One step's row of the outputs ``o`` = (o_int, o_exp, o_tv, o_ttv) (fields: ``STEP_FIELDS``)."""
+    o_int, o_exp, o_tv, o_ttv = o
+    depth = 0
+    for v in range(n):
+        depth = max(depth, depths[v])
+    choice = -1
+    if m > 1:
+        choice = path[1] - cidx[cstart[0]]
+    o_int[step, 0] = m
+    o_int[step, 1] = n - 1
+    o_int[step, 2] = depth
+    o_int[step, 3] = m - 1
+    o_int[step, 4] = calls
+    o_int[step, 5] = choice
+    o_exp[step] = e_tok
+    o_tv[step] = e_tv
+    o_ttv[step] = t_tv
+
+
+@njit(cache=True, error_model="numpy")
+def _advance_root(W, last, bonus, bparent, btoken, zs, hs, have):
+    """The new root: the world's state after the accepted path (ending at buffer node ``last``) and the
+    bonus token (a latent world moves its state; a stationary or trace world keeps none)."""
+    if W[0] == 0:
+        ensure_state(W, last, bparent, btoken, zs, hs, have)
+        znew = np.empty(zs.shape[1])
+        hs[0] = transition(W[1], W[4], W[5][0], zs[last], hs[last], bonus, znew)
+        zs[0, :] = znew
+    have[0] = True
+
+
+@njit(cache=True, error_model="numpy")
 def _sequence(s, W, ps, rs, exact, seq_len, seed, o, n_steps):
-    """Decode sequence ``s``: the policy tuple ``ps`` (:func:`_policy_tuple`), the rule tuple ``rs``
-    (``RuleSpec.args``), per-step outputs ``o`` = (o_int, o_exp, o_tv, o_ttv) of this sequence."""
+    """Decode sequence ``s``: the policy tuple ``ps`` (built in :func:`_run_numba`), the rule tuple ``rs``
+    (``RuleSpec.args``), per-step outputs ``o`` = (o_int, o_exp, o_tv, o_ttv) of this sequence.
+
+    About 100 lines, over the suite's 80 for hot-path functions: a third is the allocation of the
+    sequence's scratch (once per sequence, so that the step loop allocates nothing) and the loop body
+    calls one named kernel per SPEC step (build, uniforms, expectation, walk, bonus, record, advance)."""
     kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps, threshold, S, max_nodes, \
         max_buffer, n_q = ps
     rule, code, k, param, variant, nb = rs
-    o_int, o_exp, o_tv, o_ttv = o
     V = vocab_size(W)
     d = W[1].shape[0]
     keep_q = rule == 2  # R2 verifies with q; R1 and R3 never read it after the build
@@ -165,29 +201,8 @@ def _sequence(s, W, ps, rs, exact, seq_len, seed, o, n_steps):
             bonus = leaf_bonus(p_rows[prow[end]], ud[end], rule, scratch[0])
         t_tv, epoch = path_tv(parents, tokens, path, m, cstart, cidx, p_rows, prow, psums, rs, mark, seen,
                               epoch)
-        depth = 0
-        for v in range(n):
-            depth = max(depth, depths[v])
-        choice = -1
-        if m > 1:
-            choice = path[1] - cidx[cstart[0]]
-        o_int[step, 0] = m
-        o_int[step, 1] = n - 1
-        o_int[step, 2] = depth
-        o_int[step, 3] = m - 1
-        o_int[step, 4] = calls
-        o_int[step, 5] = choice
-        o_exp[step] = e_tok
-        o_tv[step] = e_tv
-        o_ttv[step] = t_tv
-        # the new root: state after the accepted path and the bonus token
-        last = buf_of[end]
-        if W[0] == 0:
-            ensure_state(W, last, bparent, btoken, zs, hs, have)
-            znew = np.empty(d)
-            hs[0] = transition(W[1], W[4], W[5][0], zs[last], hs[last], bonus, znew)
-            zs[0, :] = znew
-        have[0] = True
+        _record_step(o, step, m, n, depths, path, cstart, cidx, calls, e_tok, e_tv, t_tv)
+        _advance_root(W, buf_of[end], bonus, bparent, btoken, zs, hs, have)
         pos += m
         step += 1
     n_steps[s] = step

@@ -4,6 +4,9 @@ the greedy (R3) path, the bonus token, and the step's exact expectations and TV.
 Twins of ``theory.tree.sample_step`` and ``theory.tree.step_expectation`` built on the node kernels of
 :mod:`simulate.verify_kernels` (same array conventions). Trees arrive as parent arrays in topological
 order; children are handled as CSR (:func:`children_csr`).
+
+Over 400 lines: the walk, the greedy path and the exact expectation share CSR helpers and R1's implicit
+residual and must stay operation-for-operation twins of theory.tree; splitting them would scatter that.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ the prefix) and g a fixed per-token error: sigma_q, beta_q and tau control
 1 - TV(p, q). Rows are computed by one implementation, the kernels of
 :mod:`simulate.world_kernels` (float32 logits and exp, float64 rows), which
 the Python methods call too.
+
+Over 400 lines: the three world kinds share one interface (target/draft rows, advance, the kernel
+tuple) and their validation; one module keeps that interface in one view.
 """
 
 from __future__ import annotations

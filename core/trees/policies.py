@@ -40,6 +40,9 @@ Each policy also exposes ``kernel_spec()``: the plain arrays from which the
 Numba builder in :mod:`simulate.policy_kernels` builds exactly the same tree
 given the same q rows (tested exactly). Policies are plain data: new ones
 (issue 7) subclass :class:`TreePolicy` and add a kernel kind.
+
+Over 400 lines: the policy interface, static and dynamic (EAGLE-2, DDD, latent-aware) builders share
+the NumPy build and the kernel spec; together they are the tree policies of SPEC section 5.
 """
 
 from __future__ import annotations

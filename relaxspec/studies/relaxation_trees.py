@@ -18,6 +18,9 @@ Outputs (``--out``, default ``results/relaxation_trees``): ``worlds.csv`` (sweep
 rows, resumable), ``shipped/`` (per-image records, resumable) and
 ``shipped.csv``, ``overlap.csv``, ``ceiling.csv``, ``table.md`` and the
 figure ``tradeoff`` (PDF and PNG).
+
+Over 400 lines: one study end to end (worlds, the shipped model, the table, the figure and the verdict),
+kept in one file so that a reader can audit the whole measurement.
 """
 
 from __future__ import annotations
