@@ -1,0 +1,205 @@
+"""The rule protocol, and adapters that put the suite's own rules behind it.
+
+A rule verifies one tree node. It is any callable::
+
+    rule(p, q, children, relax, neighbours, variant, u) -> Verdict
+
+- ``p``, ``q``: float64 (V,) target and draft distributions at the node;
+- ``children``: int64 (m,) distinct child tokens in draft order;
+- ``relax``: a :class:`theory.Relax`; ``neighbours``: the (V, W) integer neighbour
+  table (any integer dtype; rows ordered by latent distance); ``variant``:
+  ``"principled"`` or ``"official"`` (a rule with no variants ignores it);
+- ``u``: m + 1 uniforms in [0, 1), read-only: ``u[i]`` decides child i and ``u[m]``
+  draws the token emitted when no child is accepted (theory's convention).
+
+It returns a :class:`Verdict`: the accepted child's index (or -1) and the emitted
+token (the accepted child, or the draw), and, when the rule can compute it, its exact
+:class:`Law` (independent of ``u``). The rule must be deterministic given its inputs.
+
+Optional attributes tell the checks more (read with ``getattr``):
+
+- ``name``: how messages name the rule (default: its ``__name__``);
+- ``drafts``: ``"given"`` (default: the children are fixed, e.g. the top drafts,
+  as R1 and R3 take them) or ``"sampled"`` (the children are draws from q without
+  replacement, as R2 takes them: the checks draw them, and the rule's law is
+  averaged over every draw order);
+- ``target``: ``"p"`` (default) or ``"argmax"`` (a greedy rule: lossless means
+  emitting the point mass on argmax p, lowest id among ties);
+- ``spec_rule``: ``"r1"``, ``"r2"`` or ``"r3"`` when the rule claims to be one of
+  SPEC section 3's rules (the checks then default to theory's exact values).
+
+:class:`TheoryRule` wraps theory's NumPy oracle (``theory.sample_node`` and
+``theory.node_outcome``); :class:`KernelRule` wraps the Numba twins
+(``simulate.verify_kernels.sample_node_r1_kernel`` / ``sample_node_r2_kernel``),
+which expose no law.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from theory.relax import Relax
+from theory.rules import encode, rule_table
+from theory.sampler import sample_node
+from theory.verify import check_node_inputs, node_outcome
+
+__all__ = ["KernelRule", "Law", "Rule", "TheoryRule", "Verdict"]
+
+
+@dataclass(frozen=True)
+class Law:
+    """The exact law of one node's verification.
+
+    Attributes
+    ----------
+    accept_probs : (m,) probability that child i is accepted.
+    emitted : (V,) distribution of the emitted token.
+    """
+
+    accept_probs: np.ndarray
+    emitted: np.ndarray
+
+    @property
+    def accept(self) -> float:
+        """Probability that some child is accepted."""
+        return float(np.sum(self.accept_probs))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A rule's decision at one node: accepted child ``index`` (-1: none), emitted ``token``,
+    and its exact ``law`` when the rule can compute it."""
+
+    index: int
+    token: int
+    law: Law | None = field(default=None)
+
+
+class Rule(Protocol):
+    """A verification rule at one node (see the module docstring for the arguments)."""
+
+    def __call__(self, p: np.ndarray, q: np.ndarray, children: np.ndarray, relax: Relax,
+                 neighbours: np.ndarray, variant: str, u: np.ndarray) -> Verdict: ...
+
+
+_RULES = ("r1", "r2", "r3")
+
+
+@dataclass(frozen=True)
+class TheoryRule:
+    """One of SPEC section 3's rules as theory computes it.
+
+    Decisions from ``theory.sample_node``; with ``law=True`` (default) the exact
+    law from ``theory.node_outcome`` (for R2: conditional on the draw order).
+    """
+
+    rule: str
+    law: bool = True
+
+    def __post_init__(self) -> None:
+        if self.rule not in _RULES:
+            raise ValueError(f"unknown rule {self.rule!r}; expected one of {_RULES}")
+
+    @property
+    def name(self) -> str:
+        """``theory <rule>``."""
+        return f"theory {self.rule}" + ("" if self.law else " (sampling only)")
+
+    @property
+    def drafts(self) -> str:
+        """R2 verifies children drawn from q; R1 and R3 take them as given."""
+        return "sampled" if self.rule == "r2" else "given"
+
+    @property
+    def target(self) -> str:
+        """R3 is greedy: its lossless law is the point mass on argmax p."""
+        return "argmax" if self.rule == "r3" else "p"
+
+    @property
+    def spec_rule(self) -> str:
+        """The SPEC rule implemented."""
+        return self.rule
+
+    def __call__(self, p: np.ndarray, q: np.ndarray, children: np.ndarray, relax: Relax,
+                 neighbours: np.ndarray, variant: str, u: np.ndarray) -> Verdict:
+        qq = q if self.rule == "r2" else None
+        x = check_node_inputs(p, children, rule=self.rule, relax=relax, neighbours=neighbours, q=qq,
+                              variant=variant)
+        m = x.m
+        i, token = sample_node(x.p, x.kids, u[:m], float(u[m]), rule=self.rule, relax=relax,
+                               neighbours=x.nb, q=x.q, variant=variant)
+        if not self.law:
+            return Verdict(i, token)
+        out = node_outcome(x.p, x.kids, rule=self.rule, relax=relax, neighbours=neighbours, q=qq,
+                           variant=variant)
+        return Verdict(i, token, Law(out.accept_probs, out.emitted))
+
+
+@dataclass(frozen=True)
+class KernelRule:
+    """R1 or R2 as the Numba kernels verify a node (``simulate.verify_kernels``); no law.
+
+    The first call compiles the kernels (seconds; cached on disk afterwards).
+    """
+
+    rule: str
+
+    def __post_init__(self) -> None:
+        if self.rule not in ("r1", "r2"):
+            raise ValueError(f"the node kernels are sample_node_r1_kernel and sample_node_r2_kernel: "
+                             f"rule must be 'r1' or 'r2', got {self.rule!r}")
+
+    @property
+    def name(self) -> str:
+        """``simulate <rule> kernel``."""
+        return f"simulate {self.rule} kernel"
+
+    @property
+    def drafts(self) -> str:
+        """As :class:`TheoryRule`."""
+        return "sampled" if self.rule == "r2" else "given"
+
+    @property
+    def target(self) -> str:
+        """Both kernels' rules are lossless towards p."""
+        return "p"
+
+    @property
+    def spec_rule(self) -> str:
+        """The SPEC rule implemented."""
+        return self.rule
+
+    def __call__(self, p: np.ndarray, q: np.ndarray, children: np.ndarray, relax: Relax,
+                 neighbours: np.ndarray, variant: str, u: np.ndarray) -> Verdict:
+        from simulate.verify_kernels import (
+            draw_token_kernel,
+            draw_token_residual_kernel,
+            sample_node_r1_kernel,
+            sample_node_r2_kernel,
+        )
+
+        qq = q if self.rule == "r2" else None
+        x = check_node_inputs(p, children, rule=self.rule, relax=relax, neighbours=neighbours, q=qq,
+                              variant=variant)
+        e = encode(self.rule, relax, variant)
+        nb = rule_table(neighbours, x.p.size, relax, variant)
+        V, m = x.p.size, x.m
+        pc = np.ascontiguousarray(x.p)
+        kids = np.ascontiguousarray(x.kids)
+        uk = np.array(u[:m], dtype=np.float64)
+        if self.rule == "r1":
+            mark = np.zeros(V, dtype=np.int64)
+            i, epoch, unif = sample_node_r1_kernel(pc, kids, uk, mark, 0, e.code, e.k, e.param, e.variant, nb)
+            if i >= 0:
+                return Verdict(int(i), int(kids[i]))
+            return Verdict(-1, int(draw_token_residual_kernel(pc, mark, epoch, unif, float(u[m]),
+                                                              np.empty(V))))
+        r, qp, res = np.empty(V), np.empty(V), np.empty(V)
+        qc = np.ascontiguousarray(x.q)
+        i = sample_node_r2_kernel(pc, qc, kids, uk, e.code, e.k, e.param, e.variant, nb, r, qp, res)
+        if i >= 0:
+            return Verdict(int(i), int(kids[i]))
+        return Verdict(-1, int(draw_token_kernel(r, float(u[m]), np.empty(V))))
