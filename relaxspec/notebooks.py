@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from relaxspec.nbenv import FIGURES_VAR, ROOT_VAR, SIZE_VAR, SIZES, repo_root
+from relaxspec.nbenv import FIGURES_VAR, ROOT_VAR, SIZE_VAR, SIZES, figures_dir, repo_root
 
 FULL_TIMEOUT_S = 1800  # per cell
 SMALL_TIMEOUT_S = 600
@@ -98,7 +98,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("figures", help="execute the analysis notebooks and regenerate every figure "
                                        "(vector PDF + PNG) under figures/")
     p.add_argument("--size", choices=SIZES, default="full", help="sample sizes (default: full)")
-    p.add_argument("--out", default=None, help="figure folder (default: figures/ at the repository root)")
+    p.add_argument("--out", default=None,
+                   help="figure folder (default: $RELAXSPEC_FIGURES or figures/ at the repository root; "
+                        "figures/small/ for --size small)")
     p.add_argument("--notebooks", default=None, help="notebook folder (default: notebooks/)")
     p.add_argument("--only", default="", help="comma-separated notebook names or prefixes, e.g. 01,03")
     p.add_argument("--executed", default=None, help="also write the executed notebooks into this folder")
@@ -107,11 +109,19 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
+def figures_output(size: str, out: str | None) -> Path:
+    """Where ``relaxspec figures`` writes: ``--out``, else ``RELAXSPEC_FIGURES`` or ``figures/``; a
+    ``small`` run goes to its ``small/`` subfolder, so that a quick pass never overwrites the full-size
+    figures the README shows."""
+    path = Path(out) if out else figures_dir() / ("small" if size == "small" else "")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def _figures(args: argparse.Namespace) -> int:
     from nbclient.exceptions import CellExecutionError
 
-    out = Path(args.out) if args.out else repo_root() / "figures"
-    out.mkdir(parents=True, exist_ok=True)
+    out = figures_output(args.size, args.out)
     only = [o.strip() for o in args.only.split(",") if o.strip()]
     paths = notebook_paths(Path(args.notebooks) if args.notebooks else None, only)
     if not paths:

@@ -61,3 +61,14 @@ def test_relaxspec_figures_runs_notebooks_and_reports_failures(tmp_path, capsys)
     assert main([*args, "--only", "02"]) == 1
     assert "boom" in capsys.readouterr().err
     assert main([*args, "--only", "03"]) == 2
+
+
+def test_a_small_figures_run_never_overwrites_the_readme_figures(tmp_path, monkeypatch) -> None:
+    """`relaxspec figures --size small` writes to figures/small/ (the README's full-size PNGs stay)."""
+    from relaxspec.notebooks import figures_output
+
+    monkeypatch.setenv("RELAXSPEC_FIGURES", str(tmp_path / "figs"))
+    assert figures_output("full", None) == tmp_path / "figs"
+    assert figures_output("small", None) == tmp_path / "figs" / "small"
+    assert figures_output("small", str(tmp_path / "mine")) == tmp_path / "mine"
+    assert (tmp_path / "figs" / "small").is_dir()
