@@ -101,50 +101,51 @@ def _advance_root(W, last, bonus, bparent, btoken, zs, hs, have):
 
 
 @njit(cache=True, error_model="numpy")
+def _buffer_scratch(max_buffer, d):
+    """A sequence's draft buffer (every node a tree build may create): parent, token, depth, world
+    state (z, key, whether computed), q row index and score per buffer node."""
+    return (np.zeros(max_buffer, dtype=np.int64), np.zeros(max_buffer, dtype=np.int64),
+            np.zeros(max_buffer, dtype=np.int64), np.zeros((max_buffer, d)),
+            np.zeros(max_buffer, dtype=np.uint64), np.zeros(max_buffer, dtype=np.bool_),
+            np.full(max_buffer, -1, dtype=np.int64), np.zeros(max_buffer))
+
+
+@njit(cache=True, error_model="numpy")
+def _node_scratch(max_nodes):
+    """A sequence's per-tree-node arrays: parents, tokens, depths, buffer node, p / q row indices, CSR
+    children, the accepted path, argmax tops (int64); p sums, uniforms, edge and reach probabilities
+    (float64); greedy flags (bool)."""
+    ints = (np.empty(max_nodes, dtype=np.int64), np.empty(max_nodes, dtype=np.int64),
+            np.empty(max_nodes, dtype=np.int64), np.empty(max_nodes, dtype=np.int64),
+            np.full(max_nodes, -1, dtype=np.int64), np.full(max_nodes, -1, dtype=np.int64),
+            np.empty(max_nodes + 1, dtype=np.int64), np.empty(max_nodes, dtype=np.int64),
+            np.empty(max_nodes, dtype=np.int64), np.empty(max_nodes, dtype=np.int64))
+    floats = (np.zeros(max_nodes), np.empty(max_nodes), np.empty(max_nodes), np.empty(max_nodes),
+              np.empty(max_nodes))
+    return ints + floats + (np.empty(max_nodes, dtype=np.bool_),)
+
+
+@njit(cache=True, error_model="numpy")
 def _sequence(s, W, ps, rs, exact, seq_len, seed, o, n_steps):
     """Decode sequence ``s``: the policy tuple ``ps`` (built in :func:`_run_numba`), the rule tuple ``rs``
-    (``RuleSpec.args``), per-step outputs ``o`` = (o_int, o_exp, o_tv, o_ttv) of this sequence.
-
-    About 100 lines, over the suite's 80 for hot-path functions: a third is the allocation of the
-    sequence's scratch (once per sequence, so that the step loop allocates nothing) and the loop body
-    calls one named kernel per SPEC step (build, uniforms, expectation, walk, bonus, record, advance)."""
+    (``RuleSpec.args``), per-step outputs ``o`` = (o_int, o_exp, o_tv, o_ttv) of this sequence; all
+    scratch is allocated once per sequence, so the step loop allocates nothing."""
     kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps, threshold, S, max_nodes, \
         max_buffer, n_q = ps
     rule, code, k, param, variant, nb = rs
     V = vocab_size(W)
     d = W[1].shape[0]
     keep_q = rule == 2  # R2 verifies with q; R1 and R3 never read it after the build
-    bparent = np.zeros(max_buffer, dtype=np.int64)
-    btoken = np.zeros(max_buffer, dtype=np.int64)
-    bdepth = np.zeros(max_buffer, dtype=np.int64)
-    zs = np.zeros((max_buffer, d))
-    hs = np.zeros(max_buffer, dtype=np.uint64)
-    have = np.zeros(max_buffer, dtype=np.bool_)
-    qrow = np.full(max_buffer, -1, dtype=np.int64)
-    score = np.zeros(max_buffer)
+    bparent, btoken, bdepth, zs, hs, have, qrow, score = _buffer_scratch(max_buffer, d)
     q_rows = np.empty((n_q if keep_q else 1, V))
     p_rows = np.empty((max_nodes + 1, V))
     es, cmaxs = row_scratch(W, EXPAND_BATCH)
     scratch = np.empty((3, V))
-    parents = np.empty(max_nodes, dtype=np.int64)
-    tokens = np.empty(max_nodes, dtype=np.int64)
-    depths = np.empty(max_nodes, dtype=np.int64)
-    buf_of = np.empty(max_nodes, dtype=np.int64)
-    prow = np.full(max_nodes, -1, dtype=np.int64)
-    qrow_f = np.full(max_nodes, -1, dtype=np.int64)
-    psums = np.zeros(max_nodes)
-    cstart = np.empty(max_nodes + 1, dtype=np.int64)
-    cidx = np.empty(max_nodes, dtype=np.int64)
-    ua = np.empty(max_nodes)
-    ud = np.empty(max_nodes)
+    parents, tokens, depths, buf_of, prow, qrow_f, cstart, cidx, path, tops, psums, ua, ud, edge, reach, \
+        ok = _node_scratch(max_nodes)
     nt = tparents.shape[0]
     utree = np.empty(max(nt, 1))
-    edge = np.empty(max_nodes)
-    reach = np.empty(max_nodes)
-    path = np.empty(max_nodes, dtype=np.int64)
     state = np.zeros(2, dtype=np.int64)
-    ok = np.empty(max_nodes, dtype=np.bool_)
-    tops = np.empty(max_nodes, dtype=np.int64)
     mark = np.zeros(V, dtype=np.int64)
     seen = np.zeros(V, dtype=np.int64)
     smark = np.zeros(V + 1, dtype=np.int64)  # the child selection's scratch
