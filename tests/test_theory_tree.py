@@ -14,6 +14,7 @@ from theory import (
     expected_tokens_per_step,
     greedy_path,
     node_outcome,
+    sample_step,
 )
 from theory.rules import neighbour_rows
 
@@ -148,3 +149,13 @@ def test_theory_tree_bad_dists():
         expected_tokens_per_step(tree, np.full((2, 6), 0.2), rule="r1")
     with pytest.raises(ValueError, match="needs q_dists"):
         expected_tokens_per_step(tree, np.full((2, 6), 1 / 6), rule="r2")
+
+
+def test_sample_step_without_a_table() -> None:
+    """No neighbour table is needed when the rule merges nothing; a relaxation without one is named."""
+    tree = Tree(np.array([-1, 0, 0]), np.array([0, 1, 2]))
+    p = np.full((3, 4), 0.25)
+    u = np.array([0.9, 0.1, 0.1])
+    assert sample_step(tree, p, u, u, rule="r1", relax=Relax.none(), neighbours=None) == ([0, 1], 0)
+    with pytest.raises(ValueError, match="needs a neighbour table"):
+        sample_step(tree, p, u, u, rule="r1", relax=Relax.additive(2, 0.1), neighbours=None)

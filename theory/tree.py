@@ -295,7 +295,7 @@ def sample_step(
     *,
     rule: str,
     relax: Relax,
-    neighbours: np.ndarray,
+    neighbours: np.ndarray | None,
     q_dists: np.ndarray | None = None,
     variant: str = "principled",
 ) -> tuple[list[int], int]:
@@ -306,8 +306,11 @@ def sample_step(
     (starting with the root) and the bonus token: the residual draw at the
     node where every child was rejected, a draw from p_v at a leaf v, or
     argmax p at the end of the greedy chain for R3. ``neighbours`` must be an
-    int64 table (``theory.verify.neighbour_rows``).
+    int64 table (``theory.rules.neighbour_rows``); ``None`` is allowed when the
+    rule merges nothing.
     """
+    if neighbours is None:
+        neighbours = neighbour_rows(None, len(node_dists[0]), relax, variant)  # names a missing table
     if rule == "r3":
         path = greedy_path(tree, node_dists, neighbours, relax)
         return path, int(np.argmax(node_dists[path[-1]]))
