@@ -82,7 +82,7 @@ from core.trees.policies import (
     check_budget,
 )
 from core.trees.selection import ChildSelector
-from core.trees.spec import SEQUOIA_KINDS, check_tree_spec, parse_tree
+from core.trees.spec import R2_FORMS, check_tree_spec, draws_children, parse_tree
 from relaxspec.results import (
     append_line,
     config_key,
@@ -103,7 +103,6 @@ _SCALAR_KEYS = {"n_sequences": 1, "seq_len": 1, "seed": 0, "threads": 1}  # lowe
 _TABLE_KEYS = {"world_overrides", "sequoia", "cost"}
 _SEQUOIA_KEYS = {"width": int, "n_sequences": int, "seq_len": int}
 _COST_KEYS = {"table", "model", "drafter"}
-_R2_TREES = "static:NAME, chain:N, sequoia:N,DEPTH, sequoia-lossless:N,DEPTH, costaware:N,DEPTH[,q]"
 
 
 @dataclass(frozen=True)
@@ -216,7 +215,7 @@ class SweepConfig:
         if r2:
             out.append(f"skipped rule r2 on {', '.join(t for t in self.trees if t in r2)}: R2 verifies "
                        "drafts sampled from q without replacement, which needs a static tree ranked by q "
-                       f"(trees that accept r2: {_R2_TREES})")
+                       f"(trees that accept r2: {R2_FORMS})")
         if official:
             hint = "" if "principled" in self.variants else "; add variant principled for those rows"
             out.append(f"skipped variant official for {' and '.join(sorted(official))}: identical to "
@@ -312,21 +311,11 @@ def jobs(cfg: SweepConfig) -> Iterator[Job]:
 def _skip_reason(tree: str, rule: str, variant: str, relax: Relax) -> str | None:
     """Why a combination is not run: ``"r2"`` (the tree cannot draw children), ``"official"`` (identical
     to principled), or None."""
-    if rule == "r2" and not _draws_children(tree):
+    if rule == "r2" and not draws_children(tree):
         return "r2"
     if variant == "official" and (relax.is_exact or rule == "r3"):
         return "official"
     return None
-
-
-def _draws_children(spec: str) -> bool:
-    """Whether a tree spec can rank children by draws without replacement (rule r2): static trees by q."""
-    kind, _, args = spec.partition(":")
-    if kind in ("static", "chain"):
-        return True
-    if kind in SEQUOIA_KINDS:
-        return SEQUOIA_KINDS[kind] == "q"
-    return kind == "costaware" and (len(args.split(",")) == 2 or args.endswith(",q"))
 
 
 def run_sweep(cfg: SweepConfig, out: str | Path, *, progress: bool = True) -> list[dict]:

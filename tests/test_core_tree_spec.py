@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from core.cost import DEFAULT_TABLE, CostModel
-from core.trees.spec import check_tree_spec, parse_tree, tree_kind
+from core.trees.spec import check_tree_spec, draws_children, parse_tree, tree_kind
 from theory.neighbours import neighbour_table
 from theory.relax import Relax
 
@@ -68,3 +68,18 @@ def test_bad_specs_are_named(spec: str, match: str | None) -> None:
         return
     with pytest.raises(ValueError, match=match):
         parse_tree(spec)
+
+
+@pytest.mark.parametrize("spec, draws", [
+    ("static:naive_extend_57", True), ("chain:3", True), ("sequoia:10,3", True),
+    ("sequoia-lossless:10,3", True),
+    ("sequoia-walk:10,3", False), ("costaware:10,3", True), ("costaware:10,3,q", True),
+    ("costaware:10,3,walk", False), ("eagle2:10,4,59", False), ("ddd:10,11,5/7/9,-0.3,60", False),
+    ("latent:4,2,10", False), ("ar", False),
+])
+def test_which_specs_draw_their_children(spec: str, draws: bool) -> None:
+    """Rule R2 needs children drawn from q: static trees picked by q, decided from the spec alone and
+    agreeing with the built policy."""
+    assert draws_children(spec) is draws
+    if spec != "ar":
+        assert parse_tree(spec, **CONTEXT).supports_draws is draws

@@ -62,6 +62,7 @@ KINDS = ("ar", "static", "chain", "eagle2", "ddd", *LATENT_KINDS, *SEQUOIA_KINDS
 FORMS = {"static": "static:NAME or static:[[0],[1],...]", "chain": "chain:N", "eagle2": "eagle2:K,D,M",
          "ddd": "ddd:K,CALLS,S1/S2/..,THRESHOLD,M", "costaware": "costaware:N,DEPTH[,MODE]",
          **{k: f"{k}:K,D,M[,POOL]" for k in LATENT_KINDS}, **{k: f"{k}:N,DEPTH" for k in SEQUOIA_KINDS}}
+R2_FORMS = "static:NAME, chain:N, sequoia:N,DEPTH, sequoia-lossless:N,DEPTH, costaware:N,DEPTH[,q]"
 # the policy names and generate's --tree KIND --tree-args K=V spellings before the one grammar
 _OLD_NAME = re.compile(r"(eagle2|ddd|latent(?:-diverse|-walk)?|sequoia|chain|static|costaware)-?(\d.*)")
 
@@ -185,15 +186,32 @@ def _latent(kind: str, args: str, spec: str, relax: Relax | None, neighbours: Ne
                            **({"pool": vals[3]} if len(vals) == 4 else {}), mode=LATENT_KINDS[kind])
 
 
-def _sequoia(kind: str, args: str, spec: str, relax: Relax | None, neighbours: Neighbours,
-             acceptance: Acceptance | None, cost, probe: bool) -> TreePolicy | None:
+def _selection_mode(kind: str, args: str) -> tuple[str, str]:
+    """A Sequoia-type spec's selection mode and its size arguments (``costaware`` may end in ``,MODE``)."""
     parts = args.split(",") if args else []
     mode = SEQUOIA_KINDS.get(kind, "q")
     if kind == "costaware" and len(parts) == 3:
         mode = parts.pop()
         if mode not in SELECTION_MODES:
             raise ValueError(f"MODE must be one of {SELECTION_MODES}, got {mode!r}")
-    n, depth = _ints(",".join(parts), (2,), spec)
+    return mode, ",".join(parts)
+
+
+def draws_children(spec: str) -> bool:
+    """Whether the tree a spec names can draw its children from q without replacement (rule R2): the
+    static trees that pick children by q (:data:`R2_FORMS`), decided from the spec alone."""
+    kind = tree_kind(spec)
+    if kind in ("static", "chain"):
+        return True
+    if kind in SEQUOIA_KINDS or kind == "costaware":
+        return _selection_mode(kind, str(spec).strip().partition(":")[2])[0] == "q"
+    return False
+
+
+def _sequoia(kind: str, args: str, spec: str, relax: Relax | None, neighbours: Neighbours,
+             acceptance: Acceptance | None, cost, probe: bool) -> TreePolicy | None:
+    mode, sizes = _selection_mode(kind, args)
+    n, depth = _ints(sizes, (2,), spec)
     check_budget("N", n, 1, MAX_TREE_NODES)
     check_budget("DEPTH", depth, 1, MAX_TREE_DEPTH)
     if probe:
