@@ -379,19 +379,23 @@ def leaf_bonus(p_leaf, u, rule, cum):
 
 
 @njit(cache=True, error_model="numpy")
+def _dense_step(parents, V):
+    """What a step on rows given for every node needs besides the rows: n, the children as CSR, the
+    identity row map and R1's scratch (``mark``, ``seen``: int64[V]; ``scratch``: float64[3, V])."""
+    n = parents.shape[0]
+    cstart = np.empty(n + 1, dtype=np.int64)
+    cidx = np.empty(max(n - 1, 1), dtype=np.int64)
+    children_csr(parents, n, cstart, cidx)
+    return (n, cstart, cidx, np.arange(n), np.zeros(V, dtype=np.int64), np.zeros(V, dtype=np.int64),
+            np.empty((3, V)))
+
+
+@njit(cache=True, error_model="numpy")
 def sample_step_kernel(parents, tokens, depths, p_rows, q_rows, u_accept, u_draw, rs):
     """A whole verification step on rows given for every node; returns (path, bonus, TV of the emitted
     tokens as :func:`path_tv`)."""
     rule, code, k, param, variant, nb = rs
-    n = parents.shape[0]
-    V = p_rows.shape[1]
-    cstart = np.empty(n + 1, dtype=np.int64)
-    cidx = np.empty(max(n - 1, 1), dtype=np.int64)
-    children_csr(parents, n, cstart, cidx)
-    rows = np.arange(n)
-    mark = np.zeros(V, dtype=np.int64)
-    seen = np.zeros(V, dtype=np.int64)
-    scratch = np.empty((3, V))
+    n, cstart, cidx, rows, mark, seen, scratch = _dense_step(parents, p_rows.shape[1])
     path = np.empty(n, dtype=np.int64)
     state = np.zeros(2, dtype=np.int64)
     m, bonus, epoch, _ = sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, rows,
@@ -411,19 +415,10 @@ def sample_step_kernel(parents, tokens, depths, p_rows, q_rows, u_accept, u_draw
 @njit(cache=True, error_model="numpy")
 def expected_tokens_per_step_kernel(parents, tokens, depths, p_rows, q_rows, rs):
     """Exact expectations of a step on rows given for every node: (E[tokens], E[TV], edge, reach)."""
-    rule, code, k, param, variant, nb = rs
-    n = parents.shape[0]
-    V = p_rows.shape[1]
-    cstart = np.empty(n + 1, dtype=np.int64)
-    cidx = np.empty(max(n - 1, 1), dtype=np.int64)
-    children_csr(parents, n, cstart, cidx)
-    rows = np.arange(n)
+    n, cstart, cidx, rows, mark, seen, scratch = _dense_step(parents, p_rows.shape[1])
     psums = np.empty(n)
     for v in range(n):
         psums[v] = seqsum_kernel(p_rows[v])
-    mark = np.zeros(V, dtype=np.int64)
-    seen = np.zeros(V, dtype=np.int64)
-    scratch = np.empty((3, V))
     edge = np.empty(n)
     reach = np.empty(n)
     tokens_e, tv_e, _ = step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, rows, psums,
