@@ -26,17 +26,23 @@ def add_replay_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
     return rep
 
 
+def add_trace_rule_arguments(p: argparse.ArgumentParser) -> None:
+    """``--relax``, ``--variant`` and ``--neighbours`` of a command that verifies a trace's steps again
+    (``rescore``, ``trace-acceptance``)."""
+    p.add_argument("--relax", default="none", help="none | additive:k=..,delta=.. | multiplicative:..")
+    p.add_argument("--variant", choices=("principled", "official"), default="principled")
+    p.add_argument("--neighbours", metavar="TABLE.npy",
+                   help="neighbour table (V, K) of the trace's codebook (default: the table stored in the "
+                        "trace, when it holds one)")
+
+
 def add_rescore_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``relaxspec rescore``."""
     res = sub.add_parser("rescore", help="exact tokens per step of another rule on a trace's logits")
     res.add_argument("trace", help="trace directory")
     res.add_argument("--rule", choices=("r1", "r2", "r3"), required=True,
                      help="r2 only on a trace recorded with r2 (children drawn from q)")
-    res.add_argument("--relax", default="none", help="none | additive:k=..,delta=.. | multiplicative:..")
-    res.add_argument("--variant", choices=("principled", "official"), default="principled")
-    res.add_argument("--neighbours", metavar="TABLE.npy",
-                     help="neighbour table (V, K) of the trace's codebook (default: the table stored in the "
-                          "trace, when it holds one)")
+    add_trace_rule_arguments(res)
     res.set_defaults(func=_rescore)
     return res
 

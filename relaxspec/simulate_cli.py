@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from reference.cli import add_trace_rule_arguments
+
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``simulate`` subcommand (``relaxspec.cli`` lists it)."""
@@ -56,13 +58,9 @@ def add_trace_acceptance_parser(sub: argparse._SubParsersAction) -> argparse.Arg
     p.add_argument("trace", help="trace directory")
     p.add_argument("--width", type=int, default=16, help="children ranked at the root (default 16)")
     p.add_argument("--rule", choices=("r1", "r3"), default="r1")
-    p.add_argument("--relax", default="none", help="none | additive:k=..,delta=.. | multiplicative:..")
-    p.add_argument("--variant", choices=("principled", "official"), default="principled")
+    add_trace_rule_arguments(p)
     p.add_argument("--mode", choices=("q", "latent", "diverse", "walk"), default="q",
                    help="how the root's children are ranked (core.trees.selection)")
-    p.add_argument("--neighbours", metavar="TABLE.npy",
-                   help="neighbour table (V, K) of the trace's codebook (default: the table stored in the "
-                        "trace, when it holds one)")
     p.set_defaults(func=_trace_acceptance)
     return p
 
