@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from theory.distributions import validate_distribution
+from theory.stages import seqsum
 
 BOOST_KINDS = ("none", "group", "depth", "budget")
 SPEC_NAMES = {"none": "none", "gsd": "group", "cool": "depth", "budget": "budget"}
@@ -189,7 +190,7 @@ NO_BOOST = Boost.none()
 def standard_residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     """norm((p - q)^+); uniform over V when p <= q everywhere (the suite's empty-residual convention)."""
     res = np.maximum(p - q, 0.0)
-    s = float(res.sum())
+    s = seqsum(res)
     return res / s if s > 0.0 else np.full_like(p, 1.0 / p.size)
 
 
@@ -283,7 +284,7 @@ def boosted_acceptance(p: np.ndarray, q: np.ndarray, x: int, boost: Boost, *, de
         if emb is None:
             raise ValueError("group acceptance needs an embedding table")
         C = group_members(p, x, emb, boost)
-        return min(1.0, float(p[C].sum()) / float(q[C].sum()))
+        return min(1.0, seqsum(p[C]) / seqsum(q[C]))
     if boost.kind == "depth":
         return min(1.0, boost.omega_at(depth) * p[x] / q[x])
     if boost.kind == "budget":
@@ -304,3 +305,13 @@ def acceptance_vector(p: np.ndarray, q: np.ndarray, boost: Boost, *, depth: int 
     for x in np.flatnonzero(q > 0):
         a[x] = boosted_acceptance(p, q, int(x), boost, depth=depth, emb=emb)
     return a
+
+
+def boosted_stage(
+    r: np.ndarray, qp: np.ndarray, x: int, boost: Boost, depth: int, emb: np.ndarray | None
+) -> tuple[float, np.ndarray]:
+    """A boosted sampled-draft stage (SPEC 9.2-9.3) on residual ``r`` and draft residual ``qp`` for drawn
+    ``x`` at ``depth``: ``(a, r_next)`` with a from :func:`boosted_acceptance` and the
+    standard residual (never a relaxed one)."""
+    a = boosted_acceptance(r, qp, x, boost, depth=depth, emb=emb)
+    return a, standard_residual(r, qp)
