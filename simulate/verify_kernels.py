@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from numba import njit
 
+from theory.stages import EXHAUSTION_CHECK
+
 
 # ---------------------------------------------------------------- R1 residual
 @njit(cache=True, error_model="numpy")
@@ -82,6 +84,10 @@ def r1_reject_kernel(p, mark, epoch, unif, Z, x, J, nb, k, variant):
         removed += r1_value(p, mark, epoch, unif, t)
         mark[t] = epoch
     Z = Z - removed
+    if Z <= EXHAUSTION_CHECK:  # decide exhaustion on the residual itself, as theory does
+        Z = 0.0
+        for t in range(p.shape[0]):
+            Z += r1_value(p, mark, epoch, unif, t)
     if Z <= 0.0:
         return float(p.shape[0]), epoch + 1, True
     return Z, epoch, unif

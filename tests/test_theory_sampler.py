@@ -272,16 +272,18 @@ def test_theory_sampler_acceptance_binomial():
     assert lo <= hits <= hi
 
 
-def test_theory_r1_all_zero_residual_with_positive_tracked_mass():
-    """Z is tracked by subtraction: here the official rule zeroes every token but Z keeps
-    1.1e-16. The final draw is then uniform (draw_token's no-mass rule) in the exact
-    analysis and in the sampler alike."""
+def test_theory_r1_exhausted_residual_is_decided_on_the_residual():
+    """Rejecting child 3, the official rule zeroes every token with mass; subtraction would leave
+    Z = 1.1e-16 on an empty residual. Exhaustion is decided on the residual itself (``EXHAUSTION_CHECK``):
+    the residual restarts uniform with Z = V, and the final draw is uniform, in the exact analysis and in
+    the sampler alike (issue 19)."""
     p = np.array([2, 0, 2, 1, 2]) / 7
     nb = np.array([[1, 2, 4, 3], [4, 0, 2, 3], [4, 1, 3, 0], [1, 0, 2, 4], [3, 2, 0, 1]])
     relax = Relax.multiplicative(4, 1.5)
     kids = np.array([2, 3])
     final = list(r1_walk(p, kids, nb, relax, "official"))[-1]
-    assert final.index == 2 and final.mass > 0.0 and not final.residual.any()
+    assert final.index == 2 and final.mass == 5.0
+    np.testing.assert_array_equal(final.residual, np.ones(5))
     out = node_outcome(p, kids, rule="r1", relax=relax, neighbours=nb, variant="official")
     uniform = final.reach / 5
     # child 2 accepted w.p. 2/7, child 3 w.p. (5/7) * (1/5), the rest uniform

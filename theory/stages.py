@@ -53,15 +53,23 @@ def r1_stage(
     return a, zero_set(x, row, J, relax, variant), J, c
 
 
+EXHAUSTION_CHECK = 1e-9
+"""Below this tracked mass R1 re-sums its residual: subtraction can leave Z ~ 1e-16 on an empty one."""
+
+
 def r1_reject(r: np.ndarray, Z: float, zeroed: np.ndarray) -> float:
     """Zero ``zeroed`` in ``r`` in place and return the new mass ``Z - removed``.
 
-    A residual left without mass becomes uniform over V (in place)."""
+    When that mass falls to :data:`EXHAUSTION_CHECK` or below it is re-summed from ``r`` itself (O(V),
+    rare), so exhaustion is decided on the residual, not on rounding. A residual left without mass
+    becomes uniform over V (in place)."""
     removed = 0.0
     for t in zeroed:
         removed += r[t]
         r[t] = 0.0
     Z = Z - removed
+    if Z <= EXHAUSTION_CHECK:
+        Z = seqsum(r)
     if Z <= 0.0:
         r[:] = 1.0
         Z = float(r.shape[0])
