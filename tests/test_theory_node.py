@@ -312,7 +312,7 @@ NB4 = np.array([[1, 2, 3], [0, 2, 3], [1, 0, 3], [2, 0, 1]])
           "children": [1]}, "itself"),
         ({"neighbours": np.array([[1, 2, 3], [7, 2, 3], [1, 0, 3], [2, 0, 1]]),
           "children": [1]}, "outside"),
-        ({"rule": "r4"}, "unknown rule"),
+        ({"rule": "r9"}, "unknown rule"),
         ({"variant": "lantern"}, "unknown variant"),
     ],
 )

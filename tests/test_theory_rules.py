@@ -36,7 +36,7 @@ def test_one_encoding_for_the_kernels_and_the_selection() -> None:
 
 
 @pytest.mark.parametrize("args, match", [
-    (("r4", Relax.none(), "principled"), "unknown rule"),
+    (("r5", Relax.none(), "principled"), "unknown rule"),
     (("r1", Relax.none(), "offical"), "unknown variant"),
     (("r1", "additive:k=1,delta=0.1", "principled"), "theory.Relax"),
 ])

@@ -1,5 +1,17 @@
 """Exact analysis of relaxed speculative verification (float64, no Monte Carlo)."""
 
+from theory.boost import (
+    NO_BOOST,
+    Boost,
+    boost_excess,
+    boosted_acceptance,
+    boosted_law,
+    boosted_tv,
+    cool_schedule,
+    group_members,
+    onehot_acceptance,
+    rank_window,
+)
 from theory.bounds import (
     R1Distortion,
     r1_distortion,
@@ -8,6 +20,14 @@ from theory.bounds import (
     r3_tv_bound,
     tv_bound,
 )
+from theory.budget import (
+    budget_node_outcome,
+    budget_r2_step_ends,
+    budget_scale,
+    budget_stage,
+    sample_budget_node,
+    sample_budget_r2_step,
+)
 from theory.distributions import (
     cfg_logits,
     logits_to_probs,
@@ -15,7 +35,24 @@ from theory.distributions import (
     validate_distribution,
     validate_logits,
 )
-from theory.multidraft import optimal_deterministic_acceptance, optimal_multidraft_acceptance
+from theory.jacobi import (
+    KeptChain,
+    SequenceLaw,
+    jacobi_expected_tokens,
+    jacobi_kept_chain,
+    jacobi_markov_tokens_per_forward,
+    jacobi_sequence_law,
+    markov_sequence_law,
+)
+from theory.multidraft import (
+    NodeAcceptance,
+    node_acceptance,
+    optimal_deterministic_acceptance,
+    optimal_multidraft_acceptance,
+    optimal_wor_acceptance,
+    wor_all_in_prefixes,
+    wor_all_in_table,
+)
 from theory.neighbours import (
     load_neighbours,
     neighbour_table,
@@ -25,7 +62,18 @@ from theory.neighbours import (
 )
 from theory.relax import Relax, merge_count, proximity_set
 from theory.rules import RULES, neighbour_rows
+from theory.sampled_trees import (
+    PrefixModel,
+    StepEnd,
+    StepLaw,
+    draw_sampled_tree,
+    r2_step_ends,
+    sampled_trees,
+    step_law,
+    step_tv,
+)
 from theory.sampler import draw_token, draw_without_replacement, sample_node
+from theory.traversal import TraversalOutcome, sample_traversal_step, traversal_ends
 from theory.tree import (
     Tree,
     chain_expected_tokens,
@@ -48,6 +96,45 @@ from theory.verify import (
 )
 
 __all__ = [
+    "NO_BOOST",
+    "Boost",
+    "KeptChain",
+    "SequenceLaw",
+    "boost_excess",
+    "boosted_acceptance",
+    "boosted_law",
+    "boosted_tv",
+    "cool_schedule",
+    "group_members",
+    "jacobi_expected_tokens",
+    "jacobi_kept_chain",
+    "jacobi_markov_tokens_per_forward",
+    "jacobi_sequence_law",
+    "markov_sequence_law",
+    "onehot_acceptance",
+    "rank_window",
+    "NodeAcceptance",
+    "PrefixModel",
+    "StepEnd",
+    "StepLaw",
+    "TraversalOutcome",
+    "budget_node_outcome",
+    "budget_r2_step_ends",
+    "budget_scale",
+    "budget_stage",
+    "draw_sampled_tree",
+    "node_acceptance",
+    "optimal_wor_acceptance",
+    "r2_step_ends",
+    "sample_budget_node",
+    "sample_budget_r2_step",
+    "sample_traversal_step",
+    "sampled_trees",
+    "step_law",
+    "step_tv",
+    "traversal_ends",
+    "wor_all_in_prefixes",
+    "wor_all_in_table",
     "NodeOutcome",
     "R1Distortion",
     "R1Stage",

@@ -100,7 +100,8 @@ def r1_distortion(
             else:
                 extra += p[y]
         if st.accept < 1.0 and not np.any(p[~removed] > 0):
-            # the residual is out of target mass and restarts uniform (official only)
+            # the residual is out of target mass and restarts uniform (official; principled only when rounding
+            # leaves a < 1 on a child whose proximity set holds all the mass left)
             reset = True
             tight = False
     return R1Distortion(float(merged), float(extra), float(nominal), bool(tight))

@@ -1,7 +1,8 @@
 """The one encoder and validator of a verification rule: (rule, relaxation, variant, neighbour table).
 
-Every layer names a rule the same way (SPEC section 3): ``rule`` r1, r2 or r3,
-a :class:`~theory.relax.Relax`, a ``variant`` (``principled`` = SPEC,
+Every layer names a rule the same way (SPEC section 3): ``rule`` r1, r2, r3 or r4
+(traversal verification, SPEC 9.6: ``theory.traversal``), a :class:`~theory.relax.Relax`,
+a ``variant`` (``principled`` = SPEC,
 ``official`` = the published codes' rejection update) and the neighbour
 table the relaxation reads. The official variant zeroes x and its first
 k + 1 neighbours on a rejection, so it reads k + 1 columns of the table
@@ -9,20 +10,27 @@ k + 1 neighbours on a rejection, so it reads k + 1 columns of the table
 (:func:`encode`, :func:`relax_args`) and the columns it reads as a contiguous
 int32 table (:func:`rule_table`); theory reads the int64 table of
 :func:`neighbour_rows`.
+
+A boost (``theory.boost.Boost``, SPEC 9.2-9.3, and the budget of 9.5) raises a sampled-draft test
+(R2's stages, R4's edges) and keeps its standard residual: :func:`check_step_boost` says where it is
+valid on a whole step (rule r2 or r4, no relaxation), :func:`check_boost` where theory's node-by-node
+rules take it (R2 with GSD or Cool-SD), and :func:`encode_boost` hands it to the kernels as plain numbers
+and arrays (the budget with the neighbour table it merges).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from theory.neighbours import validate_neighbours
+from theory.boost import NO_BOOST, OFFICIAL_BELOW, Boost, check_embedding, window_extent
+from theory.neighbours import validate_neighbour_rows, validate_neighbours
 from theory.relax import Relax
 
-RULES = ("r1", "r2", "r3")
+RULES = ("r1", "r2", "r3", "r4")
 VARIANTS = ("principled", "official")
-RULE_CODES = {"r1": 1, "r2": 2, "r3": 3}
+RULE_CODES = {"r1": 1, "r2": 2, "r3": 3, "r4": 4}
 VARIANT_CODES = {"principled": 0, "official": 1}
 
 
@@ -88,3 +96,120 @@ def encode(rule: str, relax: Relax, variant: str = "principled") -> EncodedRule:
     """Validate and encode a rule (see the module docstring)."""
     check_rule(rule, variant)
     return EncodedRule(RULE_CODES[rule], *relax_args(relax), VARIANT_CODES[variant])
+
+
+BOOST_CODES = {"none": 0, "group": 1, "depth": 2, "budget": 3}
+"""The kernels' boost codes."""
+SAMPLED_DRAFT_RULES = ("r2", "r4")
+"""The rules that verify drafts drawn from q (R2 stage by stage, R4 path by path): the ones a boost raises."""
+
+
+def check_step_boost(rule: str, relax: Relax, boost: Boost) -> None:
+    """Raise ``ValueError`` unless (``rule``, ``relax``, ``boost``) verifies a whole step on a tree: a boost
+    (GSD, Cool-SD, the budget of SPEC 9.5) raises a sampled-draft test and keeps the standard residual, so
+    it needs rule r2 or r4 and no LANTERN relaxation; rule r4 (traversal verification, SPEC 9.6) takes no
+    LANTERN relaxation at all (its relaxations are the boosts)."""
+    if not isinstance(boost, Boost):
+        raise ValueError(f"boost must be a theory.boost.Boost (e.g. Boost.parse('gsd:G=10')), "
+                         f"got {type(boost).__name__}")
+    if not isinstance(relax, Relax):
+        raise ValueError(f"relax must be a theory.Relax, got {type(relax).__name__}")
+    if rule == "r4" and not relax.is_exact:
+        raise ValueError(f"rule r4 (traversal verification) takes no LANTERN relaxation (got {relax}): relax "
+                         "it with a boost (budget:delta=..,k=.., gsd:.., cool:..)")
+    if boost.is_none:
+        return
+    if rule not in SAMPLED_DRAFT_RULES:
+        raise ValueError(f"boost {boost} raises a sampled-draft test: it needs rule r2 or r4, got rule "
+                         f"{rule!r}")
+    if not relax.is_exact:
+        raise ValueError(f"boost {boost} keeps the standard residual and takes no LANTERN relaxation: "
+                         f"use Relax.none() with it, got {relax}")
+
+
+def check_boost(rule: str, relax: Relax, boost: Boost) -> None:
+    """:func:`check_step_boost` for the node-by-node rules of ``theory.tree`` and ``theory.verify`` (R1-R3,
+    R2 boosted by GSD or Cool-SD): rule r4 and the budget boost verify a step by their own walks
+    (``theory.traversal``, ``theory.budget``; ``theory.rule_step`` sends a step there), so they are
+    refused here rather than verified as something else."""
+    check_step_boost(rule, relax, boost)
+    if rule == "r4":
+        raise ValueError("rule r4 (traversal verification) verifies a whole step, not node by node: "
+                         "theory.traversal (or theory.rule_step) verifies it")
+    if boost.kind == "budget":
+        raise ValueError(f"boost {boost} is not verified on draft trees node by node: its stages share a "
+                         "node's budget (theory.budget, or theory.rule_step, verifies it)")
+
+
+def boost_embedding(boost: Boost, emb: np.ndarray | None, vocab_size: int) -> np.ndarray | None:
+    """The embedding table a boost reads, validated: float64 (V, d >= 1) for GSD, None otherwise."""
+    if boost.kind != "group":
+        return None
+    if emb is None:
+        raise ValueError(f"boost {boost} (group acceptance) needs an embedding table of the "
+                         f"{vocab_size} tokens")
+    e = check_embedding(emb, vocab_size)
+    if e.shape[1] < 1:
+        raise ValueError(f"the embedding table has shape {e.shape}: it needs at least one dimension")
+    return e
+
+
+@dataclass(frozen=True)
+class EncodedBoost:
+    """A boost as the Numba kernels take it: ``kind`` (:data:`BOOST_CODES`), the GSD window's reach
+    ``before`` / ``after`` (``theory.boost.window_extent``), ``fallback`` (x is tested alone when fewer
+    than this many tokens rank below it: the official window's ``theory.boost.official_window_falls_back``,
+    0 otherwise), ``tau``, ``dist``, the per-depth ``omega`` (float64, at least one entry), the
+    embedding ``emb`` (float64 C-contiguous (V, d); (1, 1) unused), the budget's ``delta`` (0 unused) and
+    the neighbour ``table`` it merges (int32 C-contiguous (V, k), its first k columns; (1, 0) unused)."""
+
+    kind: int
+    before: int
+    after: int
+    fallback: int
+    tau: float
+    dist: float
+    omega: np.ndarray
+    emb: np.ndarray
+    delta: float = 0.0
+    table: np.ndarray = field(default_factory=lambda: np.zeros((1, 0), dtype=np.int32))
+
+    @property
+    def args(self) -> tuple:
+        """Positional kernel tuple ``bs = (kind, before, after, fallback, tau, dist, omega, emb, delta,
+        table)``."""
+        return (self.kind, self.before, self.after, self.fallback, self.tau, self.dist, self.omega, self.emb,
+                self.delta, self.table)
+
+
+def budget_table(boost: Boost, neighbours: np.ndarray | None, vocab_size: int) -> np.ndarray:
+    """The first k columns of the neighbour table a budget boost merges (SPEC 9.5: x's k nearest latent
+    neighbours), validated on every row, as a C-contiguous int32 (V, k) table; (V, 0) when k = 0."""
+    if boost.k == 0:
+        return np.zeros((vocab_size, 0), dtype=np.int32)
+    if neighbours is None:
+        raise ValueError(f"boost {boost} merges the mass of latent neighbours: it needs a neighbour table")
+    validate_neighbours(neighbours, vocab_size, boost.k)
+    table = np.ascontiguousarray(neighbours[:, :boost.k], dtype=np.int32)
+    validate_neighbour_rows(table, np.arange(vocab_size), boost.k)
+    return table
+
+
+def encode_boost(rule: str, relax: Relax, boost: Boost = NO_BOOST, emb: np.ndarray | None = None,
+                 vocab_size: int | None = None, neighbours: np.ndarray | None = None) -> EncodedBoost:
+    """Validate (:func:`check_step_boost`, :func:`boost_embedding`, :func:`budget_table`) and encode a
+    boost for the kernels; ``neighbours`` is the table the budget boost merges (the world's)."""
+    check_step_boost(rule, relax, boost)
+    if boost.kind in ("group", "budget") and vocab_size is None:
+        raise ValueError(f"encoding boost {boost} needs the vocabulary size")
+    if boost.kind == "group":
+        e = np.ascontiguousarray(boost_embedding(boost, emb, vocab_size), dtype=np.float64)
+        before, after = window_extent(boost.group_size, boost.window)
+        fallback = OFFICIAL_BELOW if boost.window == "official" else 0
+        return EncodedBoost(BOOST_CODES["group"], before, after, fallback, boost.tau, boost.dist, np.ones(1),
+                            e)
+    if boost.kind == "budget":
+        return EncodedBoost(BOOST_CODES["budget"], 0, 0, 0, 0.0, 0.0, np.ones(1), np.zeros((1, 1)),
+                            boost.delta, budget_table(boost, neighbours, vocab_size))
+    omega = np.array(boost.omega if boost.kind == "depth" else (1.0,), dtype=np.float64)
+    return EncodedBoost(BOOST_CODES[boost.kind], 0, 0, 0, 0.0, 0.0, omega, np.zeros((1, 1)))

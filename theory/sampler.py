@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from theory.boost import NO_BOOST, Boost, sampled_draft_stage
 from theory.relax import Relax
-from theory.stages import draft_residual, greedy_acceptable, r1_reject, r1_stage, r2_stage
+from theory.stages import draft_residual, greedy_acceptable, r1_reject, r1_stage
 
 
 def draw_token(r: np.ndarray, u: float) -> int:
@@ -46,13 +47,18 @@ def sample_node(
     neighbours: np.ndarray,
     q: np.ndarray | None = None,
     variant: str = "principled",
+    boost: Boost = NO_BOOST,
+    depth: int = 1,
+    emb: np.ndarray | None = None,
 ) -> tuple[int, int]:
     """Verify one node with explicit uniforms.
 
     ``neighbours`` is an int64 table (``theory.verify.neighbour_rows``);
     ``u_accept[i]`` is child i's uniform. Returns ``(i, token)``: the index of
-    the accepted child (or -1) and the token the node emits. No input
-    checking: callers validate once per run.
+    the accepted child (or -1) and the token the node emits. R2 takes a
+    ``boost`` (``theory.boost.sampled_draft_stage``) for children at ``depth``
+    with GSD's embedding table ``emb``. No input checking: callers validate
+    once per run (``theory.rules.check_boost``).
     """
     if rule == "r3":
         for i, c in enumerate(children):
@@ -74,7 +80,7 @@ def sample_node(
         qp = draft_residual(q, children[:i])
         if qp is None:
             break
-        a, r_next = r2_stage(r, qp, int(c), neighbours[c], relax, variant)
+        a, r_next = sampled_draft_stage(r, qp, int(c), neighbours[c], relax, variant, boost, depth, emb)
         if u_accept[i] < a:
             return i, int(c)
         r = r_next

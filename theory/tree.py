@@ -4,6 +4,9 @@ A tree is a parent array in topological order (node 0 is the root: the last
 committed token, ``parents[0] = -1``, every other parent index smaller than
 the node's), a token per node and a depth per node. The children of a node,
 in increasing node index, are its drafts in rank order.
+
+R2 takes a boost (``theory.boost.Boost``, SPEC 9.2-9.3) everywhere here: the children of node u are
+tested at depth ``depths[u] + 1`` (Cool-SD's omega index) and GSD reads the embedding table ``emb``.
 """
 
 from __future__ import annotations
@@ -13,12 +16,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from theory.boost import NO_BOOST, Boost
 from theory.distributions import validate_distribution
 from theory.relax import NO_RELAX, Relax
-from theory.rules import check_rule, neighbour_rows
+from theory.rules import boost_embedding, check_boost, check_rule, neighbour_rows
 from theory.sampler import draw_token, sample_node
 from theory.stages import greedy_acceptable
-from theory.verify import node_outcome
+from theory.verify import BoostAt, node_outcome, r2_stage_tvs
 
 
 def parent_depths(parents: np.ndarray) -> np.ndarray:
@@ -139,14 +143,18 @@ def node_accept_probs(
     neighbours: np.ndarray | None = None,
     q_dists: np.ndarray | None = None,
     variant: str = "principled",
+    boost: Boost = NO_BOOST,
+    emb: np.ndarray | None = None,
 ) -> np.ndarray:
     """P(node v accepted | its parent reached) for every node (root: 1).
 
     For R2 the children of a node are drawn from ``q_dists`` without
     replacement (ranks = successive draws): the tree's tokens are ignored and
-    the probability is that of the rank, averaged over draws (exact, small V).
+    the probability is that of the rank, averaged over draws (exact, small V),
+    under ``boost`` (children of u at depth ``depths[u] + 1``).
     """
     check_rule(rule, variant)
+    check_boost(rule, relax, boost)
     p = _check_node_dists(tree, node_dists, "node_dists")
     if rule == "r2":
         if q_dists is None:
@@ -159,7 +167,7 @@ def node_accept_probs(
             continue
         if rule == "r2":
             res = node_outcome(p[u], kids.size, rule="r2", relax=relax, neighbours=neighbours,
-                               q=q[u], variant=variant)
+                               q=q[u], variant=variant, boost=boost, depth=int(tree.depths[u]) + 1, emb=emb)
         else:
             res = node_outcome(p[u], tree.tokens[kids], rule=rule, relax=relax,
                                neighbours=neighbours, variant=variant)
@@ -184,12 +192,14 @@ def expected_tokens_per_step(
     neighbours: np.ndarray | None = None,
     q_dists: np.ndarray | None = None,
     variant: str = "principled",
+    boost: Boost = NO_BOOST,
+    emb: np.ndarray | None = None,
 ) -> float:
     """Exact E[tokens per step] = 1 + sum over non-root v of P(v accepted).
 
     ``node_dists[v]`` is the target distribution of the token after node v
     (``q_dists[v]`` the draft's). For R3 the step is deterministic: 1 + the
-    depth of the accepted greedy chain.
+    depth of the accepted greedy chain. R2 takes a ``boost`` (GSD: ``emb``).
     """
     if rule == "r3":
         check_rule(rule, variant)
@@ -197,7 +207,7 @@ def expected_tokens_per_step(
         nb = neighbour_rows(neighbours, p.shape[1], relax, variant)
         return 1.0 + float(tree.depths[greedy_path(tree, p, nb, relax)[-1]])
     acc = node_accept_probs(tree, node_dists, rule=rule, relax=relax, neighbours=neighbours,
-                            q_dists=q_dists, variant=variant)
+                            q_dists=q_dists, variant=variant, boost=boost, emb=emb)
     return 1.0 + float(path_probs(tree, acc)[1:].sum())
 
 
@@ -206,7 +216,8 @@ class StepExpectation:
     """Exact expectations of one verification step, given the tree and distributions."""
 
     tokens: float  # E[tokens emitted]
-    tv: float  # sum over internal nodes of P(reached) * TV(emitted there, target); NaN: R2 relaxed
+    tv: float  # sum over internal nodes of P(reached) * TV(emitted there, target); NaN: R2 relaxed;
+    # boosted R2: the per-stage SPEC 9.4 sum (a bound; exact for one-child nodes)
     edge_probs: np.ndarray  # P(v accepted | parent reached)
     reach_probs: np.ndarray  # P(v on the accepted path)
 
@@ -220,6 +231,8 @@ def step_expectation(
     neighbours: np.ndarray,
     q_dists: np.ndarray | None = None,
     variant: str = "principled",
+    boost: Boost = NO_BOOST,
+    emb: np.ndarray | None = None,
 ) -> StepExpectation:
     """Exact E[tokens per step] and the step's TV bound on the drawn tree (the one home of this sum).
 
@@ -233,8 +246,14 @@ def step_expectation(
     the greedy chain); ``neighbours`` is an int64 table
     (``theory.rules.neighbour_rows``). ``simulate.verify.step_expectation``
     is its Numba twin.
+
+    Boosted R2 (``boost``; GSD reads ``emb``): node u's term is its
+    ``NodeOutcome.stage_tv`` given the draw order, the expected sum of the
+    exact TVs of the stages u tests (SPEC 9.4): averaged over draw orders it
+    bounds u's TV, with equality at one-child nodes.
     """
     check_rule(rule, variant)
+    check_boost(rule, relax, boost)
     if rule == "r3":
         path = greedy_path(tree, node_dists, neighbours, relax)
         on_path = np.zeros(tree.size)
@@ -250,12 +269,16 @@ def step_expectation(
         if kids.size == 0:
             continue
         o = node_outcome(node_dists[u], tree.tokens[kids], rule=rule, relax=relax, neighbours=table,
-                         q=q_dists[u] if rule == "r2" else None, variant=variant)
+                         q=q_dists[u] if rule == "r2" else None, variant=variant, boost=boost,
+                         depth=int(tree.depths[u]) + 1, emb=emb)
         edge[kids] = o.accept_probs
         reach[kids] = reach[u] * o.accept_probs
-        tvs[u] = o.tv if rule == "r1" else (0.0 if relax.is_exact else np.nan)
-    if rule == "r2":
+        tvs[u] = o.tv if rule == "r1" else o.stage_tv
+    if rule == "r2" and boost.is_none:
         tv = 0.0 if relax.is_exact else np.nan
+    elif rule == "r2":
+        internal = np.array([tree.children(u).size > 0 for u in range(tree.size)])
+        tv = float(np.sum(reach[internal] * tvs[internal]))
     elif relax.is_exact:
         tv = 0.0
     else:
@@ -268,6 +291,52 @@ def greedy_path_tv(tree: Tree, p: Sequence[np.ndarray] | np.ndarray, path: list[
     """R3's TV along an accepted path: 1 per accepted child that is not the argmax of its parent's p."""
     return sum(1.0 for a, b in zip(path[:-1], path[1:], strict=True)
                if tree.tokens[b] != int(np.argmax(p[a])))
+
+
+def path_tv(
+    tree: Tree,
+    node_dists: Sequence[np.ndarray] | np.ndarray,
+    path: list[int],
+    *,
+    rule: str,
+    relax: Relax,
+    neighbours: np.ndarray,
+    q_dists: np.ndarray | None = None,
+    variant: str = "principled",
+    boost: Boost = NO_BOOST,
+    emb: np.ndarray | None = None,
+) -> float:
+    """TV of the tokens one step emitted along its accepted ``path``, from the nodes that decided them.
+
+    Each node on the path with children decided one token (the next path node, or its residual
+    draw). R1: the sum of their ``node_outcome(...).tv``; R3: :func:`greedy_path_tv`; R2: 0 unboosted,
+    NaN relaxed, and boosted the exact TVs (SPEC 9.4) of the stages each deciding node tested
+    (``theory.verify.r2_stage_tvs``: draws 0..i when draw i was accepted, all when none was), whose
+    expectation given the tree is :func:`step_expectation`'s ``tv``. ``neighbours``: an int64 table;
+    rows of ``node_dists`` are read only on the path. ``simulate.step_kernels.path_tv`` is its twin.
+    """
+    if rule == "r3":
+        return greedy_path_tv(tree, node_dists, path)
+    if rule == "r2" and boost.is_none:
+        return 0.0 if relax.is_exact else np.nan
+    if rule == "r1" and relax.is_exact:
+        return 0.0
+    table = neighbours if neighbours.shape[1] else None
+    total = 0.0
+    for j, u in enumerate(path):
+        kids = tree.children(u)
+        if kids.size == 0:
+            continue
+        if rule == "r1":
+            total += node_outcome(node_dists[u], tree.tokens[kids], rule="r1", relax=relax, neighbours=table,
+                                  variant=variant).tv
+            continue
+        tvs = r2_stage_tvs(node_dists[u], q_dists[u], tree.tokens[kids], neighbours, relax, variant,
+                           BoostAt(boost, int(tree.depths[u]) + 1, emb))
+        tested = int(np.flatnonzero(kids == path[j + 1])[0]) + 1 if j + 1 < len(path) else tvs.size
+        for t in tvs[:tested]:  # sequential, as the kernel sums
+            total += float(t)
+    return total
 
 
 def greedy_path(tree: Tree, p: np.ndarray, nb: np.ndarray, relax: Relax) -> list[int]:
@@ -298,6 +367,8 @@ def sample_step(
     neighbours: np.ndarray | None,
     q_dists: np.ndarray | None = None,
     variant: str = "principled",
+    boost: Boost = NO_BOOST,
+    emb: np.ndarray | None = None,
 ) -> tuple[list[int], int]:
     """One verification step on a tree with explicit per-node uniforms (NumPy oracle).
 
@@ -307,8 +378,11 @@ def sample_step(
     node where every child was rejected, a draw from p_v at a leaf v, or
     argmax p at the end of the greedy chain for R3. ``neighbours`` must be an
     int64 table (``theory.rules.neighbour_rows``); ``None`` is allowed when the
-    rule merges nothing.
+    rule merges nothing. R2 takes a ``boost`` (children of u at depth
+    ``depths[u] + 1``; GSD reads the (V, d) embedding table ``emb``).
     """
+    check_boost(rule, relax, boost)
+    emb = boost_embedding(boost, emb, len(node_dists[0]))
     if neighbours is None:
         neighbours = neighbour_rows(None, len(node_dists[0]), relax, variant)  # names a missing table
     if rule == "r3":
@@ -323,7 +397,8 @@ def sample_step(
         i, tok = sample_node(
             node_dists[u], tree.tokens[kids], u_accept[kids], float(u_draw[u]), rule=rule,
             relax=relax, neighbours=neighbours,
-            q=None if q_dists is None else q_dists[u], variant=variant,
+            q=None if q_dists is None else q_dists[u], variant=variant, boost=boost,
+            depth=int(tree.depths[u]) + 1, emb=emb,
         )
         if i < 0:
             return path, tok

@@ -5,25 +5,30 @@ unconditional probability that each child is accepted, the probability that
 none is, the exact distribution of the token the node emits (the accepted
 child, or a draw from the final residual) and its total variation from the
 rule's target.
+
+R2 takes a boost (``theory.boost.Boost``: GSD's group or Cool-SD's depth-scaled acceptance, SPEC
+9.2-9.3): every stage is then ``theory.boost.boosted_stage`` (boosted acceptance, standard residual)
+and ``NodeOutcome.stage_tv`` sums the stages' exact TVs (SPEC 9.4).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from theory.boost import NO_BOOST, Boost, sampled_draft_stage, stage_tv
 from theory.distributions import total_variation, validate_distribution
 from theory.neighbours import validate_neighbour_rows
 from theory.relax import NO_RELAX, Relax, check_token
-from theory.rules import check_rule, neighbour_rows, rows_read
+from theory.rules import boost_embedding, check_boost, check_rule, neighbour_rows, rows_read
 from theory.stages import (
     draft_residual,
     greedy_acceptable,
     r1_reject,
     r1_stage,
-    r2_stage,
 )
 
 R2_EXACT_MAX_V = 12
@@ -42,6 +47,11 @@ class NodeOutcome:
     tv : TV(emitted, target); the target is p for R1/R2 and the greedy point
         mass on argmax p for R3.
     tried_probs : (m,) probability that child i is tested at all.
+    stage_tv : R2 only (NaN otherwise, and for a relaxed R2): sum over the stages of P(stage tested)
+        times the exact TV of the stage's law from its residual target (SPEC 9.4, on the stage's whole
+        draft residual q'). Averaged over draw orders (``children`` an int) it bounds ``tv``, with
+        equality for one draw (m = 1); given a draw order it is the conditional expectation of that
+        sum (what ``theory.step_expectation`` adds up). 0 without a boost.
     """
 
     accept_probs: np.ndarray
@@ -49,6 +59,7 @@ class NodeOutcome:
     emitted: np.ndarray
     tv: float
     tried_probs: np.ndarray
+    stage_tv: float = math.nan
 
     @property
     def expected_tried(self) -> float:
@@ -69,13 +80,15 @@ def check_children(children: Sequence[int] | np.ndarray, vocab_size: int) -> np.
 
 @dataclass(frozen=True)
 class NodeInputs:
-    """Validated inputs of one node: target, int64 neighbour table, children, draft."""
+    """Validated inputs of one node: target, int64 neighbour table, children, draft, and the
+    boost's embedding table (None unless GSD)."""
 
     p: np.ndarray
     nb: np.ndarray
     kids: np.ndarray | None  # the ordered children; None when R2 draws ``m`` of them
     m: int
     q: np.ndarray | None
+    emb: np.ndarray | None = None
 
 
 def check_node_inputs(
@@ -87,6 +100,9 @@ def check_node_inputs(
     neighbours: np.ndarray | None,
     q: np.ndarray | None,
     variant: str,
+    boost: Boost = NO_BOOST,
+    depth: int = 1,
+    emb: np.ndarray | None = None,
 ) -> NodeInputs:
     """Validate everything :func:`node_outcome` reads; raise ``ValueError`` naming the problem.
 
@@ -95,8 +111,12 @@ def check_node_inputs(
     range, distinct, not the row's own token.
     """
     check_rule(rule, variant)
+    check_boost(rule, relax, boost)
+    if isinstance(depth, bool) or int(depth) != depth or depth < 1:
+        raise ValueError(f"depth of the tested children must be an integer >= 1, got {depth!r}")
     p = validate_distribution(p, name="p")
     V = p.size
+    emb = boost_embedding(boost, emb, V)
     nb = neighbour_rows(neighbours, V, relax, variant)
     kids: np.ndarray | None
     if rule == "r2":
@@ -116,7 +136,7 @@ def check_node_inputs(
         kids = check_children(children, V)
         m, rows = kids.size, kids
     validate_neighbour_rows(nb, rows, rows_read(relax, variant))
-    return NodeInputs(p, nb, kids, m, q)
+    return NodeInputs(p, nb, kids, m, q, emb)
 
 
 def node_outcome(
@@ -128,6 +148,9 @@ def node_outcome(
     neighbours: np.ndarray | None = None,
     q: np.ndarray | None = None,
     variant: str = "principled",
+    boost: Boost = NO_BOOST,
+    depth: int = 1,
+    emb: np.ndarray | None = None,
 ) -> NodeOutcome:
     """Exact outcome of verifying a node with target ``p`` and ordered ``children``.
 
@@ -136,23 +159,31 @@ def node_outcome(
     V <= 12 and m <= 4) or a sequence (the outcome conditional on that draw
     order). ``accept_probs[i]`` is then the probability that the i-th draw is
     accepted.
+
+    ``boost`` (R2 with ``Relax.none()`` only; ``ValueError`` otherwise) boosts every stage
+    (``theory.boost.boosted_stage``): ``depth`` is the children's depth in the tree (Cool-SD's
+    omega_depth), ``emb`` the (V, d) embedding table GSD's groups read. The exact TV of a boosted
+    node is ``tv`` (averaged over draw orders: the enumerated law; for one draw it equals SPEC 9.4's
+    ``theory.boost.boosted_tv``); ``stage_tv`` is the per-stage 9.4 sum, a bound on it.
     """
     x = check_node_inputs(p, children, rule=rule, relax=relax, neighbours=neighbours, q=q,
-                          variant=variant)
+                          variant=variant, boost=boost, depth=depth, emb=emb)
     if rule == "r2":
+        at = BoostAt(boost, int(depth), x.emb)
         if x.kids is None:
-            return _r2_enumerated(x.p, x.q, x.m, x.nb, relax, variant)
-        return _r2_given(x.p, x.q, x.kids, x.nb, relax, variant)
+            return _r2_enumerated(x.p, x.q, x.m, x.nb, relax, variant, at)
+        return _r2_given(x.p, x.q, x.kids, x.nb, relax, variant, at)
     if rule == "r1":
         return _r1(x.p, x.kids, x.nb, relax, variant)
     return _r3(x.p, x.kids, x.nb, relax)
 
 
 def _finish(
-    accept: np.ndarray, tried: np.ndarray, emitted: np.ndarray, target: np.ndarray
+    accept: np.ndarray, tried: np.ndarray, emitted: np.ndarray, target: np.ndarray,
+    stage_sum: float = math.nan,
 ) -> NodeOutcome:
     reject = float(max(0.0, 1.0 - accept.sum()))
-    return NodeOutcome(accept, reject, emitted, total_variation(emitted, target), tried)
+    return NodeOutcome(accept, reject, emitted, total_variation(emitted, target), tried, stage_sum)
 
 
 @dataclass(frozen=True)
@@ -232,6 +263,28 @@ def _r3(p: np.ndarray, kids: np.ndarray, nb: np.ndarray, relax: Relax) -> NodeOu
 
 
 @dataclass(frozen=True)
+class BoostAt:
+    """A boost where R2 applies it: the :class:`~theory.boost.Boost`, the tested children's ``depth``
+    (Cool-SD's omega index) and GSD's embedding table ``emb`` (validated by the caller)."""
+
+    boost: Boost = NO_BOOST
+    depth: int = 1
+    emb: np.ndarray | None = None
+
+    def stage(self, r: np.ndarray, qp: np.ndarray, x: int, row: np.ndarray, relax: Relax,
+              variant: str) -> tuple[float, np.ndarray]:
+        """``theory.boost.sampled_draft_stage``: (acceptance of x, residual after its rejection)."""
+        return sampled_draft_stage(r, qp, x, row, relax, variant, self.boost, self.depth, self.emb)
+
+    def tv(self, r: np.ndarray, qp: np.ndarray, relax: Relax) -> float:
+        """Exact TV of the stage's law from ``r`` (``theory.boost.stage_tv``; NaN for a relaxed R2)."""
+        return stage_tv(r, qp, self.boost, self.depth, self.emb) if relax.is_exact else math.nan
+
+
+NO_BOOST_AT = BoostAt()
+
+
+@dataclass(frozen=True)
 class R2State:
     """A state of the R2 walk with children drawn from q: about to make draw ``stage``.
 
@@ -239,7 +292,8 @@ class R2State:
     rejections), ``r`` the normalised residual target, ``qp`` the draft
     residual q' (None when no draw is left: the node then emits from ``r``),
     ``tokens`` the tokens q' can draw and ``accept`` their acceptance
-    probabilities.
+    probabilities; ``tv`` the exact TV of the stage's law from ``r`` (SPEC 9.4;
+    0 unboosted, NaN relaxed, 0 when no draw is left).
     """
 
     stage: int
@@ -248,15 +302,17 @@ class R2State:
     qp: np.ndarray | None
     tokens: np.ndarray
     accept: np.ndarray
+    tv: float = 0.0
 
 
 def r2_states(
-    p: np.ndarray, q: np.ndarray, m: int, nb: np.ndarray, relax: Relax, variant: str
+    p: np.ndarray, q: np.ndarray, m: int, nb: np.ndarray, relax: Relax, variant: str,
+    at: BoostAt = NO_BOOST_AT,
 ) -> Iterator[R2State]:
     """Every state of the R2 walk reached with positive probability (depth first).
 
     Enumerates the draw orders; refuses V > 12 or m > 4 (the count of orders
-    grows as V^m).
+    grows as V^m). ``at``: the boost of every stage (:class:`BoostAt`).
     """
     V = p.size
     if V > R2_EXACT_MAX_V or m > R2_EXACT_MAX_M:
@@ -272,8 +328,8 @@ def r2_states(
             yield R2State(i, w, r, None, empty_i, empty_f)
             return
         tokens = np.flatnonzero(qp > 0)
-        stages = [r2_stage(r, qp, int(c), nb[c], relax, variant) for c in tokens]
-        yield R2State(i, w, r, qp, tokens, np.array([a for a, _ in stages]))
+        stages = [at.stage(r, qp, int(c), nb[c], relax, variant) for c in tokens]
+        yield R2State(i, w, r, qp, tokens, np.array([a for a, _ in stages]), at.tv(r, qp, relax))
         for c, (a, r_next) in zip(tokens, stages, strict=True):
             if a < 1.0:
                 yield from walk(i + 1, r_next, drawn + [int(c)], w * qp[c] * (1.0 - a))
@@ -282,21 +338,23 @@ def r2_states(
 
 
 def r2_given_states(
-    p: np.ndarray, q: np.ndarray, kids: np.ndarray, nb: np.ndarray, relax: Relax, variant: str
+    p: np.ndarray, q: np.ndarray, kids: np.ndarray, nb: np.ndarray, relax: Relax, variant: str,
+    at: BoostAt = NO_BOOST_AT,
 ) -> Iterator[R2State]:
     """The R2 walk conditional on the draw order ``kids``: one state per reached draw.
 
     ``weight`` is the probability that draw i is tested given the order (the
     earlier draws were rejected); the last state (``qp`` None) is the
     residual draw, absent when some draw is accepted with probability 1.
+    ``at``: the boost of every stage (:class:`BoostAt`).
     """
     r, reach = p.copy(), 1.0
     for i, c in enumerate(kids):
         qp = draft_residual(q, kids[:i])
         if qp is None or qp[c] <= 0:
             raise ValueError(f"child {int(c)} (draw {i}) has zero draft probability q'")
-        a, r_next = r2_stage(r, qp, int(c), nb[c], relax, variant)
-        yield R2State(i, reach, r, qp, kids[i : i + 1], np.array([a]))
+        a, r_next = at.stage(r, qp, int(c), nb[c], relax, variant)
+        yield R2State(i, reach, r, qp, kids[i : i + 1], np.array([a]), at.tv(r, qp, relax))
         reach *= 1.0 - a
         if reach == 0.0:
             return
@@ -304,34 +362,48 @@ def r2_given_states(
     yield R2State(kids.size, reach, r, None, np.zeros(0, dtype=np.int64), np.zeros(0))
 
 
+def r2_stage_tvs(
+    p: np.ndarray, q: np.ndarray, kids: np.ndarray, nb: np.ndarray, relax: Relax, variant: str,
+    at: BoostAt = NO_BOOST_AT,
+) -> np.ndarray:
+    """Exact TV of each reached stage's law (:attr:`R2State.tv`) along the draw order ``kids``: what a
+    walk that tested draws 0..i adds to its path TV (``theory.tree.path_tv``)."""
+    return np.array([s.tv for s in r2_given_states(p, q, kids, nb, relax, variant, at) if s.qp is not None])
+
+
 def _r2_given(
-    p: np.ndarray, q: np.ndarray, kids: np.ndarray, nb: np.ndarray, relax: Relax, variant: str
+    p: np.ndarray, q: np.ndarray, kids: np.ndarray, nb: np.ndarray, relax: Relax, variant: str,
+    at: BoostAt,
 ) -> NodeOutcome:
     m = kids.size
     accept, tried = np.zeros(m), np.zeros(m)
     emitted = np.zeros_like(p)
-    for s in r2_given_states(p, q, kids, nb, relax, variant):
+    stage_sum = 0.0
+    for s in r2_given_states(p, q, kids, nb, relax, variant, at):
         if s.qp is None:
             emitted += s.weight * s.r
             break
         tried[s.stage] = s.weight
         accept[s.stage] = s.weight * s.accept[0]
         emitted[kids[s.stage]] += s.weight * s.accept[0]
-    return _finish(accept, tried, emitted, p)
+        stage_sum += s.weight * s.tv
+    return _finish(accept, tried, emitted, p, stage_sum)
 
 
 def _r2_enumerated(
-    p: np.ndarray, q: np.ndarray, m: int, nb: np.ndarray, relax: Relax, variant: str
+    p: np.ndarray, q: np.ndarray, m: int, nb: np.ndarray, relax: Relax, variant: str, at: BoostAt,
 ) -> NodeOutcome:
     accept, tried = np.zeros(m), np.zeros(m)
     emitted = np.zeros(p.size)
-    for s in r2_states(p, q, m, nb, relax, variant):
+    stage_sum = 0.0
+    for s in r2_states(p, q, m, nb, relax, variant, at):
         if s.qp is None:
             emitted += s.weight * s.r
             continue
         tried[s.stage] += s.weight
+        stage_sum += s.weight * s.tv
         for c, a in zip(s.tokens, s.accept, strict=True):
             wc = s.weight * s.qp[c]
             accept[s.stage] += wc * a
             emitted[c] += wc * a
-    return _finish(accept, tried, emitted, p)
+    return _finish(accept, tried, emitted, p, stage_sum)

@@ -1,0 +1,212 @@
+"""One verification step under any rule: the one place that sends a decoded or recorded step to its
+theory oracle.
+
+R1-R3 and R2 with GSD / Cool-SD go to ``theory.tree`` (``sample_step``, ``step_expectation``); R4,
+traversal verification (SPEC 9.6), to ``theory.traversal`` (``sample_traversal_step``,
+``traversal_ends``; boosted by GSD, Cool-SD or the budget: relaxed R4); R2 with the budgeted relaxation
+(SPEC 9.5) to ``theory.budget`` (``sample_budget_r2_step``, ``budget_r2_step_ends``). A Jacobi window
+(SPEC 9.1) is verified as its chain (``theory.jacobi_sampler.window_tree``): R2 without the budget by
+``theory.jacobi_sampler`` itself, the rest by the same dispatch on the chain.
+
+The functions keep ``theory.tree``'s signatures, so the reference decoder, its replay and the mini model's
+scorer call one function whatever the rule. Uniforms are the suite's (``theory.sampler``): ``u_accept[v]``
+tests node v (R4: v's eta; R4 tests a node at most once) and ``u_draw[v]`` draws the token emitted at v
+(R2: the residual draw when every child of v was rejected, or the bonus at a leaf; R4: the bonus from
+P_v when the step ends at v). For a window, ``u_accept[j - 1]`` tests d_j and ``u_draw[j]`` draws at
+chain node j (``theory.jacobi_sampler.node_uniforms``).
+
+The neighbour table: a LANTERN relaxation reads ``theory.rules.neighbour_rows``; the budget boost reads
+the table it merges (``theory.budget.check_budget``, at least k columns); :func:`step_neighbours` gives the
+one a rule reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from theory.boost import NO_BOOST, Boost
+from theory.budget import budget_r2_step_ends, check_budget, sample_budget_r2_step
+from theory.jacobi_sampler import (
+    check_window,
+    node_uniforms,
+    verify_window,
+    window_expectation,
+)
+from theory.relax import NO_RELAX, Relax
+from theory.rules import check_boost, check_rule, neighbour_rows
+from theory.sampled_trees import StepEnd, expected_tokens
+from theory.traversal import sample_traversal_step, traversal_ends
+from theory.tree import StepExpectation, Tree, sample_step, step_expectation
+
+SAMPLED_DRAFT_RULES = ("r2", "r4")
+"""The rules that verify drafts drawn from q (without replacement at a tree node): they read q."""
+
+
+def own_oracle(rule: str, boost: Boost) -> bool:
+    """True when the step is not ``theory.tree``'s: rule r4 or the budget boost."""
+    return rule == "r4" or boost.kind == "budget"
+
+
+def check_step_rule(rule: str, relax: Relax, variant: str, boost: Boost) -> None:
+    """Raise ``ValueError`` unless (rule, relax, variant, boost) verifies a step: ``theory.rules``'
+    checks, with rule r4 (no LANTERN relaxation: relax it with a boost) and the budget boost (rule r2 or
+    r4, no LANTERN relaxation) added."""
+    check_rule(rule, variant)
+    if not isinstance(boost, Boost):
+        raise ValueError(f"boost must be a theory.boost.Boost (e.g. Boost.parse('budget:delta=0.05,k=8')), "
+                         f"got {type(boost).__name__}")
+    if not isinstance(relax, Relax):
+        raise ValueError(f"relax must be a theory.Relax, got {type(relax).__name__}")
+    if rule == "r4" and not relax.is_exact:
+        raise ValueError(f"rule r4 (traversal verification) takes no LANTERN relaxation (got {relax}): relax "
+                         "it with a boost (budget:delta=..,k=.., gsd:.., cool:..)")
+    if not boost.is_none and rule not in SAMPLED_DRAFT_RULES:
+        raise ValueError(f"boost {boost} raises a sampled-draft test: it needs rule r2 or r4, got rule "
+                         f"{rule!r}")
+    if boost.kind == "budget":
+        if not relax.is_exact:
+            raise ValueError(f"boost {boost} keeps the standard residual and takes no LANTERN relaxation: "
+                             f"use Relax.none() with it, got {relax}")
+        return
+    check_boost("r2" if rule == "r4" else rule, relax, boost)
+
+
+def step_neighbours(neighbours: np.ndarray | None, vocab_size: int, relax: Relax, variant: str,
+                    boost: Boost) -> np.ndarray:
+    """The int64 neighbour table a step reads: the budget's (validated, at least k columns), else
+    ``theory.rules.neighbour_rows`` (empty when the rule merges nothing)."""
+    if boost.kind == "budget":
+        if neighbours is None:
+            raise ValueError(f"boost {boost} merges the mass of latent neighbours: it needs a neighbour "
+                             "table")
+        return check_budget(boost, neighbours, vocab_size)
+    return neighbour_rows(neighbours, vocab_size, relax, variant)
+
+
+def _sampled_rows(rule: str, tree: Tree, node_dists: np.ndarray, q_dists: np.ndarray | None) -> np.ndarray:
+    """The draft rows (a lone root reads none: zeros)."""
+    if q_dists is None and tree.size == 1:
+        return np.zeros((1, np.shape(node_dists)[-1]))
+    if q_dists is None:
+        raise ValueError(f"rule {rule} verifies sampled drafts: it needs q_dists (the draft row of every "
+                         "node with children)")
+    return q_dists
+
+
+def sample_rule_step(tree: Tree, node_dists: np.ndarray, u_accept: np.ndarray, u_draw: np.ndarray, *,
+                     rule: str, relax: Relax, neighbours: np.ndarray | None,
+                     q_dists: np.ndarray | None = None, variant: str = "principled", boost: Boost = NO_BOOST,
+                     emb: np.ndarray | None = None) -> tuple[list[int], int]:
+    """One step on a drawn tree with explicit uniforms (``theory.tree.sample_step``'s signature and
+    return: the accepted path from the root and the emitted token), for any rule (module docstring)."""
+    if not own_oracle(rule, boost):
+        return sample_step(tree, node_dists, u_accept, u_draw, rule=rule, relax=relax, neighbours=neighbours,
+                           q_dists=q_dists, variant=variant, boost=boost, emb=emb)
+    check_step_rule(rule, relax, variant, boost)
+    q = _sampled_rows(rule, tree, node_dists, q_dists)
+    table = neighbours if boost.kind == "budget" else None
+    if rule == "r4":
+        return sample_traversal_step(tree, node_dists, q, u_accept, u_draw, boost=boost, neighbours=table,
+                                     emb=emb)
+    return sample_budget_r2_step(tree, node_dists, q, u_accept, u_draw, boost=boost, neighbours=table)
+
+
+def expectation_from_ends(tree: Tree, ends: Sequence[StepEnd], tokens: float, tv: float) -> StepExpectation:
+    """A ``theory.tree.StepExpectation`` from a step's ends: ``reach_probs[v]`` = P(v on the accepted
+    path), ``edge_probs[v]`` = reach(v) / reach(parent) (0 where the parent is never reached)."""
+    reach = np.zeros(tree.size)
+    for e in ends:
+        v = e.node
+        while v >= 0:
+            reach[v] += e.prob
+            v = int(tree.parents[v])
+    edge = np.ones(tree.size)
+    for v in range(1, tree.size):
+        u = int(tree.parents[v])
+        edge[v] = reach[v] / reach[u] if reach[u] > 0.0 else 0.0
+    return StepExpectation(float(tokens), float(tv), edge, reach)
+
+
+def rule_step_expectation(tree: Tree, node_dists: np.ndarray, *, rule: str, relax: Relax = NO_RELAX,
+                          neighbours: np.ndarray, q_dists: np.ndarray | None = None,
+                          variant: str = "principled", boost: Boost = NO_BOOST,
+                          emb: np.ndarray | None = None) -> StepExpectation:
+    """Exact E[tokens per step] and the step's TV (or its proved bound) on a drawn tree, for any rule:
+    ``theory.tree.step_expectation``; for R4 ``theory.traversal.traversal_ends`` (``tv``: its
+    ``tv_bound``, the expected sum of the entered stages' Deltas, 0 lossless: docs/theory.md, Theorem
+    12.3); for budgeted R2 ``theory.budget.budget_r2_step_ends`` (``tv``: the expected sum of the charges
+    of the nodes verified, Theorem 14.2)."""
+    if not own_oracle(rule, boost):
+        return step_expectation(tree, node_dists, rule=rule, relax=relax, neighbours=neighbours,
+                                q_dists=q_dists, variant=variant, boost=boost, emb=emb)
+    check_step_rule(rule, relax, variant, boost)
+    q = _sampled_rows(rule, tree, node_dists, q_dists)
+    table = neighbours if boost.kind == "budget" else None
+    if rule == "r4":
+        out = traversal_ends(tree, node_dists, q, boost=boost, neighbours=table, emb=emb)
+        return expectation_from_ends(tree, out.ends, out.tokens, out.tv_bound)
+    ends, bound = budget_r2_step_ends(tree, node_dists, q, boost=boost, neighbours=table)
+    return expectation_from_ends(tree, ends, expected_tokens(tree, ends), bound)
+
+
+def _window_chain(p_rows: np.ndarray, drafts: np.ndarray, q_rows: np.ndarray,
+                  u_accept: np.ndarray | None = None, u_draw: np.ndarray | None = None
+                  ) -> tuple[Tree, np.ndarray, np.ndarray]:
+    """The window's chain and rows (``theory.jacobi_sampler.check_window``'s checks, the boost left to the
+    oracle) and a check of the uniforms' shapes."""
+    w = check_window(p_rows, drafts, q_rows, NO_BOOST, None)
+    L = w.tree.size - 1
+    for name, u, n in (("u_accept", u_accept, L), ("u_draw", u_draw, L + 1)):
+        if u is not None and np.shape(u) != (n,):
+            raise ValueError(f"{name} must have shape ({n},), got {np.shape(u)}")
+    return w.tree, w.p, w.q
+
+
+def sample_window_step(p_rows: np.ndarray, drafts: np.ndarray, q_rows: np.ndarray, u_accept: np.ndarray,
+                       u_draw: np.ndarray, *, rule: str = "r2", boost: Boost = NO_BOOST,
+                       neighbours: np.ndarray | None = None, emb: np.ndarray | None = None
+                       ) -> tuple[int, int]:
+    """Verify one Jacobi window with rule r2 or r4 (``theory.jacobi_sampler.verify_window``'s arguments
+    and return: the number of drafts accepted and the token emitted after them)."""
+    if rule not in SAMPLED_DRAFT_RULES:
+        raise ValueError(f"a Jacobi window verifies sampled drafts (SPEC 9.1): it needs rule r2 or r4, got "
+                         f"rule {rule!r}")
+    if not own_oracle(rule, boost):
+        return verify_window(p_rows, drafts, q_rows, boost, emb, u_accept, u_draw)
+    tree, p, q = _window_chain(p_rows, drafts, q_rows, u_accept, u_draw)
+    path, token = sample_rule_step(tree, p, node_uniforms(np.asarray(u_accept, dtype=np.float64)),
+                                   np.asarray(u_draw, dtype=np.float64), rule=rule, relax=NO_RELAX,
+                                   neighbours=neighbours, q_dists=q, boost=boost, emb=emb)
+    return len(path) - 1, int(token)
+
+
+def window_rule_expectation(p_rows: np.ndarray, drafts: np.ndarray, q_rows: np.ndarray, *, rule: str = "r2",
+                            boost: Boost = NO_BOOST, neighbours: np.ndarray | None = None,
+                            emb: np.ndarray | None = None) -> tuple[float, float]:
+    """Given the window: ``(E[tokens], E[TV] or its proved bound)`` for rule r2 or r4
+    (``theory.jacobi_sampler.window_expectation`` for R2 without the budget; else
+    :func:`rule_step_expectation` on the chain)."""
+    if rule not in SAMPLED_DRAFT_RULES:
+        raise ValueError(f"a Jacobi window verifies sampled drafts (SPEC 9.1): it needs rule r2 or r4, got "
+                         f"rule {rule!r}")
+    if not own_oracle(rule, boost):
+        return window_expectation(p_rows, drafts, q_rows, boost, emb)
+    tree, p, q = _window_chain(p_rows, drafts, q_rows)
+    e = rule_step_expectation(tree, p, rule=rule, relax=NO_RELAX, neighbours=neighbours, q_dists=q,
+                              boost=boost, emb=emb)
+    return e.tokens, e.tv
+
+
+__all__ = [
+    "SAMPLED_DRAFT_RULES",
+    "check_step_rule",
+    "expectation_from_ends",
+    "own_oracle",
+    "rule_step_expectation",
+    "sample_rule_step",
+    "sample_window_step",
+    "step_neighbours",
+    "window_rule_expectation",
+]
