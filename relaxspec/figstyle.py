@@ -103,6 +103,12 @@ METHODS: dict[str, MethodStyle] = {
     "sequoia-walk": MethodStyle("Sequoia, walk", _OI["black"], "X"),
     "sequoia-diverse": MethodStyle("Sequoia, diverse", _OI["black"], "d", "--"),
     "costaware": MethodStyle("cost-aware Sequoia", _OI["green"], "H", "--"),
+    # the 2025 frontier (issues 14, 15): Jacobi windows, group and depth-scaled acceptance
+    "jacobi": MethodStyle("SJD", PALETTE["olive"], "*"),
+    "gsd": MethodStyle("GSD", PALETTE["rose"], "h"),
+    "cool-sd": MethodStyle("Cool-SD", PALETTE["indigo"], "8"),
+    "r4": MethodStyle("traversal (R4)", PALETTE["wine"], "P"),
+    "budget": MethodStyle("budgeted relaxation (ours)", PALETTE["cyan"], "d", "--"),
 }
 # Colours not yet taken by a family, in the order :func:`register_method` hands them out.
 RESERVED_COLOURS = [_OI["yellow"]]

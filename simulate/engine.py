@@ -15,6 +15,14 @@ children and records theory's exact expectation of each step given its tree
 and state (E[tokens], E[TV]), the quantities the agreement-with-theory tests
 compare with; it costs about one extra softmax row per tree node.
 
+``run(..., boost=Boost)`` boosts R2's sampled-draft test (GSD's group or
+Cool-SD's depth-scaled acceptance, SPEC 9.2-9.3; GSD reads the world's
+``embedding()``); the step's TV is then the exact TV of the stages tested
+(SPEC 9.4).
+
+``run(world, JacobiWindow(L), rule="r2", ...)`` decodes with SJD's Jacobi
+windows instead of draft trees (no drafter; SPEC 9.1): :mod:`simulate.jacobi`.
+
 ``run(..., backend="numpy")`` runs the same loop through the readable NumPy
 oracle (the world's rows, ``policy.build`` and ``theory.sample_step`` /
 ``theory.node_outcome``): it reproduces the Numba run's integer outcomes.
@@ -29,7 +37,9 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from core.trees.jacobi import JacobiWindow
 from core.trees.policies import KIND_STATIC, PolicySpec, TreePolicy
+from simulate.jacobi import check_jacobi_run, run_windows
 from simulate.policy_kernels import EXPAND_BATCH, build_dynamic, build_static
 from simulate.results import SimResult
 from simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_counter, stream_key, uniform
@@ -50,7 +60,9 @@ from simulate.world_kernels import (
     vocab_size,
 )
 from simulate.worlds import LatentWorld, StationaryWorld, TraceWorld, World
+from theory.boost import NO_BOOST, Boost
 from theory.relax import Relax
+from theory.rules import check_boost
 from theory.tree import parent_depths
 
 BACKENDS = ("numba", "numpy")
@@ -126,10 +138,11 @@ def _node_scratch(max_nodes):
 
 
 @njit(cache=True, error_model="numpy")
-def _sequence(s, W, ps, rs, exact, seq_len, seed, o, n_steps):
+def _sequence(s, W, ps, rs, bs, exact, seq_len, seed, o, n_steps):
     """Decode sequence ``s``: the policy tuple ``ps`` (built in :func:`_run_numba`), the rule tuple ``rs``
-    (``RuleSpec.args``), per-step outputs ``o`` = (o_int, o_exp, o_tv, o_ttv) of this sequence; all
-    scratch is allocated once per sequence, so the step loop allocates nothing."""
+    (``RuleSpec.args``), the boost tuple ``bs`` (``RuleSpec.boost_args``), per-step outputs ``o`` =
+    (o_int, o_exp, o_tv, o_ttv) of this sequence; all scratch is allocated once per sequence, so the step
+    loop allocates nothing (a boosted R2 stage allocates its rank and TV scratch)."""
     kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps, threshold, S, max_nodes, \
         max_buffer, n_q = ps
     rule, code, k, param, variant, nb = rs
@@ -182,14 +195,14 @@ def _sequence(s, W, ps, rs, exact, seq_len, seed, o, n_steps):
                     npr = _p_row(W, v, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es,
                                  cmaxs, npr)
             e_tok, e_tv, epoch = step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows,
-                                                         prow, psums, q_rows, qrow_f, rs, mark, seen, epoch,
-                                                         scratch, edge, reach)
+                                                         prow, psums, q_rows, qrow_f, rs, bs, mark, seen,
+                                                         epoch, scratch, edge, reach)
         state[0] = 0
         state[1] = 0
         while True:  # the walk asks for p where it goes
             m, bonus, epoch, need = sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows,
-                                                            prow, q_rows, qrow_f, ua, ud, rs, mark, epoch,
-                                                            scratch, path, state, ok, tops)
+                                                            prow, q_rows, qrow_f, ua, ud, rs, bs, mark,
+                                                            epoch, scratch, path, state, ok, tops)
             if need < 0:
                 break
             npr = _p_row(W, need, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,
@@ -200,8 +213,8 @@ def _sequence(s, W, ps, rs, exact, seq_len, seed, o, n_steps):
                 npr = _p_row(W, end, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,
                              npr)
             bonus = leaf_bonus(p_rows[prow[end]], ud[end], rule, scratch[0])
-        t_tv, epoch = path_tv(parents, tokens, path, m, cstart, cidx, p_rows, prow, psums, rs, mark, seen,
-                              epoch)
+        t_tv, epoch = path_tv(parents, tokens, depths, path, m, cstart, cidx, p_rows, prow, psums, q_rows,
+                              qrow_f, rs, bs, mark, seen, epoch)
         _record_step(o, step, m, n, depths, path, cstart, cidx, calls, e_tok, e_tv, t_tv)
         _advance_root(W, buf_of[end], bonus, bparent, btoken, zs, hs, have)
         pos += m
@@ -210,18 +223,20 @@ def _sequence(s, W, ps, rs, exact, seq_len, seed, o, n_steps):
 
 
 @njit(parallel=True, cache=True, error_model="numpy")
-def simulate_kernel(W, ps, rs, exact, n_seq, seq_len, seed, out, n_steps):
+def simulate_kernel(W, ps, rs, bs, exact, n_seq, seq_len, seed, out, n_steps):
     """Decode ``n_seq`` sequences in parallel; per-step outputs ``out`` (each (n_seq, seq_len, ...))."""
     # a parfor passes each captured variable to its worker on its own: tuples holding arrays are taken
     # apart here and rebuilt in the loop (Numba cannot hand such a nested tuple to the gufunc)
     kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps, threshold, S, max_nodes, \
         max_buffer, n_q = ps
     rule, code, k, param, variant, nb = rs
+    bkind, before, after, fallback, tau, dist, omega, emb = bs
     o_int, o_exp, o_tv, o_ttv = out
     for s in prange(n_seq):
         _sequence(s, W, (kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps,
                          threshold, S, max_nodes, max_buffer, n_q), (rule, code, k, param, variant, nb),
-                  exact, seq_len, seed, (o_int[s], o_exp[s], o_tv[s], o_ttv[s]), n_steps)
+                  (bkind, before, after, fallback, tau, dist, omega, emb), exact, seq_len, seed,
+                  (o_int[s], o_exp[s], o_tv[s], o_ttv[s]), n_steps)
 
 
 # ------------------------------------------------------------------ Python layer
@@ -265,6 +280,7 @@ def run(
     threads: int | None = None,
     backend: str = "numba",
     exact_expectations: bool = False,
+    boost: Boost = NO_BOOST,
 ) -> SimResult:
     """Decode ``n_sequences`` sequences of ``seq_len`` tokens with drafting and verification.
 
@@ -275,20 +291,30 @@ def run(
     ``exact_expectations=True`` also records theory's exact per-step
     expectations (``expected_tokens``, ``expected_tv``), which need p at
     every node with children: slower, same outcomes. A trace replay always
-    records them.
+    records them. ``boost`` (rule r2 with ``Relax.none()`` only) boosts
+    every sampled-draft test (``theory.boost.Boost``; GSD reads the world's
+    ``embedding()``); the result records it (``SimResult.boost``).
     """
     _check_run_args(world, tree, rule, variant, n_sequences, seq_len, temperature, seed, threads, backend)
+    if isinstance(tree, JacobiWindow):  # SJD's windows (SPEC 9.1): simulate.jacobi
+        check_jacobi_run(world, tree, rule, relax, boost)
+    check_boost(rule, relax, boost)
     exact = bool(exact_expectations)
+    emb = world.embedding() if boost.kind == "group" else None
     if isinstance(world, TraceWorld):
         from simulate.replay import replay_trace
 
-        return replay_trace(world, rule=rule, relax=relax, variant=variant)
+        return replay_trace(world, rule=rule, relax=relax, variant=variant, boost=boost)
     spec = RuleSpec.make(rule, relax, world.neighbours(relax.k) if not relax.is_exact else None,
-                         world.vocab_size, variant)
+                         world.vocab_size, variant, boost, emb)
     t0, c0 = time.perf_counter(), time.process_time()
-    if backend == "numpy":
+    if isinstance(tree, JacobiWindow):
+        out = _outputs(n_sequences, seq_len)
+        run_windows(world, tree, spec, boost, out, seq_len=seq_len, temperature=temperature, seed=seed,
+                    threads=threads, backend=backend, exact=exact)
+    elif backend == "numpy":
         out = _run_numpy(world, tree, spec, rule, relax, variant, n_sequences, seq_len, temperature, seed,
-                         exact)
+                         exact, boost, emb)
     else:
         out = _run_numba(world, tree.kernel_spec(), spec, n_sequences, seq_len, temperature, seed, threads,
                          exact)
@@ -304,7 +330,7 @@ def run(
         **{f: ints[:, i].astype(np.int64) for i, f in enumerate(STEP_FIELDS)},
         token_tv=cat(o_ttv), expected_tokens=cat(o_exp), expected_tv=cat(o_tv),
         sequence=np.repeat(np.arange(n_sequences), n_steps), exact_expectations=exact, seconds=seconds,
-        extra={"cpu_seconds": cpu_seconds},
+        extra={"cpu_seconds": cpu_seconds}, boost=boost,
     )
 
 
@@ -334,20 +360,21 @@ def _run_numba(world, ps: PolicySpec, spec: RuleSpec, n_seq, seq_len, temperatur
             numba.set_num_threads(int(threads))
         policy = (ps.kind, ps.parents, ps.ranks, tdepths, ps.top_k, ps.max_calls, ps.total_tokens,
                   ps.check_steps, ps.threshold, ps.selection, ps.max_nodes, ps.max_buffer, max(n_q, 1))
-        simulate_kernel(W, policy, spec.args, exact, int(n_seq), int(seq_len), int(seed), out[:4], out[4])
+        simulate_kernel(W, policy, spec.args, spec.boost_args, exact, int(n_seq), int(seq_len), int(seed),
+                        out[:4], out[4])
     finally:
         numba.set_num_threads(old)
     return out
 
 
-def _run_numpy(world, tree, spec, rule, relax, variant, n_seq, seq_len, temperature, seed, exact):
+def _run_numpy(world, tree, spec, rule, relax, variant, n_seq, seq_len, temperature, seed, exact, boost, emb):
     from simulate.oracle import oracle_sequence
 
     out = _outputs(n_seq, seq_len)
     o_int, o_exp, o_tv, o_ttv, n_steps = out
     for s in range(n_seq):
         n_steps[s] = oracle_sequence(world, tree, rule, relax, variant, spec.neighbours, seq_len, temperature,
-                                     seed, s, exact, o_int[s], o_exp[s], o_tv[s], o_ttv[s])
+                                     seed, s, exact, o_int[s], o_exp[s], o_tv[s], o_ttv[s], boost, emb)
     return out
 
 

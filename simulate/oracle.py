@@ -13,9 +13,8 @@ import numpy as np
 
 from simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_counter, stream_key, uniform
 from simulate.worlds import LatentWorld
-from theory.relax import Relax
-from theory.tree import Tree, greedy_path_tv, sample_step, step_expectation
-from theory.verify import node_outcome
+from theory.boost import NO_BOOST
+from theory.tree import Tree, path_tv, sample_step, step_expectation
 
 
 class States:
@@ -66,31 +65,12 @@ def world_draft(world, states: States, temperature: float):
     return draft
 
 
-def _node_tv(tree: Tree, p: _LazyRows, u: int, rule: str, relax: Relax, variant: str,
-             nb: np.ndarray) -> float:
-    """TV of the token node u emits from p_u (R1: ``theory.node_outcome``; R2: 0 or NaN)."""
-    if relax.is_exact:
-        return 0.0
-    if rule == "r2":
-        return np.nan
-    return node_outcome(p[u], tree.tokens[tree.children(u)], rule=rule, relax=relax, neighbours=nb,
-                        variant=variant).tv
-
-
-def _path_tv(tree: Tree, p: _LazyRows, path: list[int], rule: str, relax: Relax, variant: str,
-             nb: np.ndarray) -> float:
-    """TV of the tokens the step emitted: the nodes on the path that decided one (those with children)."""
-    if rule == "r3":
-        return greedy_path_tv(tree, p, path)
-    return float(sum(_node_tv(tree, p, u, rule, relax, variant, nb) for u in path
-                     if tree.children(u).size > 0))
-
-
 def oracle_sequence(world, policy, rule, relax, variant, nb, seq_len, temperature, seed, s, exact, o_int,
-                    o_exp, o_tv, o_ttv) -> int:
+                    o_exp, o_tv, o_ttv, boost=NO_BOOST, emb=None) -> int:
     """Decode sequence ``s`` like the Numba engine; fills the per-step rows and returns the step count.
 
-    p is read only where the walk (or, with ``exact``, theory's expectation) needs it."""
+    p is read only where the walk (or, with ``exact``, theory's expectation) needs it; the step's TV is
+    ``theory.tree.path_tv``. R2 takes a ``boost`` (GSD: the embedding table ``emb``)."""
     key = np.uint64(stream_key(np.int64(seed), np.int64(s)))
     if isinstance(world, LatentWorld):
         z, h = world.initial(key)
@@ -113,15 +93,17 @@ def oracle_sequence(world, policy, rule, relax, variant, nb, seq_len, temperatur
         p = _LazyRows(tree, states, world, temperature)
         if exact:
             e = step_expectation(tree, p, rule=rule, relax=relax, neighbours=nb64, q_dists=built.q,
-                                 variant=variant)
+                                 variant=variant, boost=boost, emb=emb)
             o_exp[step], o_tv[step] = e.tokens, e.tv
-        path, bonus = sample_step(tree, p, ua, ud, rule=rule, relax=relax, neighbours=nb64,
-                                  q_dists=built.q if rule == "r2" else None, variant=variant)
+        q = built.q if rule == "r2" else None
+        path, bonus = sample_step(tree, p, ua, ud, rule=rule, relax=relax, neighbours=nb64, q_dists=q,
+                                  variant=variant, boost=boost, emb=emb)
         m = len(path)
         root_kids = tree.children(0)
         o_int[step] = (m, n - 1, tree.depth, m - 1, built.draft_calls,
                        int(np.flatnonzero(root_kids == path[1])[0]) if m > 1 else -1)
-        o_ttv[step] = _path_tv(tree, p, path, rule, relax, variant, nb64)
+        o_ttv[step] = path_tv(tree, p, path, rule=rule, relax=relax, neighbours=nb64, q_dists=q,
+                              variant=variant, boost=boost, emb=emb)
         z_end, h_end = states.at(_token_path(tree.parents, tree.tokens, path[-1]))
         if isinstance(world, LatentWorld):
             z, h = world.advance(z_end, h_end, bonus)

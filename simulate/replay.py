@@ -14,13 +14,16 @@ import numpy as np
 from simulate.results import SimResult
 from simulate.verify import step_expectation, verify_step
 from simulate.worlds import TraceWorld
+from theory.boost import NO_BOOST, Boost
 from theory.relax import Relax
 
 
 def replay_trace(world: TraceWorld, *, rule: str, relax: Relax, variant: str = "principled",
-                 check: bool = False) -> SimResult:
-    """Verify every step of the trace; ``check=True`` raises if an outcome differs from the recorded one."""
+                 check: bool = False, boost: Boost = NO_BOOST) -> SimResult:
+    """Verify every step of the trace; ``check=True`` raises if an outcome differs from the recorded one.
+    ``boost`` boosts R2's tests (GSD reads the trace's stored embedding table)."""
     h = world.header
+    emb = world.embedding() if boost.kind == "group" else None
     t0 = time.perf_counter()
     rec: dict[str, list] = {k: [] for k in ("tokens", "tree_size", "tree_depth", "accepted_depth",
                                             "draft_calls", "root_choice", "token_tv", "expected_tokens",
@@ -32,11 +35,13 @@ def replay_trace(world: TraceWorld, *, rule: str, relax: Relax, variant: str = "
         p = h.target_sampling.probs(step.target_logits.astype(np.float64))
         q = h.draft_sampling.probs(step.draft_logits.astype(np.float64)) if rule == "r2" else None
         path, bonus, tv = verify_step(tree, p, step.u_accept, step.u_draw, rule=rule, relax=relax,
-                                      neighbours=nb, q_dists=q, variant=variant, with_tv=True)
+                                      neighbours=nb, q_dists=q, variant=variant, with_tv=True, boost=boost,
+                                      emb=emb)
         if check and (path != step.path.tolist() or bonus != step.bonus):
             raise ValueError(f"trace step (sequence {step.sequence}, position {step.position}) replays to "
                              f"path {path}, bonus {bonus}; recorded {step.path.tolist()}, {step.bonus}")
-        e = step_expectation(tree, p, rule=rule, relax=relax, neighbours=nb, q_dists=q, variant=variant)
+        e = step_expectation(tree, p, rule=rule, relax=relax, neighbours=nb, q_dists=q, variant=variant,
+                             boost=boost, emb=emb)
         kids = tree.children(0)
         rec["tokens"].append(len(path))
         rec["tree_size"].append(tree.size - 1)
@@ -54,4 +59,4 @@ def replay_trace(world: TraceWorld, *, rule: str, relax: Relax, variant: str = "
               for k, v in rec.items()}
     return SimResult(world=world.name, tree=h.tree, rule=rule, relax=relax, variant=variant,
                      temperature=h.target_sampling.temperature, n_sequences=len(seqs), seq_len=0, seed=0,
-                     exact_expectations=True, seconds=time.perf_counter() - t0, **arrays)
+                     exact_expectations=True, seconds=time.perf_counter() - t0, boost=boost, **arrays)

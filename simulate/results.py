@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from theory.boost import NO_BOOST, Boost
 from theory.relax import Relax
 
 
@@ -21,7 +22,8 @@ class SimResult:
     TV(law the node emits, its target), see ``simulate.verify_kernels.path_tv``),
     ``expected_tokens`` and ``expected_tv`` (theory's exact E[tokens] and
     E[token_tv] given the step's tree and state; NaN unless the run had
-    ``exact_expectations=True``), ``sequence``.
+    ``exact_expectations=True``), ``sequence``. ``boost``: how R2's sampled-draft
+    tests were boosted (``theory.boost.Boost``; ``str(boost)`` is its spec, ``none`` unboosted).
     """
 
     world: str
@@ -46,6 +48,7 @@ class SimResult:
     exact_expectations: bool = False
     seconds: float = 0.0  # wall-clock seconds of the decoding (validation and tables excluded)
     extra: dict = field(default_factory=dict)  # run(): "cpu_seconds", the process's CPU time meanwhile
+    boost: Boost = NO_BOOST
 
     @property
     def n_steps(self) -> int:

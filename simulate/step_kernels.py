@@ -5,6 +5,9 @@ Twins of ``theory.tree.sample_step`` and ``theory.tree.step_expectation`` built 
 :mod:`simulate.verify_kernels` (same array conventions). Trees arrive as parent arrays in topological
 order; children are handled as CSR (:func:`children_csr`).
 
+R2 takes a boost ``bs`` (SPEC 9.2-9.4, :mod:`simulate.verify_kernels`): the children of u are tested
+at depth ``depths[u] + 1``, and the TV of a boosted node is the sum of its tested stages' exact TVs.
+
 Over 400 lines: the walk, the greedy path and the exact expectation share CSR helpers and R1's implicit
 residual and must stay operation-for-operation twins of theory.tree; splitting them would scatter that.
 """
@@ -18,6 +21,7 @@ from numba import njit
 
 from simulate.verify_kernels import (
     argmax_row,
+    boosted_stage_kernel,
     draft_residual_kernel,
     draw_token_kernel,
     draw_token_residual_kernel,
@@ -30,6 +34,8 @@ from simulate.verify_kernels import (
     sample_node_r1_kernel,
     sample_node_r2_kernel,
     seqsum_kernel,
+    stage_tv_kernel,
+    standard_residual_kernel,
     zero_set_size_kernel,
 )
 
@@ -99,7 +105,7 @@ def greedy_path_end_kernel(depths, n, ok):
 
 @njit(cache=True, error_model="numpy")
 def sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, prow, q_rows, qrow, u_accept,
-                            u_draw, rs, mark, epoch, scratch, path, state, ok,
+                            u_draw, rs, bs, mark, epoch, scratch, path, state, ok,
                             tops):
     """One verification step (``theory.tree.sample_step``) on the rows computed so far; resumable.
 
@@ -115,7 +121,7 @@ def sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, pr
     means it ended at the leaf ``path[path_len - 1]`` and the bonus is drawn
     from (R3: is the argmax of) that leaf's p with ``u_draw[leaf]``, which
     the caller computes. ``scratch`` is (3, V) float64; R3's ``ok`` / ``tops``
-    hold one entry per node (``tops[u]`` = argmax p_u where read).
+    hold one entry per node (``tops[u]`` = argmax p_u where read). ``bs``: R2's boost.
     """
     rule, code, k, param, variant, nb = rs
     if rule == 3:
@@ -155,7 +161,7 @@ def sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, pr
                 return m, draw_token_residual_kernel(p, mark, epoch, unif, u_draw[u], scratch[0]), epoch, -1
         else:
             i = sample_node_r2_kernel(p, q_rows[qrow[u]], kids, ukids, code, k, param, variant, nb,
-                                      scratch[0], scratch[1], scratch[2])
+                                      scratch[0], scratch[1], scratch[2], depths[u] + 1, bs)
             if i < 0:
                 return m, draw_token_kernel(scratch[0], u_draw[u], scratch[1]), epoch, -1
         u = cidx[lo + i]
@@ -250,28 +256,61 @@ def node_outcome_r1_kernel(p, psum, kids, mark, seen, epoch, code, k, param, var
 
 
 @njit(cache=True, error_model="numpy")
-def node_outcome_r2_kernel(p, q, kids, code, k, param, variant, nb, accept, r, qp, res):
-    """Exact R2 acceptance given the draw order (``theory.verify._r2_given``): fills ``accept``."""
+def node_outcome_r2_kernel(p, q, kids, code, k, param, variant, nb, accept, r, qp, res, depth, bs):
+    """Exact R2 acceptance given the draw order (``theory.verify._r2_given``): fills ``accept``; returns
+    ``NodeOutcome.stage_tv`` (the stages' exact TVs weighted by P(tested): 0 without a boost)."""
     for x in range(p.shape[0]):
         r[x] = p[x]
     reach = 1.0
     m = kids.shape[0]
+    boosted = bs[0] != 0
+    V = p.shape[0] if boosted else 0
+    order = np.empty(V, dtype=np.int64)
+    rank = np.empty(V, dtype=np.int64)
+    avec = np.empty(V)
+    tv = 0.0
     for i in range(m):
         accept[i] = 0.0
     for i in range(m):
         if not draft_residual_kernel(q, kids, i, qp):
             break
-        a = r2_stage_kernel(r, qp, kids[i], nb, code, k, param, variant, res)
+        if boosted:
+            tv += reach * stage_tv_kernel(r, qp, depth, bs, order, rank, avec)
+            a = boosted_stage_kernel(r, qp, kids[i], depth, bs, res, order, rank)
+        else:
+            a = r2_stage_kernel(r, qp, kids[i], nb, code, k, param, variant, res)
         accept[i] = reach * a
         reach *= 1.0 - a
         if reach == 0.0:
             break
         for x in range(p.shape[0]):
             r[x] = res[x]
+    return tv
 
 
 @njit(cache=True, error_model="numpy")
-def path_tv(parents, tokens, path, m, cstart, cidx, p_rows, prow, psums, rs,
+def boosted_stages_tv(p, q, kids, tested, depth, bs):
+    """Sum of the exact TVs of R2's first ``tested`` boosted stages along the draw order ``kids``
+    (``theory.verify.r2_stage_tvs``)."""
+    V = p.shape[0]
+    r, qp, res, avec = np.empty(V), np.empty(V), np.empty(V), np.empty(V)
+    order = np.empty(V if bs[0] == 1 else 0, dtype=np.int64)
+    rank = np.empty_like(order)
+    for x in range(V):
+        r[x] = p[x]
+    tv = 0.0
+    for i in range(tested):
+        if not draft_residual_kernel(q, kids, i, qp):
+            break
+        tv += stage_tv_kernel(r, qp, depth, bs, order, rank, avec)
+        standard_residual_kernel(r, qp, res)
+        for x in range(V):
+            r[x] = res[x]
+    return tv
+
+
+@njit(cache=True, error_model="numpy")
+def path_tv(parents, tokens, depths, path, m, cstart, cidx, p_rows, prow, psums, q_rows, qrow, rs, bs,
             mark, seen, epoch):
     """TV of the tokens one step emitted, from the nodes that decided them; returns (TV, epoch).
 
@@ -280,7 +319,9 @@ def path_tv(parents, tokens, path, m, cstart, cidx, p_rows, prow, psums, rs,
     (TV 0). Sums TV(law the node emits, its target) over those nodes, exact
     (``theory.node_outcome(...).tv``): R1 by :func:`node_outcome_r1_kernel`; R3 1 per
     accepted child that is not argmax p of its parent; R2 0 with ``none``,
-    else NaN (exact only averaged over draw orders). Reads p only on the path.
+    else NaN (exact only averaged over draw orders); boosted R2 the exact TVs of
+    the stages each deciding node tested (:func:`boosted_stages_tv`,
+    ``theory.tree.path_tv``). Reads p (and, boosted, q) only on the path.
     """
     rule, code, k, param, variant, nb = rs
     if rule == 3:
@@ -288,6 +329,21 @@ def path_tv(parents, tokens, path, m, cstart, cidx, p_rows, prow, psums, rs,
         for i in range(m - 1):
             if tokens[path[i + 1]] != argmax_row(p_rows[prow[path[i]]]):
                 tv += 1.0
+        return tv, epoch
+    if rule == 2 and bs[0] != 0:
+        tv = 0.0
+        for i in range(m):
+            u = path[i]
+            lo, hi = cstart[u], cstart[u + 1]
+            if hi == lo:
+                continue
+            tested = hi - lo
+            if i + 1 < m:
+                for j in range(hi - lo):
+                    if cidx[lo + j] == path[i + 1]:
+                        tested = j + 1
+            kids = child_tokens(tokens, cstart, cidx, u)
+            tv += boosted_stages_tv(p_rows[prow[u]], q_rows[qrow[u]], kids, tested, depths[u] + 1, bs)
         return tv, epoch
     if code == 0 or k == 0:
         return 0.0, epoch
@@ -308,7 +364,7 @@ def path_tv(parents, tokens, path, m, cstart, cidx, p_rows, prow, psums, rs,
 
 @njit(cache=True, error_model="numpy")
 def step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, prow, psums, q_rows, qrow, rs,
-                            mark, seen, epoch, scratch, edge, reach):
+                            bs, mark, seen, epoch, scratch, edge, reach):
     """Exact expectations of one step given the tree and rows (p at every node with children).
 
     Fills ``edge[v]`` = P(v accepted | parent reached) and ``reach[v]`` =
@@ -316,8 +372,9 @@ def step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, pr
     E[tokens] = 1 + sum of reach over non-root nodes (R3: 1 + greedy depth);
     the TV bound is sum over internal nodes u of reach[u] * TV_u, the TV of
     the token u emits from p_u (R3: from the greedy point mass; R2: NaN when
-    relaxed, since it is exact only averaged over draw orders): the
-    expectation of :func:`path_tv` given the tree and state.
+    relaxed, since it is exact only averaged over draw orders; boosted by ``bs``:
+    ``NodeOutcome.stage_tv``): the expectation of :func:`path_tv` given the
+    tree and state.
     """
     rule, code, k, param, variant, nb = rs
     edge[0] = 1.0
@@ -339,8 +396,8 @@ def step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, pr
             edge[v] = 1.0
             reach[v] = 1.0
             v = parents[v]
-        tv, epoch = path_tv(parents, tokens, path, m, cstart, cidx, p_rows, prow, psums, rs, mark, seen,
-                            epoch)
+        tv, epoch = path_tv(parents, tokens, depths, path, m, cstart, cidx, p_rows, prow, psums, q_rows, qrow,
+                            rs, bs, mark, seen, epoch)
         return 1.0 + depths[end], tv, epoch
     tvs = np.zeros(n)
     for u in range(n):
@@ -353,9 +410,10 @@ def step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, pr
             tv_u, epoch = node_outcome_r1_kernel(p_rows[prow[u]], psums[u], kids, mark, seen, epoch, code, k,
                                                  param, variant, nb, acc)
         else:
-            node_outcome_r2_kernel(p_rows[prow[u]], q_rows[qrow[u]], kids, code, k, param, variant, nb, acc,
-                                   scratch[0], scratch[1], scratch[2])
-            tv_u = math.nan if relaxed else 0.0
+            tv_u = node_outcome_r2_kernel(p_rows[prow[u]], q_rows[qrow[u]], kids, code, k, param, variant, nb,
+                                          acc, scratch[0], scratch[1], scratch[2], depths[u] + 1, bs)
+            if relaxed:
+                tv_u = math.nan
         for j in range(hi - lo):
             edge[cidx[lo + j]] = acc[j]
         tvs[u] = tv_u
@@ -391,7 +449,7 @@ def _dense_step(parents, V):
 
 
 @njit(cache=True, error_model="numpy")
-def sample_step_kernel(parents, tokens, depths, p_rows, q_rows, u_accept, u_draw, rs):
+def sample_step_kernel(parents, tokens, depths, p_rows, q_rows, u_accept, u_draw, rs, bs):
     """A whole verification step on rows given for every node; returns (path, bonus, TV of the emitted
     tokens as :func:`path_tv`)."""
     rule, code, k, param, variant, nb = rs
@@ -399,8 +457,8 @@ def sample_step_kernel(parents, tokens, depths, p_rows, q_rows, u_accept, u_draw
     path = np.empty(n, dtype=np.int64)
     state = np.zeros(2, dtype=np.int64)
     m, bonus, epoch, _ = sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, rows,
-                                                 q_rows, rows, u_accept, u_draw, rs, mark, 0, scratch, path,
-                                                 state, np.empty(n, dtype=np.bool_),
+                                                 q_rows, rows, u_accept, u_draw, rs, bs, mark, 0, scratch,
+                                                 path, state, np.empty(n, dtype=np.bool_),
                                                  np.empty(n, dtype=np.int64))
     if bonus < 0:
         leaf = path[m - 1]
@@ -408,12 +466,13 @@ def sample_step_kernel(parents, tokens, depths, p_rows, q_rows, u_accept, u_draw
     psums = np.empty(n)
     for i in range(m):
         psums[path[i]] = seqsum_kernel(p_rows[path[i]])
-    tv, _ = path_tv(parents, tokens, path, m, cstart, cidx, p_rows, rows, psums, rs, mark, seen, epoch)
+    tv, _ = path_tv(parents, tokens, depths, path, m, cstart, cidx, p_rows, rows, psums, q_rows, rows, rs, bs,
+                    mark, seen, epoch)
     return path[:m].copy(), bonus, tv
 
 
 @njit(cache=True, error_model="numpy")
-def expected_tokens_per_step_kernel(parents, tokens, depths, p_rows, q_rows, rs):
+def expected_tokens_per_step_kernel(parents, tokens, depths, p_rows, q_rows, rs, bs):
     """Exact expectations of a step on rows given for every node: (E[tokens], E[TV], edge, reach)."""
     n, cstart, cidx, rows, mark, seen, scratch = _dense_step(parents, p_rows.shape[1])
     psums = np.empty(n)
@@ -422,6 +481,6 @@ def expected_tokens_per_step_kernel(parents, tokens, depths, p_rows, q_rows, rs)
     edge = np.empty(n)
     reach = np.empty(n)
     tokens_e, tv_e, _ = step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, rows, psums,
-                                                q_rows, rows, rs, mark, seen,
+                                                q_rows, rows, rs, bs, mark, seen,
                                                 0, scratch, edge, reach)
     return tokens_e, tv_e, edge, reach

@@ -7,7 +7,7 @@ The reference decoder's ``relaxspec replay`` calls it to re-verify traces.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -15,15 +15,17 @@ from simulate.step_kernels import (
     expected_tokens_per_step_kernel,
     sample_step_kernel,
 )
+from theory.boost import NO_BOOST, Boost
 from theory.distributions import validate_distribution
 from theory.relax import Relax
-from theory.rules import encode, rule_table
+from theory.rules import EncodedBoost, encode, encode_boost, rule_table
 from theory.tree import StepExpectation, Tree
 
 
 @dataclass(frozen=True)
 class RuleSpec:
-    """A verification rule in the integer form the kernels take."""
+    """A verification rule in the integer form the kernels take, with R2's boost (``boost``: its
+    ``theory.rules.EncodedBoost``, the kernels' ``bs`` tuple: :attr:`boost_args`)."""
 
     rule: int
     code: int
@@ -31,14 +33,18 @@ class RuleSpec:
     param: float
     variant: int
     neighbours: np.ndarray  # int32 (V, W), W = k (k + 1 for the official variant), or (V, 0)
+    boost: EncodedBoost = field(default_factory=lambda: encode_boost("r2", Relax.none()))
 
     @classmethod
     def make(cls, rule: str, relax: Relax, neighbours: np.ndarray | None, vocab_size: int,
-             variant: str = "principled") -> RuleSpec:
-        """Validate and encode the rule (``theory.rules``) and keep only the table columns it reads."""
+             variant: str = "principled", boost: Boost = NO_BOOST,
+             emb: np.ndarray | None = None) -> RuleSpec:
+        """Validate and encode the rule and its boost (``theory.rules``; GSD reads the (V, d) embedding
+        table ``emb``) and keep only the table columns the rule reads."""
         e = encode(rule, relax, variant)
+        b = encode_boost(rule, relax, boost, emb, vocab_size)
         table = rule_table(neighbours, vocab_size, relax, variant)
-        return cls(e.rule, e.code, e.k, e.param, e.variant, table)
+        return cls(e.rule, e.code, e.k, e.param, e.variant, table, b)
 
     @property
     def args(self) -> tuple:
@@ -49,6 +55,11 @@ class RuleSpec:
     def relax_args(self) -> tuple:
         """``(code, k, param, variant, nb)``."""
         return (self.code, self.k, self.param, self.variant, self.neighbours)
+
+    @property
+    def boost_args(self) -> tuple:
+        """The boost tuple ``bs`` (``theory.rules.EncodedBoost.args``)."""
+        return self.boost.args
 
 
 def _rows(tree: Tree, dists: np.ndarray, name: str, vocab_size: int | None = None) -> np.ndarray:
@@ -72,11 +83,11 @@ def _uniforms(u: np.ndarray, n: int, name: str) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
-def _prepare(tree: Tree, node_dists, q_dists, rule, relax, neighbours, variant):
+def _prepare(tree: Tree, node_dists, q_dists, rule, relax, neighbours, variant, boost, emb):
     if not isinstance(tree, Tree):
         raise ValueError(f"tree must be a theory.Tree, got {type(tree).__name__}")
     p = _rows(tree, node_dists, "node_dists")
-    spec = RuleSpec.make(rule, relax, neighbours, p.shape[1], variant)
+    spec = RuleSpec.make(rule, relax, neighbours, p.shape[1], variant, boost, emb)
     if rule == "r2":
         if q_dists is None:
             raise ValueError("rule r2 needs q_dists")
@@ -102,6 +113,8 @@ def verify_step(
     q_dists: np.ndarray | None = None,
     variant: str = "principled",
     with_tv: bool = False,
+    boost: Boost = NO_BOOST,
+    emb: np.ndarray | None = None,
 ) -> tuple[list[int], int] | tuple[list[int], int, float]:
     """One verification step on a tree with explicit per-node uniforms (Numba).
 
@@ -110,12 +123,14 @@ def verify_step(
     Returns the accepted node path (starting at the root, node 0) and the
     bonus token; ``with_tv=True`` adds the exact TV of the tokens emitted
     (``SimResult.token_tv``: over the path's nodes that decided a token,
-    TV(law the node emits, its target); ``simulate.verify_kernels.path_tv``).
+    TV(law the node emits, its target); ``simulate.step_kernels.path_tv``, as
+    ``theory.tree.path_tv``). R2 takes a ``boost`` (GSD: the embedding ``emb``).
     """
-    p, q, spec = _prepare(tree, node_dists, q_dists, rule, relax, neighbours, variant)
+    p, q, spec = _prepare(tree, node_dists, q_dists, rule, relax, neighbours, variant, boost, emb)
     ua = _uniforms(u_accept, tree.size, "u_accept")
     ud = _uniforms(u_draw, tree.size, "u_draw")
-    path, bonus, tv = sample_step_kernel(tree.parents, tree.tokens, tree.depths, p, q, ua, ud, spec.args)
+    path, bonus, tv = sample_step_kernel(tree.parents, tree.tokens, tree.depths, p, q, ua, ud, spec.args,
+                                         spec.boost_args)
     if with_tv:
         return [int(v) for v in path], int(bonus), float(tv)
     return [int(v) for v in path], int(bonus)
@@ -130,13 +145,16 @@ def step_expectation(
     neighbours: np.ndarray | None = None,
     q_dists: np.ndarray | None = None,
     variant: str = "principled",
+    boost: Boost = NO_BOOST,
+    emb: np.ndarray | None = None,
 ) -> StepExpectation:
     """Exact E[tokens per step] and the step's TV bound (Numba twin of theory's expectations).
 
     For R2 the acceptance probabilities are conditional on the tree's draw
-    order (``theory.node_outcome`` with a sequence of children).
+    order (``theory.node_outcome`` with a sequence of children); R2 takes a
+    ``boost`` (GSD: the embedding ``emb``), as ``theory.step_expectation``.
     """
-    p, q, spec = _prepare(tree, node_dists, q_dists, rule, relax, neighbours, variant)
+    p, q, spec = _prepare(tree, node_dists, q_dists, rule, relax, neighbours, variant, boost, emb)
     t, tv, edge, reach = expected_tokens_per_step_kernel(tree.parents, tree.tokens, tree.depths, p, q,
-                                                         spec.args)
+                                                         spec.args, spec.boost_args)
     return StepExpectation(float(t), float(tv), edge, reach)

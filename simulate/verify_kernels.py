@@ -13,7 +13,10 @@ Array conventions (validated by the Python layer, never here):
   ``min(k + 1, W)`` columns);
 - a relaxation is ``(code, k, param)``: code 0 none, 1 additive (param =
   delta), 2 multiplicative (param = lam); ``variant`` 0 principled, 1 official;
-- ``rule`` 1, 2 or 3.
+- ``rule`` 1, 2 or 3;
+- a boost (R2 only, SPEC 9.2-9.3) is ``bs = (kind, before, after, fallback, tau, dist, omega, emb)``
+  (``theory.rules.encode_boost``): kind 0 none, 1 group (GSD), 2 depth (Cool-SD); a node's
+  children are tested at ``depth`` (their depth in the tree).
 
 R1 keeps its residual implicit: ``r(x) = 0`` if ``mark[x] == epoch`` else
 ``p(x)`` (or 1.0 once the residual degenerated to uniform), so a rejection
@@ -23,6 +26,7 @@ degeneration, so ``mark`` never needs clearing.
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 from theory.stages import EXHAUSTION_CHECK
@@ -247,15 +251,126 @@ def r2_stage_kernel(r, qp, x, nb, code, k, param, variant, res):
     return a
 
 
+# ---------------------------------------------------------------- boosted R2 (SPEC 9.2-9.4)
 @njit(cache=True, error_model="numpy")
-def sample_node_r2_kernel(p, q, kids, u_kids, code, k, param, variant, nb, r, qp, res):
-    """Verify one node under R2; returns the accepted child's index or -1 (``r`` = residual)."""
+def standard_residual_kernel(r, qp, res):
+    """``theory.boost.standard_residual`` into ``res``: norm((r - q')^+), uniform when empty."""
+    V = r.shape[0]
+    for y in range(V):
+        res[y] = max(r[y] - qp[y], 0.0)
+    s = seqsum_kernel(res)
+    if s <= 0.0:
+        for y in range(V):
+            res[y] = 1.0 / V
+    else:
+        for y in range(V):
+            res[y] = res[y] / s
+
+
+@njit(cache=True, error_model="numpy")
+def rank_order_kernel(r, order, rank):
+    """``theory.boost.rank_order`` into ``order`` (tokens by decreasing r, ties by lower id; a stable
+    sort), and ``rank[x]`` = x's position in it."""
+    srt = np.argsort(-r, kind="mergesort")
+    for j in range(r.shape[0]):
+        order[j] = srt[j]
+        rank[srt[j]] = j
+
+
+@njit(cache=True, error_model="numpy")
+def group_acceptance_kernel(r, qp, x, before, after, fallback, tau, dist, emb, order, rank):
+    """``theory.boost.boosted_acceptance`` of GSD: min(1, r(C) / q'(C)) over x's group C(x) in the rank
+    window (``theory.boost.group_members``; ``order`` / ``rank`` from :func:`rank_order_kernel` of r; x
+    alone when fewer than ``fallback`` tokens rank below it, ``theory.boost.rank_window``)."""
+    V = r.shape[0]
+    rx = rank[x]
+    lo, hi = max(0, rx - before), min(V, rx + after + 1)
+    if V - 1 - rx < fallback:
+        lo, hi = rx, rx + 1
+    ps, qs = 0.0, 0.0
+    for j in range(lo, hi):
+        y = order[j]
+        keep = y == x
+        if not keep and abs(r[y] - r[x]) < tau:
+            d2 = 0.0
+            for c in range(emb.shape[1]):
+                diff = emb[y, c] - emb[x, c]
+                d2 += diff * diff
+            keep = d2 < dist
+        if keep:
+            ps += r[y]
+            qs += qp[y]
+    return min(1.0, ps / qs)
+
+
+@njit(cache=True, error_model="numpy")
+def boosted_acceptance_kernel(r, qp, x, depth, bs, order, rank):
+    """``theory.boost.boosted_acceptance`` of draft x at ``depth`` (group: ``order`` / ``rank`` of r)."""
+    kind, before, after, fallback, tau, dist, omega, emb = bs
+    if kind == 1:
+        return group_acceptance_kernel(r, qp, x, before, after, fallback, tau, dist, emb, order, rank)
+    if kind == 2:
+        w = omega[min(max(depth, 1), omega.shape[0]) - 1]
+        return min(1.0, w * r[x] / qp[x])
+    return min(1.0, r[x] / qp[x])
+
+
+@njit(cache=True, error_model="numpy")
+def boosted_stage_kernel(r, qp, x, depth, bs, res, order, rank):
+    """``theory.boost.boosted_stage``: the acceptance of x; ``res`` gets the standard residual
+    (``order`` / ``rank``: int64[V] scratch)."""
+    if bs[0] == 1:
+        rank_order_kernel(r, order, rank)
+    a = boosted_acceptance_kernel(r, qp, x, depth, bs, order, rank)
+    standard_residual_kernel(r, qp, res)
+    return a
+
+
+@njit(cache=True, error_model="numpy")
+def stage_tv_kernel(r, qp, depth, bs, order, rank, a):
+    """``theory.boost.stage_tv``: exact TV(law of one stage, r) by SPEC 9.4 (``theory.boost.boosted_tv``
+    of the acceptance vector, into the scratch ``a``); 0 without a boost."""
+    if bs[0] == 0:
+        return 0.0
+    V = r.shape[0]
+    if bs[0] == 1:
+        rank_order_kernel(r, order, rank)
+    for x in range(V):
+        a[x] = boosted_acceptance_kernel(r, qp, x, depth, bs, order, rank) if qp[x] > 0.0 else 1.0
+    delta, s, acc = 0.0, 0.0, 0.0
+    for y in range(V):
+        a0 = min(1.0, r[y] / qp[y]) if qp[y] > 0.0 else 1.0
+        delta += qp[y] * (a[y] - a0)
+        s += max(r[y] - qp[y], 0.0)
+        acc += qp[y] * a[y]
+    tv = 0.0
+    if s <= 0.0:  # r == q': the unboosted test never rejects; the residual is uniform
+        rest = max(0.0, 1.0 - acc)
+        for y in range(V):
+            tv += abs(qp[y] * a[y] + rest / V - r[y])
+        return 0.5 * tv
+    for y in range(V):
+        a0 = min(1.0, r[y] / qp[y]) if qp[y] > 0.0 else 1.0
+        tv += abs(qp[y] * (a[y] - a0) - delta * max(r[y] - qp[y], 0.0) / s)
+    return 0.5 * tv
+
+
+@njit(cache=True, error_model="numpy")
+def sample_node_r2_kernel(p, q, kids, u_kids, code, k, param, variant, nb, r, qp, res, depth, bs):
+    """Verify one node under R2 (boosted by ``bs`` for children at ``depth``); returns the accepted
+    child's index or -1 (``r`` = residual)."""
     for x in range(p.shape[0]):
         r[x] = p[x]
+    boosted = bs[0] != 0
+    order = np.empty(p.shape[0] if bs[0] == 1 else 0, dtype=np.int64)
+    rank = np.empty_like(order)
     for i in range(kids.shape[0]):
         if not draft_residual_kernel(q, kids, i, qp):
             break
-        a = r2_stage_kernel(r, qp, kids[i], nb, code, k, param, variant, res)
+        if boosted:
+            a = boosted_stage_kernel(r, qp, kids[i], depth, bs, res, order, rank)
+        else:
+            a = r2_stage_kernel(r, qp, kids[i], nb, code, k, param, variant, res)
         if u_kids[i] < a:
             return i
         for x in range(p.shape[0]):

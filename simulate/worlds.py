@@ -54,6 +54,7 @@ from simulate.world_kernels import (
     target_row,
     transition,
 )
+from theory.boost import check_embedding
 from theory.distributions import total_variation, validate_distribution
 from theory.neighbours import neighbour_table
 
@@ -149,6 +150,11 @@ class World:
         """A neighbour table with at least k columns (None when the world has none)."""
         raise NotImplementedError
 
+    def embedding(self) -> np.ndarray:
+        """The (V, d) float64 embedding table GSD's groups read (SPEC 9.2); ``ValueError`` when the world
+        has none."""
+        raise ValueError(f"world {self.name!r} has no embedding table: GSD's group acceptance needs one")
+
 
 class LatentWorld(World):
     """The latent-field world (SPEC section 6); build with :meth:`preset` or parameters."""
@@ -217,6 +223,11 @@ class LatentWorld(World):
         self._tables[width] = table
         return table
 
+    def embedding(self) -> np.ndarray:
+        """The codebook (unit rows, float64 (V, d)): GSD's embedding table in this world (the world has no
+        other token embedding, so Boost's ``embedding=token|codebook`` setting reads it either way)."""
+        return self.codebook
+
     def kernel_world(self, temperature: float) -> tuple:
         key = float(temperature)
         if key not in self._kernel_worlds:
@@ -269,18 +280,27 @@ class LatentWorld(World):
 
 
 class StationaryWorld(World):
-    """The same target p and draft q at every node (the i.i.d. setting)."""
+    """The same target p and draft q at every node (the i.i.d. setting); ``embedding``: an optional
+    (V, d) table for GSD's groups."""
 
     def __init__(self, p: np.ndarray, q: np.ndarray, neighbours: np.ndarray | None = None,
-                 name: str = "stationary") -> None:
+                 name: str = "stationary", embedding: np.ndarray | None = None) -> None:
         self.p = validate_distribution(p, name="p")
         self.q = validate_distribution(q, name="q", size=self.p.size)
         self.vocab_size = self.p.size
         self._neighbours = neighbours
+        self._embedding = None if embedding is None else check_embedding(embedding, self.vocab_size)
         self.name = name
 
     def neighbours(self, k: int) -> np.ndarray | None:
         return self._neighbours
+
+    def embedding(self) -> np.ndarray:
+        """The table given as ``embedding``; ``ValueError`` when none was."""
+        if self._embedding is None:
+            raise ValueError(f"world {self.name!r} has no embedding table: GSD's group acceptance needs "
+                             "one (StationaryWorld(p, q, embedding=E), E of shape (V, d))")
+        return self._embedding
 
     @staticmethod
     def _tempered(p: np.ndarray, temperature: float) -> np.ndarray:
@@ -322,6 +342,14 @@ class TraceWorld(World):
 
     def neighbours(self, k: int) -> np.ndarray | None:
         return self._neighbours
+
+    def embedding(self) -> np.ndarray:
+        """The GSD embedding table the trace stores; ``ValueError`` when it has none."""
+        emb = getattr(self.trace, "embedding", None)
+        if emb is None:
+            raise ValueError(f"trace {self.name!r} stores no embedding table: GSD's group acceptance needs "
+                             "one (a trace captured with a gsd boost stores it)")
+        return emb
 
     def kernel_world(self, temperature: float) -> tuple:
         raise ValueError("a TraceWorld is replayed step by step, not simulated by the kernel")

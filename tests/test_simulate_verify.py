@@ -188,7 +188,7 @@ def test_verify_step_rejects_bad_input(table):
     with pytest.raises(ValueError, match="u_accept"):
         verify_step(tree, p, np.ones(2), np.zeros(2), rule="r1", relax=Relax.none(), neighbours=None)
     with pytest.raises(ValueError, match="unknown rule"):
-        verify_step(tree, p, np.zeros(2), np.zeros(2), rule="r4", relax=Relax.none(), neighbours=None)
+        verify_step(tree, p, np.zeros(2), np.zeros(2), rule="r9", relax=Relax.none(), neighbours=None)
     with pytest.raises(ValueError, match="neighbour table"):
         verify_step(tree, p, np.zeros(2), np.zeros(2), rule="r1", relax=Relax.additive(2, 0.1),
                     neighbours=None)

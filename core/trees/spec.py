@@ -23,6 +23,8 @@ spec                               policy
                                    ``sequoia-walk``: children picked by that selection)
 ``costaware:N,DEPTH[,MODE]``       the Sequoia tree of largest predicted speed-up on a cost
                                    table (MODE q, latent, diverse or walk; default q)
+``jacobi:L[,uniform|copy]``        SJD's Jacobi window of L sampled drafts, no drafter, fresh
+                                   tokens uniform (default) or copies (:mod:`core.trees.jacobi`)
 =================================  ==========================================================
 
 What a spec cannot say comes with it as context: the verifier's relaxation
@@ -41,6 +43,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from core.trees.costaware import choose_static_size
+from core.trees.jacobi import FORM as JACOBI_FORM
+from core.trees.jacobi import JacobiWindow
 from core.trees.policies import (
     MAX_TREE_DEPTH,
     MAX_TREE_NODES,
@@ -58,11 +62,12 @@ from theory.relax import Relax
 LATENT_KINDS = {"latent": "latent", "latent-diverse": "diverse", "latent-walk": "walk"}
 SEQUOIA_KINDS = {"sequoia": "q", "sequoia-lossless": "q", "sequoia-latent": "latent",
                  "sequoia-diverse": "diverse", "sequoia-walk": "walk"}
-KINDS = ("ar", "static", "chain", "eagle2", "ddd", *LATENT_KINDS, *SEQUOIA_KINDS, "costaware")
+KINDS = ("ar", "static", "chain", "eagle2", "ddd", *LATENT_KINDS, *SEQUOIA_KINDS, "costaware", "jacobi")
 FORMS = {"static": "static:NAME or static:[[0],[1],...]", "chain": "chain:N", "eagle2": "eagle2:K,D,M",
          "ddd": "ddd:K,CALLS,S1/S2/..,THRESHOLD,M", "costaware": "costaware:N,DEPTH[,MODE]",
-         **{k: f"{k}:K,D,M[,POOL]" for k in LATENT_KINDS}, **{k: f"{k}:N,DEPTH" for k in SEQUOIA_KINDS}}
-R2_FORMS = "static:NAME, chain:N, sequoia:N,DEPTH, sequoia-lossless:N,DEPTH, costaware:N,DEPTH[,q]"
+         **{k: f"{k}:K,D,M[,POOL]" for k in LATENT_KINDS}, **{k: f"{k}:N,DEPTH" for k in SEQUOIA_KINDS},
+         "jacobi": JACOBI_FORM}
+R2_FORMS = "static:NAME, chain:N, sequoia:N,DEPTH, sequoia-lossless:N,DEPTH, costaware:N,DEPTH[,q], jacobi:L"
 # the policy names and generate's --tree KIND --tree-args K=V spellings before the one grammar
 _OLD_NAME = re.compile(r"(eagle2|ddd|latent(?:-diverse|-walk)?|sequoia|chain|static|costaware)-?(\d.*)")
 
@@ -135,6 +140,8 @@ def parse_tree(spec: str, *, relax: Relax | None = None, neighbours: Neighbours 
             return Eagle2Tree(*_ints(args, (3,), text))
         if kind == "ddd":
             return _ddd(args, text)
+        if kind == "jacobi":
+            return JacobiWindow.parse(args)
         if kind in LATENT_KINDS:
             return _latent(kind, args, text, relax, neighbours, _probe)
         return _sequoia(kind, args, text, relax, neighbours, acceptance, cost, _probe)
@@ -201,7 +208,7 @@ def draws_children(spec: str) -> bool:
     """Whether the tree a spec names can draw its children from q without replacement (rule R2): the
     static trees that pick children by q (:data:`R2_FORMS`), decided from the spec alone."""
     kind = tree_kind(spec)
-    if kind in ("static", "chain"):
+    if kind in ("static", "chain", "jacobi"):
         return True
     if kind in SEQUOIA_KINDS or kind == "costaware":
         return _selection_mode(kind, str(spec).strip().partition(":")[2])[0] == "q"

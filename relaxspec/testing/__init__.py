@@ -14,8 +14,10 @@ name                          what it is
 ``check_expected_tokens``     E[tokens per step] on small trees equals the exact value
 ``check_consistent``          the rule's decisions follow its own law
 ``proved_bound``              theory's proved per-node TV bound of R1, R2 or R3
+``boost_bound``               the proved TV bound of R2 boosted (GSD, Cool-SD; SPEC 9.4)
 ``theory_expected_tokens``    theory's exact E[tokens per step] of R1, R2 or R3
 ``Verdict``, ``Law``, ``Rule``  the protocol; ``TheoryRule``, ``KernelRule`` the suite's rules
+                              (boosted with ``boost=``; ``grid_embedding`` GSD's test table)
 strategies                    ``distributions``, ``codebooks``, ``neighbour_tables``,
                               ``relaxations``, ``nodes`` (``Node``), ``uniforms``,
                               ``static_trees``, ``tree_policies``, ``trees``,
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
     from relaxspec.testing.checks import (
         EXACT_TOL,
         SEED,
+        boost_bound,
         check_consistent,
         check_expected_tokens,
         check_lossless,
@@ -47,7 +50,7 @@ if TYPE_CHECKING:
         proved_bound,
         theory_expected_tokens,
     )
-    from relaxspec.testing.rules import KernelRule, Law, Rule, TheoryRule, Verdict
+    from relaxspec.testing.rules import KernelRule, Law, Rule, TheoryRule, Verdict, grid_embedding
     from relaxspec.testing.stats import ALPHA, assert_counts_match, binomial_bounds
     from relaxspec.testing.strategies import (
         VARIANTS,
@@ -67,10 +70,10 @@ if TYPE_CHECKING:
     )
 
 _LAZY = {
-    "relaxspec.testing.checks": ("EXACT_TOL", "SEED", "check_consistent", "check_expected_tokens",
-                                 "check_lossless", "check_matches", "check_monotone", "check_tv_bound",
-                                 "proved_bound", "theory_expected_tokens"),
-    "relaxspec.testing.rules": ("KernelRule", "Law", "Rule", "TheoryRule", "Verdict"),
+    "relaxspec.testing.checks": ("EXACT_TOL", "SEED", "boost_bound", "check_consistent",
+                                 "check_expected_tokens", "check_lossless", "check_matches", "check_monotone",
+                                 "check_tv_bound", "proved_bound", "theory_expected_tokens"),
+    "relaxspec.testing.rules": ("KernelRule", "Law", "Rule", "TheoryRule", "Verdict", "grid_embedding"),
     "relaxspec.testing.stats": ("ALPHA", "assert_counts_match", "binomial_bounds"),
     "relaxspec.testing.strategies": ("VARIANTS", "Node", "TreeCase", "codebooks", "distributions",
                                      "neighbour_tables", "nodes", "relaxations", "static_trees",
@@ -81,7 +84,7 @@ _WHERE = {name: module for module, names in _LAZY.items() for name in names}
 __all__ = [
     "ALPHA", "EXACT_TOL", "PROFILES", "SEED", "VARIANTS",
     "KernelRule", "Law", "Node", "Rule", "TheoryRule", "TreeCase", "Verdict",
-    "assert_counts_match", "binomial_bounds",
+    "assert_counts_match", "binomial_bounds", "boost_bound", "grid_embedding",
     "check_consistent", "check_expected_tokens", "check_lossless", "check_matches", "check_monotone",
     "check_tv_bound", "codebooks", "distributions", "load_profile", "neighbour_tables", "nodes",
     "proved_bound", "register_profiles", "relaxations", "static_trees", "theory_expected_tokens",

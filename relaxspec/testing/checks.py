@@ -39,15 +39,20 @@ from relaxspec.testing.harness import (
     target_law,
     walk_tokens,
 )
+from relaxspec.testing.rules import grid_embedding
 from relaxspec.testing.stats import ALPHA, counts_mismatch, mean_below, mean_outside, tv_exceeds
+from theory.boost import Boost
 from theory.bounds import tv_bound
 from theory.distributions import total_variation
 from theory.relax import Relax
+from theory.rules import check_boost
 from theory.tree import Tree, expected_tokens_per_step, path_probs
+from theory.verify import node_outcome
 
 __all__ = [
     "EXACT_TOL",
     "SEED",
+    "boost_bound",
     "check_consistent",
     "check_expected_tokens",
     "check_lossless",
@@ -114,6 +119,9 @@ def _with_uniforms(draw: st.DrawFn, nodes: st.SearchStrategy[S.Node]) -> Example
 
 
 def _default_nodes(info: RuleInfo, kinds: tuple[str, ...] = S.KINDS, max_m: int = 6) -> st.SearchStrategy:
+    takes = getattr(info.fn, "kinds", None)  # the relaxation kinds the rule takes (a boost: none only)
+    if takes is not None:
+        kinds = tuple(k for k in kinds if k in takes) or tuple(takes)
     if info.drafts == "sampled":  # the law is averaged over every draw order: keep V^m small
         return S.nodes(max_v=8, max_m=min(max_m, 3), kinds=kinds)
     return S.nodes(max_v=16, max_m=max_m, kinds=kinds)
@@ -173,6 +181,23 @@ def proved_bound(rule: str) -> Bound:
                         q=node.q if rule == "r2" else None, variant=node.variant)
 
     bound.__name__ = f"proved_bound({rule!r})"
+    return bound
+
+
+def boost_bound(boost: Boost, depth: int = 1,
+                embedding: Callable[[int], np.ndarray] = grid_embedding) -> Bound:
+    """The proved per-node TV bound of R2 boosted by ``boost`` (GSD, Cool-SD) for children at ``depth``,
+    GSD reading ``embedding(V)``: SPEC 9.4 stage by stage, ``theory.node_outcome(p, m, rule="r2",
+    boost=...).stage_tv`` averaged over the draw orders of the node's m children (exact for m = 1,
+    docs/theory.md section 11). Use it with ``TheoryRule("r2", boost=boost)`` or a port of it."""
+    check_boost("r2", Relax.none(), boost)
+
+    def bound(node: S.Node) -> float:
+        emb = embedding(node.V) if boost.kind == "group" else None
+        return node_outcome(node.p, node.m, rule="r2", relax=node.relax, neighbours=node.nb, q=node.q,
+                            variant=node.variant, boost=boost, depth=depth, emb=emb).stage_tv
+
+    bound.__name__ = f"boost_bound({str(boost)!r}, depth={depth})"
     return bound
 
 

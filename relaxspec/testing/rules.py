@@ -26,27 +26,48 @@ Optional attributes tell the checks more (read with ``getattr``):
 - ``target``: ``"p"`` (default) or ``"argmax"`` (a greedy rule: lossless means
   emitting the point mass on argmax p, lowest id among ties);
 - ``spec_rule``: ``"r1"``, ``"r2"`` or ``"r3"`` when the rule claims to be one of
-  SPEC section 3's rules (the checks then default to theory's exact values).
+  SPEC section 3's rules (the checks then default to theory's exact values);
+- ``kinds``: the relaxation kinds the rule takes (default: all; a boosted rule takes
+  ``("none",)``, and the checks' default nodes keep to them).
 
 :class:`TheoryRule` wraps theory's NumPy oracle (``theory.sample_node`` and
 ``theory.node_outcome``); :class:`KernelRule` wraps the Numba twins
 (``simulate.verify_kernels.sample_node_r1_kernel`` / ``sample_node_r2_kernel``),
-which expose no law.
+which expose no law. Both take R2's boost (``theory.boost.Boost``: GSD, Cool-SD; SPEC
+9.2-9.3) for children at ``depth``, GSD reading the embedding ``embedding(V)``
+(default :func:`grid_embedding`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
-from theory.relax import Relax
-from theory.rules import encode, rule_table
+from theory.boost import NO_BOOST, Boost
+from theory.relax import KINDS, Relax
+from theory.rules import check_boost, encode, encode_boost, rule_table
 from theory.sampler import sample_node
 from theory.verify import check_node_inputs, node_outcome
 
-__all__ = ["KernelRule", "Law", "Rule", "TheoryRule", "Verdict"]
+__all__ = ["KernelRule", "Law", "Rule", "TheoryRule", "Verdict", "grid_embedding"]
+
+
+def grid_embedding(V: int) -> np.ndarray:
+    """A fixed (V, 2) embedding for boosted rules under test: token x at (x mod 3, x div 3) / 2, so a
+    token's grid neighbours lie at squared distance 0.25 and its diagonal ones at exactly 0.5, GSD's
+    default ``dist``, which the strict test excludes (a tie on purpose)."""
+    x = np.arange(V)
+    return 0.5 * np.stack((x % 3, x // 3), axis=1).astype(np.float64)
+
+
+def _boosted(rule: str, boost: Boost, depth: int) -> None:
+    """Validate a rule's boost (``theory.rules.check_boost``) and depth at construction."""
+    check_boost(rule, Relax.none(), boost)
+    if isinstance(depth, bool) or int(depth) != depth or depth < 1:
+        raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
 
 
 @dataclass(frozen=True)
@@ -94,19 +115,31 @@ class TheoryRule:
 
     Decisions from ``theory.sample_node``; with ``law=True`` (default) the exact
     law from ``theory.node_outcome`` (for R2: conditional on the draw order).
+    ``boost`` (R2 only) boosts every stage, for children at ``depth``; GSD reads
+    ``embedding(V)``.
     """
 
     rule: str
     law: bool = True
+    boost: Boost = NO_BOOST
+    depth: int = 1
+    embedding: Callable[[int], np.ndarray] = grid_embedding
 
     def __post_init__(self) -> None:
         if self.rule not in _RULES:
             raise ValueError(f"unknown rule {self.rule!r}; expected one of {_RULES}")
+        _boosted(self.rule, self.boost, self.depth)
 
     @property
     def name(self) -> str:
-        """``theory <rule>``."""
-        return f"theory {self.rule}" + ("" if self.law else " (sampling only)")
+        """``theory <rule>`` (and the boost)."""
+        boost = "" if self.boost.is_none else f" {self.boost} depth {self.depth}"
+        return f"theory {self.rule}{boost}" + ("" if self.law else " (sampling only)")
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The relaxation kinds it takes: all, or none when boosted."""
+        return KINDS if self.boost.is_none else ("none",)
 
     @property
     def drafts(self) -> str:
@@ -126,15 +159,17 @@ class TheoryRule:
     def __call__(self, p: np.ndarray, q: np.ndarray, children: np.ndarray, relax: Relax,
                  neighbours: np.ndarray, variant: str, u: np.ndarray) -> Verdict:
         qq = q if self.rule == "r2" else None
+        emb = self.embedding(p.size) if self.boost.kind == "group" else None
         x = check_node_inputs(p, children, rule=self.rule, relax=relax, neighbours=neighbours, q=qq,
-                              variant=variant)
+                              variant=variant, boost=self.boost, depth=self.depth, emb=emb)
         m = x.m
         i, token = sample_node(x.p, x.kids, u[:m], float(u[m]), rule=self.rule, relax=relax,
-                               neighbours=x.nb, q=x.q, variant=variant)
+                               neighbours=x.nb, q=x.q, variant=variant, boost=self.boost, depth=self.depth,
+                               emb=x.emb)
         if not self.law:
             return Verdict(i, token)
         out = node_outcome(x.p, x.kids, rule=self.rule, relax=relax, neighbours=neighbours, q=qq,
-                           variant=variant)
+                           variant=variant, boost=self.boost, depth=self.depth, emb=x.emb)
         return Verdict(i, token, Law(out.accept_probs, out.emitted))
 
 
@@ -142,20 +177,31 @@ class TheoryRule:
 class KernelRule:
     """R1 or R2 as the Numba kernels verify a node (``simulate.verify_kernels``); no law.
 
-    The first call compiles the kernels (seconds; cached on disk afterwards).
+    ``boost``, ``depth`` and ``embedding`` as :class:`TheoryRule`'s. The first call
+    compiles the kernels (seconds; cached on disk afterwards).
     """
 
     rule: str
+    boost: Boost = NO_BOOST
+    depth: int = 1
+    embedding: Callable[[int], np.ndarray] = grid_embedding
 
     def __post_init__(self) -> None:
         if self.rule not in ("r1", "r2"):
             raise ValueError(f"the node kernels are sample_node_r1_kernel and sample_node_r2_kernel: "
                              f"rule must be 'r1' or 'r2', got {self.rule!r}")
+        _boosted(self.rule, self.boost, self.depth)
 
     @property
     def name(self) -> str:
-        """``simulate <rule> kernel``."""
-        return f"simulate {self.rule} kernel"
+        """``simulate <rule> kernel`` (and the boost)."""
+        boost = "" if self.boost.is_none else f" {self.boost} depth {self.depth}"
+        return f"simulate {self.rule} kernel{boost}"
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """As :class:`TheoryRule`'s."""
+        return KINDS if self.boost.is_none else ("none",)
 
     @property
     def drafts(self) -> str:
@@ -182,9 +228,11 @@ class KernelRule:
         )
 
         qq = q if self.rule == "r2" else None
+        emb = self.embedding(p.size) if self.boost.kind == "group" else None
         x = check_node_inputs(p, children, rule=self.rule, relax=relax, neighbours=neighbours, q=qq,
-                              variant=variant)
+                              variant=variant, boost=self.boost, depth=self.depth, emb=emb)
         e = encode(self.rule, relax, variant)
+        bs = encode_boost(self.rule, relax, self.boost, x.emb, x.p.size).args
         nb = rule_table(neighbours, x.p.size, relax, variant)
         V, m = x.p.size, x.m
         pc = np.ascontiguousarray(x.p)
@@ -199,7 +247,8 @@ class KernelRule:
                                                               np.empty(V))))
         r, qp, res = np.empty(V), np.empty(V), np.empty(V)
         qc = np.ascontiguousarray(x.q)
-        i = sample_node_r2_kernel(pc, qc, kids, uk, e.code, e.k, e.param, e.variant, nb, r, qp, res)
+        i = sample_node_r2_kernel(pc, qc, kids, uk, e.code, e.k, e.param, e.variant, nb, r, qp, res,
+                                  self.depth, bs)
         if i >= 0:
             return Verdict(int(i), int(kids[i]))
         return Verdict(-1, int(draw_token_kernel(r, float(u[m]), np.empty(V))))
