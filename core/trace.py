@@ -5,6 +5,7 @@ A trace is a directory (SPEC section 7)::
     run.trace/
       header.json          model, checkpoint and codebook hashes, V, settings
       neighbours.npy       the neighbour table the run used (when it relaxed)
+      embedding.npy        GSD's embedding table (float32, V x dim; when the run's boost is ``gsd``)
       chunk-000000.npz     whole sequences of steps, concatenated
       chunk-000001.npz     ...
 
@@ -15,6 +16,20 @@ hold), the two uniforms of every node (``u_accept``, ``u_draw``; see
 ``theory.sampler``) and the outcome (accepted node path from the root, bonus
 token). Chunks are written whole and renamed into place, so an interrupted
 run keeps every finished sequence and can resume.
+
+The header's ``boost`` (``theory.boost.Boost`` spec; ``none`` in traces written
+before boosts existed) says how sampled-draft tests were boosted (GSD, Cool-SD,
+the budgeted relaxation); a GSD trace stores the embedding table it measured
+distances with, a budget trace the neighbour table it merged with. The header's
+``rule`` may be ``r4`` (traversal verification, SPEC 9.6: the same sampled-draft
+trees and uniforms as ``r2``). A Jacobi
+trace (tree spec ``jacobi:L[,fresh]``, SPEC 9.1) records each window as a chain:
+node 0 the last committed token, node j the draft d_j, ``draft_logits[j - 1]``
+the logits of the law q_j that d_j was drawn from (the previous forward's target
+logits for a kept token, 0 at the token and -inf elsewhere for a fresh one), and
+``u_fresh`` the L uniforms that refilled the window (``reference.jacobi``): with
+them a replay rebuilds every window from the trace alone. Chunks written before
+``u_fresh`` existed read with no fresh uniforms.
 
 Over 400 lines: the format's header, step records, writer (resumable, atomic chunks) and reader with
 its validation are one file format, kept together so that writer and reader cannot drift apart.
@@ -36,6 +51,7 @@ import numpy as np
 from core.cost import CostModel
 from core.trees.policies import TreePolicy
 from core.trees.spec import parse_tree
+from theory.boost import Boost, check_embedding
 from theory.distributions import logits_to_probs
 from theory.neighbours import load_neighbours, validate_neighbours
 from theory.relax import Relax
@@ -103,6 +119,7 @@ class TraceHeader:
     logits_dtype: str = "float16"
     extra: dict[str, Any] = field(default_factory=dict)
     version: int = TRACE_VERSION
+    boost: str = "none"
 
     def __post_init__(self) -> None:
         if self.logits_dtype not in LOGIT_DTYPES:
@@ -110,11 +127,24 @@ class TraceHeader:
         if self.vocab_size < 2:
             raise ValueError(f"vocab_size must be >= 2, got {self.vocab_size}")
         Relax.parse(self.relax)  # raises on a bad relaxation string
+        Boost.parse(self.boost)  # raises on a bad boost string
 
     @property
     def relaxation(self) -> Relax:
         """The relaxation the run verified with."""
         return Relax.parse(self.relax)
+
+    @property
+    def boosting(self) -> Boost:
+        """The boost of the run's sampled-draft tests (``Boost.none()`` for older traces)."""
+        return Boost.parse(self.boost)
+
+    @property
+    def neighbour_columns(self) -> int:
+        """Columns of the neighbour table the run read: the relaxation's k, or the budget boost's k
+        (SPEC 9.5); 0 when it read none (then the trace need not store one)."""
+        boost = self.boosting
+        return max(self.relaxation.k, boost.k if boost.kind == "budget" else 0)
 
     def tree_policy(self, neighbours: np.ndarray | None = None) -> TreePolicy | None:
         """The policy that drafted the trace's trees (None for ``ar``), parsed back from ``tree`` with
@@ -162,6 +192,7 @@ class TraceStep:
     u_draw: np.ndarray
     path: np.ndarray
     bonus: int
+    u_fresh: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def tree(self) -> Tree:
@@ -190,11 +221,14 @@ def _check_step(step: TraceStep, vocab_size: int, source: str = "trace") -> None
             raise ValueError(f"{where}: {name} has shape {got}, expected {want}")
     for name in ("target_logits", "draft_logits"):
         _check_logits(getattr(step, name), f"{where}: {name}")
-    for name in ("u_accept", "u_draw"):
+    for name in ("u_accept", "u_draw", "u_fresh"):
         ok = (getattr(step, name) >= 0) & (getattr(step, name) < 1)  # False for NaN
         if not ok.all():
             node = int(np.flatnonzero(~ok)[0])
-            raise ValueError(f"{where}: {name} of node {node} is not a uniform in [0, 1)")
+            raise ValueError(f"{where}: {name} of {'slot' if name == 'u_fresh' else 'node'} {node} is not a "
+                             "uniform in [0, 1)")
+    if step.u_fresh.ndim != 1:
+        raise ValueError(f"{where}: u_fresh has shape {step.u_fresh.shape}, expected one dimension")
     try:
         step.tree.check_vocab(vocab_size)
     except ValueError as err:
@@ -237,6 +271,7 @@ class TraceWriter:
         neighbours: np.ndarray | None = None,
         *,
         resume: bool = False,
+        embedding: np.ndarray | None = None,
     ) -> None:
         self.path = Path(path)
         self.header = header
@@ -253,10 +288,19 @@ class TraceWriter:
             return
         self.path.mkdir(parents=True, exist_ok=True)
         if neighbours is not None:
-            validate_neighbours(neighbours, header.vocab_size, header.relaxation.k)
+            validate_neighbours(neighbours, header.vocab_size, header.neighbour_columns)
             np.save(self.path / "neighbours.npy", neighbours, allow_pickle=False)
         elif not header.relaxation.is_exact:
             raise ValueError(f"relaxation {header.relax} needs its neighbour table in the trace")
+        elif header.neighbour_columns:
+            raise ValueError(f"boost {header.boost} needs its neighbour table in the trace")
+        if header.boosting.kind == "group":
+            if embedding is None:
+                raise ValueError(f"boost {header.boost} needs its embedding table in the trace")
+            table = check_embedding(embedding, header.vocab_size).astype(np.float32)
+            if not np.array_equal(table, embedding):
+                raise ValueError("the GSD embedding table must hold float32 values (traces store float32)")
+            np.save(self.path / "embedding.npy", table, allow_pickle=False)
         _atomic_write(self.path / "header.json", header.to_json().encode())
         self._next_chunk = 0
         self.done_sequences: set[int] = set()
@@ -272,6 +316,7 @@ class TraceWriter:
             u_accept=np.asarray(step.u_accept, dtype=np.float64),
             u_draw=np.asarray(step.u_draw, dtype=np.float64),
             path=np.asarray(step.path, dtype=np.int32), bonus=int(step.bonus),
+            u_fresh=np.asarray(step.u_fresh, dtype=np.float64),
         )
         _check_step(step, self.header.vocab_size, str(self.path))
         self._steps.append(step)
@@ -294,6 +339,8 @@ class TraceWriter:
             "path_len": np.array([t.path.size for t in s], dtype=np.int64),
             "path": np.concatenate([t.path for t in s]),
             "bonus": np.array([t.bonus for t in s], dtype=np.int64),
+            "n_fresh": np.array([t.u_fresh.size for t in s], dtype=np.int64),
+            "u_fresh": np.concatenate([t.u_fresh for t in s]),
         }
         name = self.path / f"chunk-{self._next_chunk:06d}.npz"
         tmp = name.with_suffix(".tmp")
@@ -323,6 +370,7 @@ class Trace:
     header: TraceHeader
     neighbours: np.ndarray | None
     chunk_files: list[Path]
+    embedding: np.ndarray | None = None
 
     def steps(self) -> Iterator[TraceStep]:
         """Every step in order."""
@@ -357,13 +405,32 @@ def read_trace(path: str | Path) -> Trace:
         except (OSError, ValueError) as err:
             raise ValueError(f"trace neighbour table {nb_file} is corrupt: {err}") from err
         try:
-            validate_neighbours(neighbours, header.vocab_size, header.relaxation.k)
+            validate_neighbours(neighbours, header.vocab_size, header.neighbour_columns)
         except ValueError as err:
             raise ValueError(f"{nb_file}: {err}") from err
     elif not header.relaxation.is_exact:
         raise ValueError(f"trace {path} relaxes with {header.relax} but has no neighbours.npy")
+    elif header.neighbour_columns:
+        raise ValueError(f"trace {path} boosts with {header.boost} but has no neighbours.npy")
     chunks = sorted(path.glob("chunk-*.npz"))
-    return Trace(path, header, neighbours, chunks)
+    return Trace(path, header, neighbours, chunks, _read_embedding(path, header))
+
+
+def _read_embedding(path: Path, header: TraceHeader) -> np.ndarray | None:
+    """The GSD embedding table stored in a trace (float64), None when the run's boost needs none."""
+    emb_file = path / "embedding.npy"
+    if header.boosting.kind != "group":
+        return None
+    if not emb_file.exists():
+        raise ValueError(f"trace {path} boosts with {header.boost} but has no embedding.npy")
+    try:
+        table = np.load(emb_file, allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"trace embedding table {emb_file} is corrupt: {err}") from err
+    try:
+        return check_embedding(table, header.vocab_size)
+    except ValueError as err:
+        raise ValueError(f"{emb_file}: {err}") from err
 
 
 def trace_neighbours(trace: Trace, relax: Relax,
@@ -417,7 +484,11 @@ def _read_chunk(f: Path, vocab_size: int) -> Iterator[TraceStep]:
     d = _load_npz(f)
     node_end = np.cumsum(d["n_nodes"])
     path_end = np.cumsum(d["path_len"])
-    if node_end[-1] != d["parents"].size or path_end[-1] != d["path"].size:
+    n_fresh = d.get("n_fresh", np.zeros(d["n_nodes"].size, dtype=np.int64))  # older chunks: none
+    u_fresh = d.get("u_fresh", np.zeros(0))
+    fresh_end = np.cumsum(n_fresh)
+    if (node_end[-1] != d["parents"].size or path_end[-1] != d["path"].size or n_fresh.shape != node_end.shape
+            or fresh_end[-1] != u_fresh.size):
         raise ValueError(f"trace chunk {f} has inconsistent step lengths")
     for i in range(d["n_nodes"].size):
         a, b = node_end[i] - d["n_nodes"][i], node_end[i]
@@ -428,6 +499,7 @@ def _read_chunk(f: Path, vocab_size: int) -> Iterator[TraceStep]:
             target_logits=d["target_logits"][a:b], draft_logits=d["draft_logits"][a:b],
             u_accept=d["u_accept"][a:b], u_draw=d["u_draw"][a:b],
             path=d["path"][pa:pb], bonus=int(d["bonus"][i]),
+            u_fresh=u_fresh[fresh_end[i] - n_fresh[i]:fresh_end[i]],
         )
         _check_step(step, vocab_size, str(f))
         yield step

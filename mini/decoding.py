@@ -1,12 +1,22 @@
 """Decoding with the mini model through the reference decoder, and exact per-step scoring.
 
 :func:`make_decoder` wires the shipped (or any trained) mini model into
-``reference.decode.Decoder`` for one :class:`DecodeConfig` (AR, or a drafter,
-a tree policy, a rule and a relaxation). :class:`StepScorer` plugs into the
+``reference.decode.Decoder`` for one :class:`DecodeConfig` (AR; a drafter, a
+tree policy, a rule and a relaxation; or SJD's Jacobi windows ``jacobi:L``
+with rule r2 or r4 and no drafter; rules r2 and r4 (traversal verification,
+sampled-draft static trees and windows only) optionally boosted: GSD ``gsd:..``
+reading the spec's embedding, the target's token embedding or the VQ codebook,
+Cool-SD ``cool:..``, or the budgeted relaxation ``budget:delta=..,k=..``
+reading the tokenizer's neighbour table). :class:`StepScorer` plugs into the
 decoder's trace hook: for every speculative step it computes, from the very
-logits and tree the decoder verified, simulate's exact expected tokens per
-step and the step's TV bound (``simulate.step_expectation``) and optionally
-forwards the step to a real :class:`~core.trace.TraceWriter`.
+logits and tree the decoder verified, the exact expected tokens per step and
+the step's TV or its proved bound: simulate's ``step_expectation`` (a Jacobi
+window is rule R2 on its chain, so this is its exact E[tokens] and E[TV] given
+its drafts, as ``theory.jacobi_sampler.window_expectation``), and for R4 or the
+budget theory's ``theory.rule_step.rule_step_expectation`` (R4: the expected
+sum of the entered stages' Deltas, 0 lossless; budgeted R2: the expected sum of
+the verified nodes' charges, docs/theory.md sections 12.4 and 14.2); it
+optionally forwards the step to a real :class:`~core.trace.TraceWriter`.
 """
 
 from __future__ import annotations
@@ -17,13 +27,20 @@ import numpy as np
 
 from core.cost import DEFAULT_TABLE, CostModel
 from core.trace import Sampling, TraceStep, TraceWriter
-from core.trees.spec import check_tree_spec, parse_tree, tree_kind
+from core.trees.spec import R2_FORMS, check_tree_spec, draws_children, parse_tree, tree_kind
 from mini.shipped import MiniModel
-from reference.decode import Decoder, DecodeSettings
+from reference.decode import Decoder, DecodeSettings, gsd_embedding
 from reference.drafter import EagleDraftSession, GPTDraftSession
 from simulate.verify import step_expectation
+from theory.boost import Boost
 from theory.relax import Relax
-from theory.rules import neighbour_rows
+from theory.rule_step import (
+    SAMPLED_DRAFT_RULES,
+    check_step_rule,
+    own_oracle,
+    rule_step_expectation,
+    step_neighbours,
+)
 
 DRAFTERS = ("eagle", "draft_gpt")
 CFG_SCALE = 2.0
@@ -32,7 +49,9 @@ CFG_SCALE = 2.0
 @dataclass(frozen=True)
 class DecodeConfig:
     """One decoding configuration: ``tree = "ar"`` for plain sampling, else a tree spec
-    (:mod:`core.trees.spec`) with a drafter and a rule."""
+    (:mod:`core.trees.spec`) with a drafter and a rule (``jacobi:L[,copy]``: Jacobi windows, rule r2 or
+    r4, no drafter; r4 needs sampled drafts: a static tree or a window); ``boost`` a ``theory.boost.Boost``
+    spec for rule r2 or r4 (``gsd:..``, ``cool:..``, ``budget:delta=..,k=..``)."""
 
     name: str
     tree: str = "ar"
@@ -43,42 +62,81 @@ class DecodeConfig:
     rule: str = "r1"
     relax: str = "none"
     cfg_scale: float = CFG_SCALE
+    boost: str = "none"
 
     def __post_init__(self) -> None:
         if self.drafter not in DRAFTERS:
             raise ValueError(f"drafter must be one of {DRAFTERS}, got {self.drafter!r}")
         Relax.parse(self.relax)
         check_tree_spec(self.tree)
+        check_step_rule(self.rule, self.relaxation, "principled", self.boosting)
+        if self.is_jacobi and self.rule not in SAMPLED_DRAFT_RULES:
+            raise ValueError(f"{self.tree} verifies sampled drafts: it needs rule r2 or r4, got rule "
+                             f"{self.rule!r}")
+        if self.is_ar and not self.boosting.is_none:
+            raise ValueError(f"boost {self.boost} raises the acceptance of drafts: AR sampling has none")
+        if self.is_ar and self.rule == "r4":
+            raise ValueError("rule r4 verifies sampled drafts by traversal: AR sampling has none (use a "
+                             "static tree or jacobi:L)")
+        if own_oracle(self.rule, self.boosting) and not self.is_ar and not draws_children(self.tree):
+            what = f"rule {self.rule}" if self.rule == "r4" else f"boost {self.boost}"
+            raise ValueError(f"{what} verifies drafts drawn from q without replacement: tree {self.tree} "
+                             f"ranks its children; use one of {R2_FORMS}")
 
     @property
     def relaxation(self) -> Relax:
         return Relax.parse(self.relax)
 
     @property
+    def boosting(self) -> Boost:
+        return Boost.parse(self.boost)
+
+    @property
     def is_ar(self) -> bool:
         return tree_kind(self.tree) == "ar"
+
+    @property
+    def is_jacobi(self) -> bool:
+        return tree_kind(self.tree) == "jacobi"
 
     def describe(self) -> str:
         if self.is_ar:
             return "AR sampling"
-        return f"{self.tree} {self.drafter} {self.rule} {self.relax}"
+        boost = "" if self.boosting.is_none else f" {self.boosting}"
+        if self.is_jacobi:
+            return f"{self.tree} {self.rule}{boost}"
+        return f"{self.tree} {self.drafter} {self.rule} {self.relax}{boost}"
+
+
+def config_embedding(mini: MiniModel, config: DecodeConfig) -> np.ndarray | None:
+    """GSD's embedding table of ``config`` on ``mini`` (``reference.decode.gsd_embedding``: the
+    target's token embedding or the tokenizer's codebook, as the boost spec says); None for other boosts."""
+    boost = config.boosting
+    if boost.kind != "group":
+        return None
+    return gsd_embedding(boost.embedding, mini.target, mini.tokenizer.codebook())
 
 
 def make_decoder(mini: MiniModel, config: DecodeConfig, logits_dtype: str = "float32") -> Decoder:
     """A reference ``Decoder`` running ``config`` on ``mini``."""
     settings = DecodeSettings(rule=config.rule, relax=config.relaxation, target_sampling=Sampling(),
                               draft_sampling=Sampling(), cfg_scale=config.cfg_scale,
-                              logits_dtype=logits_dtype)
-    neighbours = None if config.relaxation.is_exact else mini.neighbours()
+                              logits_dtype=logits_dtype, boost=config.boosting)
+    budget = config.boosting.kind == "budget"
+    neighbours = None if config.relaxation.is_exact and not budget else mini.neighbours()
     if config.is_ar:
         return Decoder(mini.target, settings, neighbours=neighbours)
-    drafter = (EagleDraftSession(mini.eagle_head, mini.target) if config.drafter == "eagle"
-               else GPTDraftSession(mini.draft_gpt))
     policy = parse_tree(config.tree, relax=config.relaxation, neighbours=neighbours,
                         acceptance=config.acceptance,
                         cost=lambda: CostModel.from_table(config.cost_table or DEFAULT_TABLE,
                                                           config.cost_model))
-    return Decoder(mini.target, settings, drafter=drafter, policy=policy, neighbours=neighbours)
+    embedding = config_embedding(mini, config)
+    if config.is_jacobi:
+        return Decoder(mini.target, settings, policy=policy, neighbours=neighbours, embedding=embedding)
+    drafter = (EagleDraftSession(mini.eagle_head, mini.target) if config.drafter == "eagle"
+               else GPTDraftSession(mini.draft_gpt))
+    return Decoder(mini.target, settings, drafter=drafter, policy=policy, neighbours=neighbours,
+                   embedding=embedding)
 
 
 class StepScorer:
@@ -93,8 +151,10 @@ class StepScorer:
         self.config = config
         self.writer = writer
         relax = config.relaxation
-        table = None if relax.is_exact else mini.neighbours()
-        self.neighbours = neighbour_rows(table, mini.vocab_size, relax, "principled")
+        table = None if relax.is_exact and config.boosting.kind != "budget" else mini.neighbours()
+        self.neighbours = step_neighbours(table, mini.vocab_size, relax, "principled", config.boosting)
+        self.boost = config.boosting
+        self.embedding = config_embedding(mini, config)
         self.sampling = Sampling()
         self.expected: list[float] = []
         self.tv: list[float] = []
@@ -109,10 +169,13 @@ class StepScorer:
         if step.parents.size > 1:
             p = self.sampling.probs(np.asarray(step.target_logits, dtype=np.float64))
             q = None
-            if self.config.rule == "r2":
+            if self.config.rule in SAMPLED_DRAFT_RULES:
                 q = self.sampling.probs(np.asarray(step.draft_logits, dtype=np.float64))
-            e = step_expectation(step.tree, p, rule=self.config.rule, relax=self.config.relaxation,
-                                 neighbours=self.neighbours, q_dists=q)
+            boost = {} if self.boost.is_none else {"boost": self.boost, "emb": self.embedding}
+            own = own_oracle(self.config.rule, self.boost)
+            expectation = rule_step_expectation if own else step_expectation
+            e = expectation(step.tree, p, rule=self.config.rule, relax=self.config.relaxation,
+                            neighbours=self.neighbours, q_dists=q, **boost)
             self.expected.append(e.tokens)
             self.tv.append(e.tv)
             self.emitted.append(step.tokens_emitted)

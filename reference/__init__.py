@@ -9,7 +9,11 @@ Modules, one concept each:
 - :mod:`reference.drafter`: draft sessions for an independent GPT and an EAGLE head;
 - :mod:`reference.train_drafter`: drafter training (``python -m reference.train_drafter``);
 - :mod:`reference.decode`: AR and speculative decoding verified through ``theory``,
-  with per-step statistics and trace capture;
+  with per-step statistics and trace capture; draft trees from a drafter, or SJD's Jacobi
+  windows; rule R2 boosted by GSD or Cool-SD (:func:`reference.decode.gsd_embedding`);
+- :mod:`reference.jacobi`: what one Jacobi window leaves to the next (kept drafts and the
+  stored logits of their laws), shared by the decoder and replay;
+- :mod:`reference.capture`: trace capture from a decoder held in memory;
 - :mod:`reference.replay`: trace replay through ``theory`` and ``simulate`` and rescoring;
 - :mod:`reference.generate` / :mod:`reference.cli`: ``relaxspec generate | replay | rescore``;
 - :mod:`reference.checkpoint`: reading and checking state dicts.

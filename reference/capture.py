@@ -3,7 +3,10 @@
 ``relaxspec generate --trace`` captures from LlamaGen checkpoint files; this
 captures from any :class:`~reference.decode.Decoder` (the shipped mini model,
 a random-weight model built in a notebook), with the header filled from the
-decoder's own settings and a hash of the target's weights.
+decoder's own settings and a hash of the target's weights. A boosted decoder's
+header names its boost (GSD's embedding choice is part of the spec) and a GSD
+trace stores the decoder's embedding table (``embedding.npy``) with its hash in
+``extra["gsd_embedding_sha256"]``.
 """
 
 from __future__ import annotations
@@ -35,18 +38,21 @@ def decoder_header(decoder: Decoder, *, seed: int = 0, codebook: np.ndarray | No
                    extra: dict | None = None) -> TraceHeader:
     """The trace header of sequences decoded by ``decoder`` with uniforms keyed by ``seed``.
 
-    Rule, relaxation, tree, sampling and logits dtype come from the decoder;
+    Rule, relaxation, boost, tree, sampling and logits dtype come from the decoder;
     ``checkpoint_sha256`` names the target's weights (default: a hash of its
     state dict), ``codebook`` the vocabulary (zeros when not given).
     """
     st = decoder.settings
+    extra = dict(extra or {})
+    if decoder.embedding is not None:
+        extra["gsd_embedding_sha256"] = array_sha256(decoder.embedding.astype(np.float32))
     return TraceHeader(
         model=model, checkpoint_sha256=checkpoint_sha256 or module_sha256(decoder.target),
         vocab_size=decoder.vocab,
         codebook_sha256=array_sha256(codebook) if codebook is not None else "0" * 64, rule=st.rule,
         relax=str(st.relax), variant=st.variant, tree=str(decoder.policy) if decoder.policy else "ar",
         target_sampling=st.target_sampling, draft_sampling=st.draft_sampling, logits_dtype=st.logits_dtype,
-        extra={"cfg_scale": st.cfg_scale, "seed": seed, **(extra or {})})
+        extra={"cfg_scale": st.cfg_scale, "seed": seed, **extra}, boost=str(st.boost))
 
 
 def capture_trace(decoder: Decoder, path: str | Path, labels: Sequence[int], *, seed: int = 0,
@@ -63,7 +69,8 @@ def capture_trace(decoder: Decoder, path: str | Path, labels: Sequence[int], *, 
     """
     header = decoder_header(decoder, seed=seed, codebook=codebook, model=model,
                             checkpoint_sha256=checkpoint_sha256, extra=extra)
-    with TraceWriter(path, header, neighbours, resume=resume) as writer:
+    embedding = None if decoder.embedding is None else decoder.embedding.astype(np.float32)
+    with TraceWriter(path, header, neighbours, resume=resume, embedding=embedding) as writer:
         todo = [i for i in range(len(labels)) if i not in writer.done_sequences]
         return [decoder.generate(int(labels[i]), seed, sequence=i, trace=writer)
                 for i in tqdm(todo, desc=model, disable=not progress or not todo, unit="seq")]

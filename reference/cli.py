@@ -38,11 +38,15 @@ def add_trace_rule_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_rescore_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``relaxspec rescore``."""
-    res = sub.add_parser("rescore", help="exact tokens per step of another rule on a trace's logits")
-    res.add_argument("trace", help="trace directory")
-    res.add_argument("--rule", choices=("r1", "r2", "r3"), required=True,
-                     help="r2 only on a trace recorded with r2 (children drawn from q)")
+    from core.execution import add_scheduler_arguments
+
+    res = sub.add_parser("rescore", help="exact tokens per step of another rule on traces' logits")
+    res.add_argument("trace", nargs="+", help="trace directories (one task each: see --scheduler)")
+    res.add_argument("--rule", choices=("r1", "r2", "r3", "r4"), required=True,
+                     help="r2 and r4 (traversal) only on a trace recorded with r2 or r4 (children drawn "
+                          "from q)")
     add_trace_rule_arguments(res)
+    add_scheduler_arguments(res)
     res.set_defaults(func=_rescore)
     return res
 
@@ -66,12 +70,18 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _rescore(args: argparse.Namespace) -> int:
+    from core.execution import Executor
     from reference.replay import rescore
     from theory.relax import Relax
 
-    res = rescore(args.trace, args.rule, Relax.parse(args.relax), args.variant, args.neighbours)
-    print(f"rule {args.rule} relax {args.relax} variant {args.variant}: {res['steps']} speculative steps, "
-          f"exact {res['exact_tokens_per_step']:.4f} tokens/step (recorded run: "
-          f"{res['recorded_tokens_per_step']:.4f})")
-    sys.stdout.flush()
+    # one task per trace, printed as it finishes; each task reads its trace (and --neighbours) from its path
+    relax = Relax.parse(args.relax)
+    calls = [(trace, args.rule, relax, args.variant, args.neighbours) for trace in args.trace]
+    with Executor(args.scheduler, args.workers, tasks=len(calls)) as executor:
+        for i, res in executor.run(rescore, calls, labels=args.trace):
+            where = f"{args.trace[i]}: " if len(calls) > 1 else ""
+            print(f"{where}rule {args.rule} relax {args.relax} variant {args.variant}: {res['steps']} "
+                  f"speculative steps, exact {res['exact_tokens_per_step']:.4f} tokens/step (recorded run: "
+                  f"{res['recorded_tokens_per_step']:.4f})")
+            sys.stdout.flush()
     return 0

@@ -1,6 +1,8 @@
 """Autoregressive and speculative decoding of one image (batch 1; CFG doubles it internally).
 
-Every step is a draft tree verified by ``theory.sample_step``: the root is the
+Every step is a draft tree verified by ``theory.sample_step`` (through
+``theory.rule_step.sample_rule_step``, which sends R4 and the budget to their
+oracles): the root is the
 last committed token (at the first step, the class token, with no drafts: the
 prefill), the target runs the whole tree in one forward, and its guided logits
 at every node (uncond + s (cond - uncond), LlamaGen's formula) are cast to the
@@ -14,6 +16,41 @@ Uniforms come from ``numpy.random.default_rng(SeedSequence([seed, sequence]))``,
 per step in this order: the policy's uniforms (R2's draws without
 replacement: one per template node of the static tree), then ``u_accept`` and
 ``u_draw`` (one per tree node).
+
+R2 takes a boost (``DecodeSettings.boost``: GSD's group or Cool-SD's
+depth-scaled acceptance, SPEC 9.2-9.3, verified by theory with the boost; a
+tree node's children are tested at depth ``depth + 1``); GSD reads an embedding
+table (:func:`gsd_embedding`: the target's ``tok_embeddings`` or the VQ
+codebook), rounded to float32 so that a trace stores exactly the table used.
+
+Rule r4 (traversal verification, SPEC 9.6) verifies the same sampled-draft
+trees and windows as R2 (children drawn from q without replacement, the same
+policy uniforms), through ``theory.traversal.sample_traversal_step`` in float64
+on the host; the budget boost (``budget:delta=..,k=..``, SPEC 9.5) relaxes R2
+(``theory.budget.sample_budget_r2_step``) or R4 with the neighbour table the
+decoder holds for LANTERN relaxations. ``theory.rule_step`` sends each step to
+its oracle. R4's uniforms are R2's: ``u_accept[v]`` is node v's eta (a node is
+tested at most once), ``u_draw[v]`` draws the bonus from P_v when the step ends
+at v (the root when every path is rejected).
+
+Jacobi windows (SJD, SPEC 9.1; the policy ``jacobi:L[,fresh]``, no drafter):
+every step, the first included, is one target forward over the chain [root,
+d_1..d_L'] with L' = min(L, tokens left - 1) (root: the class token at the
+first step, else the last committed token; the KV cache keeps the root and the
+accepted drafts, as for a tree's accepted path). The drafts are the tokens the
+previous forward sampled after its emitted token, with q := the target row
+they were drawn from, then fresh tokens (``reference.jacobi.Kept``); the window
+is verified by ``theory.jacobi_sampler.verify_window`` (boosted when asked,
+Cool-SD's depth = window position; R4 and the budget verify the same chain:
+``theory.rule_step.sample_window_step``) and emits accepted + 1 tokens. Uniforms
+per forward, in order: ``u_fresh`` (L: the fresh tokens of this forward's
+window), ``u_accept`` and ``u_draw`` (one per chain node; node j >= 1 is d_j:
+``u_accept[j]`` tests it, ``u_draw[j]`` draws the residual or t_{j+1} after
+it, ``u_draw[0]`` the residual at d_1 or t_1; ``u_accept[0]`` is unused; with
+R4 ``u_accept[j]`` is d_j's eta and ``u_draw[j]`` draws the bonus from P_j when
+the step ends at node j, else t_{j+1}). A
+trace records the window as a chain whose node j - 1 holds the stored logits
+of q_j (``core.trace``), with ``u_fresh``.
 """
 
 from __future__ import annotations
@@ -26,12 +63,49 @@ import numpy as np
 import torch
 
 from core.trace import LOGIT_DTYPES, Sampling, TraceStep, TraceWriter
+from core.trees.jacobi import JacobiWindow
 from core.trees.policies import TreePolicy
 from reference.drafter import DraftSession
+from reference.jacobi import Kept
 from reference.model import Transformer
+from theory.boost import EMBEDDINGS, Boost
 from theory.relax import Relax
-from theory.rules import check_rule, neighbour_rows
-from theory.tree import Tree, parent_depths, sample_step
+from theory.rule_step import (
+    SAMPLED_DRAFT_RULES,
+    check_step_rule,
+    sample_rule_step,
+    sample_window_step,
+    step_neighbours,
+)
+from theory.rules import boost_embedding
+from theory.tree import Tree, parent_depths
+
+
+def gsd_embedding(choice: str, target: Transformer, codebook: np.ndarray | torch.Tensor | None = None
+                  ) -> np.ndarray:
+    """GSD's embedding table (V, dim) as float64: the target's token embedding (``token``, LlamaGen's
+    ``tok_embeddings``) or the VQ codebook (``codebook``: ``VQModel.codebook()``, the code vectors as
+    the quantiser uses them), each rounded to float32 (what a trace stores).
+
+    Raises
+    ------
+    ValueError
+        For another choice, a missing codebook, or a table whose vocabulary differs from the target's.
+    """
+    if choice not in EMBEDDINGS:
+        raise ValueError(f"the GSD embedding must be one of {EMBEDDINGS}, got {choice!r}")
+    if choice == "token":
+        table = target.tok_embeddings.weight.detach().float().cpu().numpy()
+    elif codebook is None:
+        raise ValueError("the GSD embedding 'codebook' needs the VQ codebook")
+    else:
+        table = (codebook.detach().float().cpu().numpy() if isinstance(codebook, torch.Tensor)
+                 else np.asarray(codebook, dtype=np.float32))
+    V = target.cfg.vocab_size
+    if table.ndim != 2 or table.shape[0] != V:
+        raise ValueError(f"the GSD embedding ({choice}) has shape {table.shape} but the model has {V} "
+                         "tokens: an embedding table of another vocabulary size")
+    return table.astype(np.float32).astype(np.float64)
 
 
 def guide(raw: torch.Tensor, cfg_scale: float) -> torch.Tensor:
@@ -44,7 +118,7 @@ def guide(raw: torch.Tensor, cfg_scale: float) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class DecodeSettings:
-    """Verification rule, relaxation, sampling, guidance and trace precision."""
+    """Verification rule, relaxation, boost (rules r2 and r4), sampling, guidance and trace precision."""
 
     rule: str = "r1"
     relax: Relax = field(default_factory=Relax.none)
@@ -54,9 +128,10 @@ class DecodeSettings:
     cfg_scale: float = 1.0
     logits_dtype: str = "float32"
     max_tree_nodes: int = 128
+    boost: Boost = field(default_factory=Boost.none)
 
     def __post_init__(self) -> None:
-        check_rule(self.rule, self.variant)
+        check_step_rule(self.rule, self.relax, self.variant, self.boost)
         if not np.isfinite(self.cfg_scale) or self.cfg_scale < 1.0:
             raise ValueError(f"cfg_scale must be >= 1 (1 = no guidance), got {self.cfg_scale!r}")
         if self.logits_dtype not in LOGIT_DTYPES:
@@ -99,23 +174,46 @@ class DecodeResult:
 
 
 class Decoder:
-    """Generate images token by token (``drafter=None``) or speculatively with ``policy``."""
+    """Generate images token by token (``drafter=None``), speculatively with a drafter and a tree
+    ``policy``, or with Jacobi windows (``policy`` a :class:`~core.trees.jacobi.JacobiWindow`, no
+    drafter). ``embedding`` is GSD's table (:func:`gsd_embedding`) when the settings' boost is ``gsd``."""
 
     def __init__(self, target: Transformer, settings: DecodeSettings, *, drafter: DraftSession | None = None,
-                 policy: TreePolicy | None = None, neighbours: np.ndarray | None = None) -> None:
-        if (drafter is None) != (policy is None):
+                 policy: TreePolicy | None = None, neighbours: np.ndarray | None = None,
+                 embedding: np.ndarray | None = None) -> None:
+        self.jacobi = policy if isinstance(policy, JacobiWindow) else None
+        if self.jacobi is not None:
+            _check_jacobi(self.jacobi, settings, drafter)
+        elif (drafter is None) != (policy is None):
             raise ValueError("speculative decoding needs both a drafter and a tree policy")
+        if policy is None and not settings.boost.is_none:
+            raise ValueError(f"boost {settings.boost} raises the acceptance of drafts: autoregressive "
+                             "decoding has none (use a static tree or a Jacobi window)")
+        if policy is None and settings.rule == "r4":
+            raise ValueError("rule r4 verifies sampled-draft trees: autoregressive decoding has none (use a "
+                             "static tree or a Jacobi window)")
         if drafter is not None and getattr(drafter, "vocab_size", None) != target.cfg.vocab_size:
             raise ValueError(f"drafter vocabulary {getattr(drafter, 'vocab_size', None)} differs from the "
                              f"target's {target.cfg.vocab_size}")
         self.target, self.settings, self.drafter, self.policy = target, settings, drafter, policy
         self.vocab = target.cfg.vocab_size
-        self.neighbours = neighbour_rows(neighbours, self.vocab, settings.relax, settings.variant)
-        if policy is not None and settings.rule == "r2" and not policy.supports_draws:
-            raise ValueError(f"rule r2 drafts children by draws without replacement: tree policy {policy} "
-                             "ranks by top-k only; use a static tree")
+        self.neighbours = step_neighbours(neighbours, self.vocab, settings.relax, settings.variant,
+                                          settings.boost)
+        if embedding is not None and settings.boost.kind != "group":
+            raise ValueError(f"an embedding table is read only by the gsd boost, not by {settings.boost}")
+        self.embedding = boost_embedding(settings.boost, embedding, self.vocab)
+        emb = self.embedding
+        if emb is not None and not np.array_equal(emb.astype(np.float32), emb):
+            raise ValueError("the GSD embedding table must hold float32 values (a trace stores float32): "
+                             "build it with reference.decode.gsd_embedding")
+        if policy is not None and settings.rule in SAMPLED_DRAFT_RULES and not policy.supports_draws:
+            raise ValueError(f"rule {settings.rule} drafts children by draws without replacement: tree "
+                             f"policy {policy} ranks by top-k only; use a static tree")
         self.device = next(target.parameters()).device
         batch = 2 if settings.guided else 1
+        if self.jacobi is not None and self.jacobi.window + 1 > settings.max_tree_nodes:
+            raise ValueError(f"a Jacobi window of {self.jacobi.window} drafts needs max_tree_nodes >= "
+                             f"{self.jacobi.window + 1}, got {settings.max_tree_nodes}")
         target.setup_cache(batch, settings.max_tree_nodes)
         if drafter is not None:
             drafter.setup(batch, settings.max_tree_nodes)
@@ -159,23 +257,31 @@ class Decoder:
         prefix = 0
         chain: list[int] = []
         chain_features: torch.Tensor | None = None
+        kept = Kept.nothing(V, st.logits_dtype)
         if self.drafter is not None:
             self.drafter.reset(labels)
         while len(tokens) < N:
             t0 = self._sync()
             first = not tokens
-            max_depth = 0 if first else N - len(tokens) - 1
             root = label if first else tokens[-1]
             draft_rows: dict[int, np.ndarray] = {}
-            if self.drafter is None or max_depth == 0:  # prefill, plain AR, or the last token
-                tree, draft_calls, located = Tree(np.array([-1]), np.array([root])), 0, None
+            located, u_fresh = None, np.zeros(0)
+            if self.jacobi is not None:
+                u_fresh = rng.random(self.jacobi.window)
+                tree, draft_rows = self._window(root, kept, u_fresh, N - len(tokens) - 1)
+                draft_calls = 0
+            elif self.drafter is None or first or len(tokens) == N - 1:  # prefill, plain AR, last token
+                tree, draft_calls = Tree(np.array([-1]), np.array([root])), 0
             else:
                 tree, draft_calls, located, draft_rows = self._draft_tree(root, chain, chain_features,
-                                                                          max_depth, rng)
+                                                                          N - len(tokens) - 1, rng)
             t1 = self._sync()
             n = tree.size
-            if first:
+            if first:  # the class token, then (Jacobi) the first window's drafts
                 x = tgt.embed_class(labels)
+                if n > 1:
+                    drafts = tgt.embed_tokens(torch.as_tensor(np.array(tree.tokens[1:]), device=self.device))
+                    x = torch.cat([x, drafts[None].expand(B, -1, -1)], dim=1)
             else:
                 tok = torch.as_tensor(np.array(tree.tokens), device=self.device)
                 x = tgt.embed_tokens(tok)[None].expand(B, -1, -1)
@@ -188,14 +294,21 @@ class Decoder:
             for v, row in draft_rows.items():
                 draft_stored[v] = row
             q = None
-            if st.rule == "r2" and draft_rows:
+            if st.rule in SAMPLED_DRAFT_RULES and draft_rows:
                 q = np.zeros((n, V))
                 for v in draft_rows:
                     q[v] = self._probs(draft_stored[v], st.draft_sampling, "draft")
             u_accept, u_draw = rng.random(n), rng.random(n)
-            path, bonus = sample_step(tree, p, u_accept, u_draw, rule=st.rule, relax=st.relax,
-                                      neighbours=self.neighbours, q_dists=q, variant=st.variant)
-            path = np.asarray(path, dtype=np.int64)
+            if self.jacobi is not None and n > 1:
+                accepted, bonus = sample_window_step(p, tree.tokens[1:], q[:-1], u_accept[1:], u_draw,
+                                                     rule=st.rule, boost=st.boost, neighbours=self.neighbours,
+                                                     emb=self.embedding)
+                path = np.arange(accepted + 1, dtype=np.int64)
+            else:
+                path, bonus = sample_rule_step(tree, p, u_accept, u_draw, rule=st.rule, relax=st.relax,
+                                               neighbours=self.neighbours, q_dists=q, variant=st.variant,
+                                               **self._boost_args())
+                path = np.asarray(path, dtype=np.int64)
             t3 = self._sync()
             prefix = tgt.accept_path(prefix, path)
             new = [int(t) for t in tree.tokens[path[1:]]] + [int(bonus)]
@@ -203,9 +316,11 @@ class Decoder:
                 trace.add(TraceStep(sequence=sequence, position=position, parents=tree.parents,
                                     tokens=tree.tokens, target_logits=target_stored,
                                     draft_logits=draft_stored, u_accept=u_accept, u_draw=u_draw,
-                                    path=path, bonus=int(bonus)))
+                                    path=path, bonus=int(bonus), u_fresh=u_fresh))
             if located is not None:
                 self.drafter.accept(located(path))
+            if self.jacobi is not None:
+                kept = Kept.after(p, target_stored, len(path) - 1, u_draw, int(bonus))
             chain = new
             chain_features = hidden[:, torch.as_tensor(path, device=self.device)]
             tokens.extend(new)
@@ -214,6 +329,21 @@ class Decoder:
         if trace is not None:
             trace.end_sequence()
         return DecodeResult(np.array(tokens[:N], dtype=np.int64), stats)
+
+    def _boost_args(self) -> dict:
+        """The boost keywords of ``theory.rule_step.sample_rule_step`` (none without a boost: the unboosted
+        call)."""
+        st = self.settings
+        return {} if st.boost.is_none else {"boost": st.boost, "emb": self.embedding}
+
+    def _window(self, root: int, kept: Kept, u_fresh: np.ndarray, max_depth: int
+                ) -> tuple[Tree, dict[int, np.ndarray]]:
+        """This forward's Jacobi chain [root, d_1..d_L'] (L' = min(L, ``max_depth``)) and the stored q
+        logits of d_j at node j - 1."""
+        drafts, q_logits = kept.window(self.jacobi.window, self.jacobi.fresh, u_fresh)
+        m = min(self.jacobi.window, max_depth)
+        tree = Tree(np.arange(-1, m, dtype=np.int64), np.concatenate([[root], drafts[:m]]).astype(np.int64))
+        return tree, {j: q_logits[j] for j in range(m)}
 
     def _draft_tree(self, root: int, chain: list[int], chain_features: torch.Tensor, max_depth: int,
                     rng: np.random.Generator) -> tuple[Tree, int, Callable, dict[int, np.ndarray]]:
@@ -239,7 +369,7 @@ class Decoder:
                     out[j] = self._probs(stored[i], st.draft_sampling, "draft")
             return out
 
-        u = rng.random(self.policy.n_nodes) if st.rule == "r2" else None
+        u = rng.random(self.policy.n_nodes) if st.rule in SAMPLED_DRAFT_RULES else None
         built = self.policy.build(q_root, draft, u)
         tree = _prune(built.tree, max_depth, root)
         final_keys = _token_paths(tree.parents, tree.tokens)
@@ -271,3 +401,20 @@ def _prune(tree: Tree, max_depth: int, root: int) -> Tree:
     tokens = tree.tokens[keep].copy()
     tokens[0] = root
     return Tree(parents, tokens)
+
+
+def _check_jacobi(policy: JacobiWindow, settings: DecodeSettings, drafter: DraftSession | None) -> None:
+    """Raise unless a Jacobi window can run with these settings: no drafter, rule r2 or r4 (sampled-draft
+    tests), no LANTERN relaxation, and q sampled as the target is (a kept draft's q is its target row)."""
+    if drafter is not None:
+        raise ValueError(f"{policy} drafts from the target's own samples: it takes no drafter")
+    if settings.rule not in SAMPLED_DRAFT_RULES:
+        raise ValueError(f"{policy} verifies sampled drafts (SPEC 9.1): it needs rule r2 or r4, got rule "
+                         f"{settings.rule!r}")
+    if not settings.relax.is_exact:
+        raise ValueError(f"{policy} takes no LANTERN relaxation (got {settings.relax}): boost it with "
+                         "gsd:.., cool:.. or budget:..")
+    if settings.draft_sampling != settings.target_sampling:
+        raise ValueError(f"{policy}: a kept draft's q is the target row it was drawn from, so the draft "
+                         f"sampling {settings.draft_sampling} must equal the target's "
+                         f"{settings.target_sampling}")

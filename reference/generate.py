@@ -10,6 +10,18 @@ Output directory::
 A rerun with the same arguments skips finished sequences (resume); sequence i
 of the run uses uniforms keyed by (seed, i), so a resumed run gives the same
 images as an uninterrupted one.
+
+Draft sources: a draft model (``--draft model``, the default: ``--eagle-ckpt``,
+``--draft-ckpt`` or the target itself) growing the ``--tree``, or SJD's Jacobi
+windows (``--draft jacobi --window L [--fresh uniform|copy]``, the tree spec
+``jacobi:L[,copy]``; no drafter). ``--rule r4`` verifies the same sampled
+drafts by traversal (SPEC 9.6). ``--boost gsd:G=..`` / ``cool:omega=..`` /
+``budget:delta=..,k=..`` raises rule R2's or R4's acceptance (GSD, Cool-SD, the
+budgeted relaxation; SPEC 9.2-9.5) on a static tree or a window; GSD measures
+distances in ``--gsd-embedding`` (``token``: the target's token embedding,
+``codebook``: the VQ codebook), which the trace stores; the budget reads the
+codebook's neighbour table (``--neighbours`` or computed), which the trace
+stores too.
 """
 
 from __future__ import annotations
@@ -19,7 +31,7 @@ import copy
 import csv
 import json
 import os
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -28,17 +40,22 @@ from tqdm import tqdm
 
 from core.cost import DEFAULT_TABLE, CostModel
 from core.trace import Sampling, TraceHeader, TraceWriter, array_sha256, file_sha256
+from core.trees.jacobi import JacobiWindow
 from core.trees.spec import check_tree_spec, parse_tree, tree_kind
-from reference.decode import Decoder, DecodeSettings, StepStats
+from reference.decode import Decoder, DecodeSettings, StepStats, gsd_embedding
 from reference.drafter import EagleDraftSession, EagleHead, GPTDraftSession
 from reference.model import load_gpt
 from reference.vq import VQModel, save_png, to_uint8, vq_config
+from theory.boost import EMBEDDINGS, Boost
+from theory.jacobi_sampler import DEFAULT_FRESH, check_fresh, check_window_size
 from theory.neighbours import DEFAULT_K_MAX, load_neighbours
 from theory.relax import Relax
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _OLD_ARGS = {"eagle2": ("top_k", "depth", "total_tokens"),
              "latent": ("top_k", "depth", "total_tokens", "pool")}
+DEFAULT_TREE = "eagle2:10,4,59"
+DRAFT_SOURCES = ("model", "jacobi")
 
 
 def load_acceptance(text: str | None) -> list[float] | None:
@@ -85,18 +102,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s = p.add_argument_group("decoding")
     s.add_argument("--classes", required=True, help="comma-separated class labels, e.g. 207,360")
     s.add_argument("--per-class", type=int, default=1, help="images per class")
-    s.add_argument("--tree", default="eagle2:10,4,59",
+    s.add_argument("--tree", default=None,
                    help="tree spec (core/trees/spec.py): ar, static:naive_extend_57, chain:N, "
                         "eagle2:K,D,M, ddd:K,CALLS,S1/S2/..,X,M, latent[-diverse|-walk]:K,D,M[,POOL], "
-                        "sequoia[-MODE]:N,DEPTH, costaware:N,DEPTH[,MODE] (default eagle2:10,4,59, "
-                        "LANTERN's LlamaGen setting)")
+                        "sequoia[-MODE]:N,DEPTH, costaware:N,DEPTH[,MODE], jacobi:L[,copy] (default "
+                        f"{DEFAULT_TREE}, LANTERN's LlamaGen setting)")
+    s.add_argument("--draft", default="model", metavar="|".join(DRAFT_SOURCES),
+                   help="draft source: a draft model growing --tree (default), or SJD's Jacobi windows "
+                        "(no drafter; with --window)")
+    s.add_argument("--window", type=int, default=None, metavar="L",
+                   help="--draft jacobi: drafts per window (per target forward)")
+    s.add_argument("--fresh", default=None, metavar="uniform|copy",
+                   help=f"--draft jacobi: fresh window tokens uniform random or copies of the left "
+                        f"neighbour (default {DEFAULT_FRESH})")
+    s.add_argument("--boost", default="none",
+                   help="boosted acceptance of rule r2 or r4: none | gsd:G=10[,tau=0.15,dist=0.5,"
+                        "window=official] (GSD) | cool:omega=2/1.5/1.2 (Cool-SD, per-depth factors) | "
+                        "budget:delta=0.05,k=8 (the budgeted relaxation: per-node TV <= delta, k latent "
+                        "neighbours of the codebook's table)")
+    s.add_argument("--gsd-embedding", default=None, metavar="|".join(EMBEDDINGS),
+                   help="GSD's embedding: the target's token embedding (token, the default, as GSD's code) "
+                        "or the VQ codebook (codebook)")
     s.add_argument("--tree-args", default=None, help=argparse.SUPPRESS)  # retired: named in its error
     s.add_argument("--acceptance", default=None,
                    help="Sequoia-type trees: the positional acceptance vector, a JSON list or a JSON file "
                         "(relaxspec trace-acceptance writes one)")
     s.add_argument("--cost-table", default=str(DEFAULT_TABLE), help="costaware: latency table CSV")
     s.add_argument("--cost-model", default="GPT-B", help="costaware: target model in the cost table")
-    s.add_argument("--rule", choices=("r1", "r2", "r3"), default="r1")
+    s.add_argument("--rule", choices=("r1", "r2", "r3", "r4"), default=None,
+                   help="verification rule (default r1; r2 with --draft jacobi; r4: traversal verification "
+                        "of sampled drafts, static trees and Jacobi windows)")
     s.add_argument("--relax", default="none",
                    help="none | additive:k=1000,delta=0.1 | multiplicative:k=1000,lam=2")
     s.add_argument("--variant", choices=("principled", "official"), default="principled")
@@ -130,12 +165,24 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--classes must be comma-separated class labels, e.g. 207,360; got "
                          f"{args.classes!r}") from err
     if args.tree_args is not None:
-        raise ValueError(old_tree_args_message(args.tree, args.tree_args))
+        raise ValueError(old_tree_args_message(args.tree or DEFAULT_TREE, args.tree_args))
     relax = Relax.parse(args.relax)
-    is_ar = tree_kind(args.tree) == "ar"
-    check_tree_spec(args.tree)
+    tree = draft_spec(args)
+    check_tree_spec(tree)
+    is_ar, is_jacobi = tree_kind(tree) == "ar", tree_kind(tree) == "jacobi"
+    rule = args.rule or ("r2" if is_jacobi else "r1")
+    boost = parse_boost(args.boost, args.gsd_embedding)
+    if is_ar and not boost.is_none:
+        raise ValueError(f"--boost {boost} raises the acceptance of drafts: --tree ar has none")
+    if is_ar and rule == "r4":
+        raise ValueError("--rule r4 verifies sampled drafts by traversal: --tree ar has none")
+    if is_jacobi and (args.eagle_ckpt or args.draft_ckpt):
+        raise ValueError(f"{tree} drafts from the target's own samples: drop --eagle-ckpt / --draft-ckpt")
     acceptance = load_acceptance(args.acceptance)
     sampling = Sampling(args.temperature, args.top_k, args.top_p)
+    settings = DecodeSettings(rule=rule, relax=relax, variant=args.variant, target_sampling=sampling,
+                              draft_sampling=sampling, cfg_scale=args.cfg_scale,
+                              logits_dtype=args.logits_dtype, boost=boost)
 
     vq = VQModel.load(vq_config(args.vq_model, codebook_size=args.codebook_size,
                                 codebook_embed_dim=args.codebook_embed_dim), args.vq_ckpt)
@@ -147,7 +194,9 @@ def run(args: argparse.Namespace) -> int:
     vq = vq.to(device)
 
     drafter, draft_name, draft_sha = None, "none", ""
-    if not is_ar:
+    if is_jacobi:
+        draft_name = "jacobi"
+    elif not is_ar:
         if args.eagle_ckpt:
             head = EagleHead.load(target.cfg, args.eagle_ckpt).to(device, dtype)
             drafter, draft_name = EagleDraftSession(head, target), "eagle"
@@ -164,17 +213,16 @@ def run(args: argparse.Namespace) -> int:
     neighbours = None
     if args.neighbours:
         neighbours = load_neighbours(args.neighbours, args.codebook_size)
-    elif args.trace or not relax.is_exact:
+    elif args.trace or not relax.is_exact or boost.kind == "budget":
         neighbours = vq.neighbours(args.k_max, normalize=args.neighbours_normalized)
     tree_context = {"tree_acceptance": acceptance} if acceptance is not None else {}
-    if tree_kind(args.tree) == "costaware":
+    if tree_kind(tree) == "costaware":
         tree_context["tree_cost"] = {"table": args.cost_table, "model": args.cost_model}
-    policy = parse_tree(args.tree, relax=relax, neighbours=neighbours, acceptance=acceptance,
+    policy = parse_tree(tree, relax=relax, neighbours=neighbours, acceptance=acceptance,
                         cost=lambda: CostModel.from_table(args.cost_table, args.cost_model))
-    settings = DecodeSettings(rule=args.rule, relax=relax, variant=args.variant, target_sampling=sampling,
-                              draft_sampling=sampling, cfg_scale=args.cfg_scale,
-                              logits_dtype=args.logits_dtype)
-    decoder = Decoder(target, settings, drafter=drafter, policy=policy, neighbours=neighbours)
+    embedding = gsd_embedding(boost.embedding, target, vq.codebook()) if boost.kind == "group" else None
+    decoder = Decoder(target, settings, drafter=drafter, policy=policy, neighbours=neighbours,
+                      embedding=embedding)
 
     out = Path(args.out)
     (out / "images").mkdir(parents=True, exist_ok=True)
@@ -188,13 +236,17 @@ def run(args: argparse.Namespace) -> int:
         header = TraceHeader(
             model=args.gpt_model, checkpoint_sha256=file_sha256(args.gpt_ckpt), vocab_size=args.codebook_size,
             codebook_sha256=array_sha256(vq.quantize.embedding.weight.detach().float().cpu().numpy()),
-            rule=args.rule, relax=str(relax), variant=args.variant, tree=str(policy) if policy else "ar",
+            rule=rule, relax=str(relax), variant=args.variant, tree=str(policy) if policy else "ar",
             target_sampling=sampling, draft_sampling=sampling, logits_dtype=args.logits_dtype,
             extra={"cfg_scale": args.cfg_scale, "drafter": draft_name, "drafter_sha256": draft_sha,
                    "image_size": args.image_size, "grid": grid, "seed": args.seed,
                    "neighbours_normalized": bool(args.neighbours_normalized), **tree_context,
-                   "draft_logits_unevaluated": "zero rows at nodes the drafter never ran"})
-        writer = TraceWriter(out / "trace", header, neighbours, resume=True)
+                   "draft_logits_unevaluated": "zero rows at nodes the drafter never ran",
+                   **({} if embedding is None else
+                      {"gsd_embedding_sha256": array_sha256(embedding.astype(np.float32))})},
+            boost=str(boost))
+        writer = TraceWriter(out / "trace", header, neighbours, resume=True,
+                             embedding=None if embedding is None else embedding.astype(np.float32))
     todo = [(i, c) for i, c in jobs if i not in done]
     for i, c in tqdm(todo, desc="images", unit="img", disable=not todo):
         traced = writer if writer is not None and i not in writer.done_sequences else None
@@ -206,6 +258,44 @@ def run(args: argparse.Namespace) -> int:
             save_png(to_uint8(vq.decode_codes(grid_tokens))[0], image_path(out, i, c))
     print(f"{len(jobs)} images in {out} ({len(done)} already there)")
     return 0
+
+
+def draft_spec(args: argparse.Namespace) -> str:
+    """The tree spec of ``--draft``/``--tree``/``--window``/``--fresh``: ``--tree`` (default
+    :data:`DEFAULT_TREE`) for a draft model, ``jacobi:L[,copy]`` for Jacobi windows."""
+    if args.draft not in DRAFT_SOURCES:
+        raise ValueError(f"--draft must be one of {DRAFT_SOURCES}, got {args.draft!r}")
+    if args.draft == "model":
+        if args.window is not None or args.fresh is not None:
+            raise ValueError("--window and --fresh size and fill a Jacobi window: add --draft jacobi")
+        return args.tree or DEFAULT_TREE
+    if args.tree is not None:
+        raise ValueError(f"--draft jacobi drafts a window, not a tree: drop --tree {args.tree} (or write "
+                         "--tree jacobi:L[,copy] without --draft)")
+    if args.window is None:
+        raise ValueError("--draft jacobi needs --window L (drafts per target forward)")
+    fresh = DEFAULT_FRESH if args.fresh is None else args.fresh
+    checks = (("--window", check_window_size, args.window), ("--fresh", check_fresh, fresh))
+    for option, check, value in checks:
+        try:
+            check(value)
+        except ValueError as err:
+            raise ValueError(f"{option}: {err}") from None
+    return str(JacobiWindow(args.window, fresh))
+
+
+def parse_boost(spec: str, embedding: str | None) -> Boost:
+    """``--boost`` with GSD's ``--gsd-embedding`` (when given) written into the spec."""
+    boost = Boost.parse(spec)
+    if embedding is None:
+        return boost
+    if embedding not in EMBEDDINGS:
+        raise ValueError(f"--gsd-embedding must be one of {EMBEDDINGS}, got {embedding!r}")
+    if boost.kind != "group":
+        raise ValueError(f"--gsd-embedding chooses GSD's embedding; --boost {spec} is not gsd:..")
+    if "embedding=" in spec and boost.embedding != embedding:
+        raise ValueError(f"--gsd-embedding {embedding} contradicts --boost {spec}")
+    return replace(boost, embedding=embedding)
 
 
 def image_path(out: Path, sequence: int, label: int) -> Path:

@@ -3,12 +3,24 @@
 
 Replay recomputes p and q from the stored logits exactly as the decoder did
 (``Sampling.probs`` on the stored float16/float32 values) and feeds the
-recorded uniforms to ``theory.sample_step`` and to ``simulate.verify_step``
-(the Numba twin with the same signature); every recorded outcome must come back.
+recorded uniforms to theory (``theory.rule_step.sample_rule_step``:
+``theory.sample_step``, R4's ``theory.traversal`` or the budget's
+``theory.budget``) and to ``simulate.verify_step`` (the Numba twin with the
+same signature); every recorded outcome must come back. A budget trace is
+verified with the neighbour table stored in it.
+A boosted trace (header ``boost``: GSD, Cool-SD) is verified with its boost and,
+for GSD, the embedding table stored in the trace. A Jacobi trace (tree
+``jacobi:L[,fresh]``) is replayed window by window: each window is rebuilt from
+the previous step's stored target logits, its uniforms and the step's
+``u_fresh`` (``reference.jacobi.Kept``) and must equal the recorded drafts and
+q logits, and ``theory.jacobi_sampler.verify_window`` must return the recorded
+outcome (``theory.rule_step.sample_window_step`` for R4 or the budget), as
+must ``simulate.verify_step`` on the window's chain (a window is rule R2 or R4
+on a chain: ``theory.jacobi_sampler``).
 Rescoring computes, per step, the exact expected tokens per step of another
-rule on the recorded tree with ``theory.step_expectation`` (for R2
-conditionally on the recorded draw order of each node's children, since exact
-R2 averaging over draws enumerates only tiny vocabularies).
+rule on the recorded tree with ``theory.rule_step.rule_step_expectation`` (for
+R2 and R4 conditionally on the recorded draw order of each node's children,
+since exact R2 averaging over draws enumerates only tiny vocabularies).
 """
 
 from __future__ import annotations
@@ -20,9 +32,19 @@ from pathlib import Path
 import numpy as np
 
 from core.trace import Trace, TraceStep, read_trace, trace_neighbours
+from core.trees.jacobi import JacobiWindow
+from reference.jacobi import Kept
+from theory.boost import NO_BOOST
 from theory.relax import Relax
-from theory.rules import check_rule, neighbour_rows
-from theory.tree import sample_step, step_expectation
+from theory.rule_step import (
+    SAMPLED_DRAFT_RULES,
+    check_step_rule,
+    rule_step_expectation,
+    sample_rule_step,
+    sample_window_step,
+    step_neighbours,
+)
+from theory.sampler import draw_token
 
 Verifier = Callable[..., tuple]
 
@@ -51,7 +73,7 @@ def step_distributions(trace: Trace, step: TraceStep) -> tuple[np.ndarray, np.nd
 
 def verifiers() -> tuple[dict[str, Verifier], list[str]]:
     """The verification engines available: theory always, simulate's Numba twin when present."""
-    engines: dict[str, Verifier] = {"theory": sample_step}
+    engines: dict[str, Verifier] = {"theory": sample_rule_step}
     missing = []
     try:
         from simulate import verify_step  # type: ignore[attr-defined]
@@ -62,22 +84,37 @@ def verifiers() -> tuple[dict[str, Verifier], list[str]]:
     return engines, missing
 
 
+def trace_window(trace: Trace) -> JacobiWindow | None:
+    """The Jacobi window a trace was decoded with (its header's tree ``jacobi:L[,fresh]``), else None."""
+    spec = trace.header.tree
+    if spec.partition(":")[0] != "jacobi":
+        return None
+    try:
+        return JacobiWindow.parse(spec.partition(":")[2])
+    except ValueError as err:
+        raise ValueError(f"trace {trace.path}: bad Jacobi window {spec!r}: {err}") from None
+
+
 def replay(path: str | Path, *, require_simulate: bool = False) -> ReplayReport:
     """Re-verify every step of the trace at ``path`` with every engine."""
     trace = read_trace(path)
     h = trace.header
-    relax = h.relaxation
     engines, missing = verifiers()
     if require_simulate and missing:
         raise ValueError("simulate.verify_step is not available in this installation")
-    nb = neighbour_rows(trace.neighbours, h.vocab_size, relax, h.variant)
+    window = trace_window(trace)
+    if window is not None:
+        return replay_windows(trace, window, engines, missing)
+    relax = h.relaxation
+    nb = step_neighbours(trace.neighbours, h.vocab_size, relax, h.variant, h.boosting)
+    boost = {} if h.boosting.is_none else {"boost": h.boosting, "emb": trace.embedding}
     report = ReplayReport(engines=list(engines), missing_engines=missing)
     for step in trace.steps():
         p, q = step_distributions(trace, step)
         tree = step.tree
         for name, verify in engines.items():
             got_path, got_bonus = verify(tree, p, step.u_accept, step.u_draw, rule=h.rule, relax=relax,
-                                         neighbours=nb, q_dists=q, variant=h.variant)
+                                         neighbours=nb, q_dists=q, variant=h.variant, **boost)
             if list(np.asarray(got_path)) != step.path.tolist() or int(got_bonus) != step.bonus:
                 report.mismatches.append(
                     f"{name}: sequence {step.sequence} position {step.position}: recorded path "
@@ -87,9 +124,76 @@ def replay(path: str | Path, *, require_simulate: bool = False) -> ReplayReport:
     return report
 
 
+def replay_windows(trace: Trace, window: JacobiWindow, engines: dict[str, Verifier] | None = None,
+                   missing: list[str] | None = None) -> ReplayReport:
+    """Replay a Jacobi trace: rebuild every window from the trace and verify it again with theory's
+    ``verify_window`` and the tree ``engines`` other than theory's (module docstring)."""
+    h = trace.header
+    others = {k: v for k, v in (engines or {}).items() if k != "theory"}
+    report = ReplayReport(engines=["theory", *others], missing_engines=list(missing or []))
+    boost = {} if h.boosting.is_none else {"boost": h.boosting, "emb": trace.embedding}
+    nb = step_neighbours(trace.neighbours, h.vocab_size, Relax.none(), h.variant, h.boosting)
+    kept, sequence = Kept.nothing(h.vocab_size, h.logits_dtype), None
+    for step in trace.steps():
+        if step.sequence != sequence:
+            kept, sequence = Kept.nothing(h.vocab_size, h.logits_dtype), step.sequence
+        where = f"sequence {step.sequence} position {step.position}"
+        p, q = step_distributions(trace, step)
+        for problem in (_window_problem(step, kept, window), _outcome_problem(trace, step, p, q, nb)):
+            if problem:
+                report.mismatches.append(f"theory: {where}: {problem}")
+        for name, verify in others.items():
+            got_path, got_bonus = verify(step.tree, p, step.u_accept, step.u_draw, rule=h.rule,
+                                         relax=Relax.none(), neighbours=nb, q_dists=q, **boost)
+            if list(np.asarray(got_path)) != step.path.tolist() or int(got_bonus) != step.bonus:
+                report.mismatches.append(f"{name}: {where}: recorded path {step.path.tolist()} bonus "
+                                         f"{step.bonus}, got {list(map(int, got_path))} bonus {got_bonus}")
+        kept = Kept.after(p, step.target_logits, step.path.size - 1, step.u_draw, step.bonus)
+        report.steps += 1
+    return report
+
+
+def _window_problem(step: TraceStep, kept: Kept, window: JacobiWindow) -> str | None:
+    """Why a recorded window is not the one the previous step leaves (None when it is)."""
+    m = step.parents.size - 1
+    if not np.array_equal(step.parents, np.arange(-1, m)):
+        return f"a Jacobi step is a chain, got parents {step.parents.tolist()}"
+    if step.u_fresh.size != window.window:
+        return f"{step.u_fresh.size} fresh uniforms recorded, the window {window} needs {window.window}"
+    drafts, q_logits = kept.window(window.window, window.fresh, step.u_fresh)
+    if not np.array_equal(step.tokens[1:], drafts[:m]):
+        return (f"recorded window {step.tokens[1:].tolist()} is not the one the previous step leaves, "
+                f"{drafts[:m].tolist()}")
+    if not np.array_equal(step.draft_logits[:m], q_logits[:m]):
+        return "the recorded q logits of the window are not the ones the previous step leaves"
+    return None
+
+
+def _outcome_problem(trace: Trace, step: TraceStep, p: np.ndarray, q: np.ndarray, nb: np.ndarray
+                     ) -> str | None:
+    """Why theory's window verifier (``theory.rule_step.sample_window_step``) does not return a step's
+    recorded outcome (or None)."""
+    m = step.parents.size - 1
+    h = trace.header
+    try:
+        if m:
+            accepted, bonus = sample_window_step(p, step.tokens[1:], q[:m], step.u_accept[1:], step.u_draw,
+                                                 rule=h.rule, boost=h.boosting, neighbours=nb,
+                                                 emb=trace.embedding)
+        else:  # the last token: a lone root, as sample_step draws it
+            accepted, bonus = 0, draw_token(p[0], float(step.u_draw[0]))
+    except ValueError as err:
+        return f"the recorded window cannot be verified: {err}"
+    if accepted != step.path.size - 1 or bonus != step.bonus:
+        return (f"recorded path {step.path.tolist()} bonus {step.bonus}, got {list(range(accepted + 1))} "
+                f"bonus {bonus}")
+    return None
+
+
 def rescore_steps(trace: Trace, rule: str, relax: Relax, variant: str = "principled",
                   neighbours: np.ndarray | str | Path | None = None) -> Iterator[tuple[TraceStep, float]]:
-    """Exact E[tokens per step] of (rule, relax, variant) on every recorded step.
+    """Exact E[tokens per step] of (rule, relax, variant) on every recorded step (R2 and R4 given the
+    recorded draw orders; no boost).
 
     ``neighbours`` is a table or a ``.npy`` file of one (default: the trace's own;
     :func:`core.trace.trace_neighbours`).
@@ -97,37 +201,37 @@ def rescore_steps(trace: Trace, rule: str, relax: Relax, variant: str = "princip
     Raises
     ------
     ValueError
-        For rule r2 on a trace whose children were not drawn from q (see
+        For rule r2 or r4 on a trace whose children were not drawn from q (see
         :func:`check_rescore_r2`), or a relaxation with no neighbour table
         (neither ``neighbours`` nor the trace's own).
     """
-    check_rule(rule, variant)
+    check_step_rule(rule, relax, variant, NO_BOOST)
     h = trace.header
-    if rule == "r2":
-        check_rescore_r2(trace)
-    nb = neighbour_rows(trace_neighbours(trace, relax, neighbours), h.vocab_size, relax, variant)
+    if rule in SAMPLED_DRAFT_RULES:
+        check_rescore_r2(trace, rule)
+    nb = step_neighbours(trace_neighbours(trace, relax, neighbours), h.vocab_size, relax, variant, NO_BOOST)
     for step in trace.steps():
         p, q = step_distributions(trace, step)
-        yield step, step_expectation(step.tree, p, rule=rule, relax=relax, neighbours=nb, q_dists=q,
-                                     variant=variant).tokens
+        yield step, rule_step_expectation(step.tree, p, rule=rule, relax=relax, neighbours=nb, q_dists=q,
+                                          variant=variant).tokens
 
 
-def check_rescore_r2(trace: Trace) -> None:
-    """Refuse rule r2 on a trace whose tree children were not drawn from q without replacement.
+def check_rescore_r2(trace: Trace, rule: str = "r2") -> None:
+    """Refuse rule r2 (or r4) on a trace whose tree children were not drawn from q without replacement.
 
-    R2 verifies drafts sampled from q without replacement; the decoder draws a
-    node's children only when it verifies with r2 (which it allows only on
+    R2 and R4 verify drafts sampled from q without replacement; the decoder draws a
+    node's children only when it verifies with r2 or r4 (which it allows only on
     trees that support draws: static trees ranked by q, ``TreePolicy.supports_draws``),
     and otherwise ranks them (top-k of q, or a latent-aware order). Whether a
     trace's children were drawn is therefore its header's rule.
     """
     h = trace.header
-    if h.rule != "r2":
+    if h.rule not in SAMPLED_DRAFT_RULES:
         raise ValueError(
-            f"rule r2 verifies drafts sampled from q without replacement, but trace {trace.path} was "
+            f"rule {rule} verifies drafts sampled from q without replacement, but trace {trace.path} was "
             f"recorded with rule {h.rule} on tree {h.tree!r}: its children were ranked (top-k), not sampled, "
-            "so r2 cannot score them. Rescore it with r1 or r3, or record a static-tree trace with --rule r2 "
-            "(relaxspec generate --tree static:naive_extend_57 --rule r2 --trace)")
+            f"so {rule} cannot score them. Rescore it with r1 or r3, or record a static-tree trace with "
+            "--rule r2 (relaxspec generate --tree static:naive_extend_57 --rule r2 --trace)")
 
 
 def rescore(path: str | Path, rule: str, relax: Relax, variant: str = "principled",
