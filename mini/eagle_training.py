@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from mini.checkpointing import LoopCheckpoint
 from mini.gpt_training import GPTBudget, check_tokens, optimise
 from reference.drafter import EagleHead
 from reference.model import Transformer
@@ -37,8 +38,10 @@ class EagleBudget(GPTBudget):
 
 
 def train_eagle_head(target: Transformer, tokens: np.ndarray, labels: np.ndarray, budget: EagleBudget, *,
-                     seed: int = 0, progress: bool = True) -> tuple[EagleHead, dict]:
-    """Train a fresh ``EagleHead`` for the frozen ``target``; return it (eval mode) and a card fragment."""
+                     seed: int = 0, progress: bool = True,
+                     checkpoint: LoopCheckpoint | None = None) -> tuple[EagleHead, dict]:
+    """Train a fresh ``EagleHead`` for the frozen ``target`` (resuming from ``checkpoint`` if given);
+    return it (eval mode) and a card fragment."""
     cfg = target.cfg
     check_tokens(tokens, labels, cfg)
     torch.manual_seed(seed)
@@ -55,7 +58,7 @@ def train_eagle_head(target: Transformer, tokens: np.ndarray, labels: np.ndarray
 
     timing = optimise(head, groups, budget, step_loss, n_grids=len(x),
                       class_dropout_prob=cfg.class_dropout_prob,
-                      gen=gen, name="eagle_head", progress=progress)
+                      gen=gen, name="eagle_head", progress=progress, checkpoint=checkpoint)
     return head, {"config": {"target": cfg.to_dict(), "n_layer": 1}, "budget": asdict(budget), **timing}
 
 

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from mini.checkpointing import LoopCheckpoint
 from mini.timing import Clock
 from reference.model import GPTConfig, Transformer
 
@@ -69,18 +70,23 @@ def check_tokens(tokens: np.ndarray, labels: np.ndarray, cfg: GPTConfig) -> None
 def optimise(module: torch.nn.Module, groups: list[dict], budget: GPTBudget,
              step_loss: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, dict[str, float]]], *,
              n_grids: int, class_dropout_prob: float, gen: torch.Generator, name: str,
-             progress: bool) -> dict[str, float]:
+             progress: bool, checkpoint: LoopCheckpoint | None = None) -> dict[str, float]:
     """The training loop both GPTs and the EAGLE head share: ``budget.steps`` AdamW steps (betas 0.9 /
     0.95, parameter ``groups`` with their weight decay, :func:`lr_factor` schedule, gradients clipped to
     norm 1) on ``budget.batch`` grids drawn from ``gen`` with labels dropped (CFG) at
     ``class_dropout_prob``; ``step_loss(idx, drop)`` returns the loss and the values the progress bar
-    shows. Leaves ``module`` in eval mode; returns the loop's wall and CPU seconds."""
+    shows. With ``checkpoint`` the loop resumes from it and checkpoints as it goes
+    (:mod:`mini.checkpointing`). Leaves ``module`` in eval mode; returns the loop's wall and CPU seconds
+    (over every resumed segment)."""
     opt = torch.optim.AdamW(groups, lr=budget.lr, betas=(0.9, 0.95))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, budget))
+    state = {"module": module, "opt": opt, "sched": sched, "gen": gen}
+    start = checkpoint.restore(state) if checkpoint else 0
     module.train()
     clock = Clock()
-    bar = tqdm(range(budget.steps), desc=name, disable=not progress, unit="step")
-    for _ in bar:
+    bar = tqdm(range(start, budget.steps), desc=name, disable=not progress, unit="step", initial=start,
+               total=budget.steps)
+    for step in bar:
         idx = torch.randint(n_grids, (budget.batch,), generator=gen)
         drop = torch.rand(budget.batch, generator=gen) < class_dropout_prob
         with autocast(budget.precision):
@@ -91,13 +97,19 @@ def optimise(module: torch.nn.Module, groups: list[dict], budget: GPTBudget,
         opt.step()
         sched.step()
         bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()})
+        if checkpoint:
+            checkpoint.after_step(step + 1, state, budget.steps)
     module.eval()
+    if checkpoint:
+        return {"training_seconds": checkpoint.wall(), "training_cpu_seconds": checkpoint.cpu()}
     return {"training_seconds": clock.wall(), "training_cpu_seconds": clock.cpu()}
 
 
 def train_gpt(cfg: GPTConfig, tokens: np.ndarray, labels: np.ndarray, budget: GPTBudget, *, name: str,
-              seed: int = 0, progress: bool = True) -> tuple[Transformer, dict]:
-    """Train a fresh ``Transformer(cfg)``; return it (eval mode) and a card fragment."""
+              seed: int = 0, progress: bool = True,
+              checkpoint: LoopCheckpoint | None = None) -> tuple[Transformer, dict]:
+    """Train a fresh ``Transformer(cfg)`` (resuming from ``checkpoint`` if given); return it (eval mode)
+    and a card fragment."""
     check_tokens(tokens, labels, cfg)
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
@@ -116,7 +128,7 @@ def train_gpt(cfg: GPTConfig, tokens: np.ndarray, labels: np.ndarray, budget: GP
 
     timing = optimise(model, groups, budget, step_loss, n_grids=len(x),
                       class_dropout_prob=cfg.class_dropout_prob,
-                      gen=gen, name=name, progress=progress)
+                      gen=gen, name=name, progress=progress, checkpoint=checkpoint)
     return model, {"config": cfg.to_dict(), "budget": asdict(budget), **timing}
 
 

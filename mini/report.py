@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from mini.shipped import COMPONENT_NAMES
-from mini.weights import read_card
+from mini.weights import card_path, read_card
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -27,6 +27,8 @@ def training_table(weights: Path) -> list[str]:
     rows = []
     totals = [0.0, 0.0, 0.0, 0.0]
     for name in COMPONENT_NAMES:
+        if name == "evaluator" and not card_path(weights, name).is_file():
+            continue  # a folder that shares the first model's evaluator (weights/ambiguous)
         c = read_card(weights, name)
         m = c["metrics"]
         key = {

@@ -17,7 +17,7 @@ import torch
 
 from mini.evaluator import FashionClassifier, load_evaluator
 from mini.tokenizer import config_from_dict
-from mini.weights import WEIGHTS_DIR, load_component, load_state_strict
+from mini.weights import WEIGHTS_DIR, card_path, load_component, load_state_strict
 from reference.drafter import EagleHead
 from reference.model import GPTConfig, Transformer
 from reference.vq import VQModel
@@ -109,14 +109,16 @@ def check_vocabularies(tokenizer: VQModel, models: dict[str, Transformer]) -> No
 def load_mini(directory: Path = WEIGHTS_DIR, threads: int | None = None, drafters: bool = True) -> MiniModel:
     """Load and cross-check every component in ``directory`` (default: the shipped weights).
 
-    ``drafters=False`` skips the EAGLE head and the draft GPT (enough for AR sampling).
+    ``drafters=False`` skips the EAGLE head and the draft GPT (enough for AR sampling). A folder without
+    an evaluator (``weights/ambiguous``) uses the first model's: the evaluator judges images, not tokens.
     """
     if threads:
         torch.set_num_threads(threads)
     directory = Path(directory)
     tokenizer, tok_card = load_tokenizer(directory)
     target, target_card = load_gpt_component(directory, "target")
-    evaluator, eval_card = load_evaluator(directory)
+    evaluator, eval_card = load_evaluator(directory if card_path(directory, "evaluator").is_file()
+                                          else WEIGHTS_DIR)
     cards = {"tokenizer": tok_card, "target": target_card, "evaluator": eval_card}
     draft = head = None
     if drafters:

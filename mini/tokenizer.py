@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from mini.checkpointing import LoopCheckpoint
 from mini.evaluator import images_to_tensor
 from mini.timing import Clock
 from reference.vq import VQConfig, VQModel, vq_config
@@ -65,8 +66,11 @@ def vq_losses(model: VQModel, images: torch.Tensor) -> tuple[torch.Tensor, dict[
 
 
 def train_tokenizer(train_images: np.ndarray, budget: TokenizerBudget, *, seed: int = 0,
-                    progress: bool = True) -> tuple[VQModel, dict]:
-    """Train the tokenizer on uint8 images; return it and a card fragment (config, budget, seconds)."""
+                    progress: bool = True, checkpoint: LoopCheckpoint | None = None) -> tuple[VQModel, dict]:
+    """Train the tokenizer on uint8 images; return it and a card fragment (config, budget, seconds).
+
+    With ``checkpoint`` the loop resumes from it and checkpoints as it goes (:mod:`mini.checkpointing`).
+    """
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     images = train_images[:budget.n_train] if budget.n_train else train_images
@@ -76,10 +80,14 @@ def train_tokenizer(train_images: np.ndarray, budget: TokenizerBudget, *, seed: 
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=budget.lr, total_steps=budget.steps,
                                                 pct_start=0.05)
     last_used = torch.zeros(budget.codebook_size, dtype=torch.long)
-    restarts = 0
+    restarts = torch.zeros((), dtype=torch.long)
+    state = {"model": model, "opt": opt, "sched": sched, "gen": gen, "last_used": last_used,
+             "restarts": restarts}
+    start = checkpoint.restore(state) if checkpoint else 0
     clock = Clock()
     model.train()
-    bar = tqdm(range(budget.steps), desc="tokenizer", disable=not progress, unit="step")
+    bar = tqdm(range(start, budget.steps), desc="tokenizer", disable=not progress, unit="step",
+               initial=start, total=budget.steps)
     for step in bar:
         idx = torch.randint(len(x), (budget.batch,), generator=gen)
         loss, parts, ids = vq_losses(model, x[idx])
@@ -90,11 +98,14 @@ def train_tokenizer(train_images: np.ndarray, budget: TokenizerBudget, *, seed: 
         last_used[ids.unique()] = step
         if budget.restart_every and (step + 1) % budget.restart_every == 0 and step + 1 < 0.8 * budget.steps:
             restarts += _restart_dead_codes(model, x[idx], last_used, step, budget.restart_every, gen)
-        bar.set_postfix(recon=f"{parts['recon']:.4f}", restarts=restarts)
+        bar.set_postfix(recon=f"{parts['recon']:.4f}", restarts=int(restarts))
+        if checkpoint:
+            checkpoint.after_step(step + 1, state, budget.steps)
     model.eval()
-    seconds, cpu_seconds = clock.wall(), clock.cpu()
+    timer = checkpoint or clock
+    seconds, cpu_seconds = timer.wall(), timer.cpu()
     return model, {"config": _config_dict(model.cfg), "budget": asdict(budget), "training_seconds": seconds,
-                   "training_cpu_seconds": cpu_seconds, "dead_code_restarts": restarts}
+                   "training_cpu_seconds": cpu_seconds, "dead_code_restarts": int(restarts)}
 
 
 @torch.no_grad()
@@ -168,6 +179,25 @@ def codebook_usage(tokens: np.ndarray, codebook_size: int) -> dict[str, float]:
     nz = p[p > 0]
     perplexity = float(np.exp(-(nz * np.log(nz)).sum()))
     return {"fraction_used": float((counts > 0).mean()), "perplexity": perplexity}
+
+
+@torch.no_grad()
+def codebook_geometry(model: VQModel, images: np.ndarray, batch: int = 1024) -> dict[str, float]:
+    """How close the codes lie: the median distance from a code to its nearest other code, against the
+    median distance from an encoder output (of ``images``) to its code (the quantisation error). Codes
+    closer to each other than the quantisation error are near-duplicates at the encoder's resolution."""
+    e = model.codes().double()
+    nearest = []
+    for i in range(0, len(e), batch):
+        d = torch.cdist(e[i:i + batch], e)
+        d[torch.arange(d.shape[0]), torch.arange(i, i + d.shape[0])] = float("inf")
+        nearest.append(d.min(1).values)
+    errors = []
+    for i in range(0, len(images), 500):
+        z, zq, _ = quantise(model.eval(), images_to_tensor(images[i:i + 500]))
+        errors.append((z - zq).norm(dim=-1).flatten())
+    return {"nearest_code_distance_median": float(torch.cat(nearest).median()),
+            "quantisation_error_median": float(torch.cat(errors).median())}
 
 
 def tokenizer_metrics(model: VQModel, images: np.ndarray) -> tuple[dict[str, float], np.ndarray]:

@@ -23,6 +23,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "weights"
+# The shipped models' folders: the first model (512 codes) and the many-code one (mini/ambiguous_model.py).
+MODEL_DIRS = {"mini": WEIGHTS_DIR, "ambiguous": WEIGHTS_DIR / "ambiguous"}
 CARD_VERSION = 1
 CARD_FIELDS = ("component", "config", "data", "training_command", "training_seconds", "metrics",
                "weights_file", "weights_sha256", "storage_dtype", "n_parameters")

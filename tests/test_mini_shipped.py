@@ -103,7 +103,7 @@ def test_quality_runs_of_different_sizes_share_one_table(tmp_path):
 
     from relaxspec.cli import main
 
-    base = ["mini", "--out", str(tmp_path), "--no-progress", "quality", "--jobs", "1"]
+    base = ["mini", "--out", str(tmp_path), "--no-progress", "quality", "--scheduler", "none"]
     assert main([*base, "--n-images", "12", "--configs", "AR"]) == 0
     assert main([*base, "--n-images", "3", "--configs", "exact EAGLE-2"]) == 0
     with open(tmp_path / "quality.csv", newline="") as f:
