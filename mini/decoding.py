@@ -35,12 +35,12 @@ from simulate.verify import step_expectation
 from theory.boost import Boost
 from theory.relax import Relax
 from theory.rule_step import (
-    SAMPLED_DRAFT_RULES,
     check_step_rule,
     own_oracle,
     rule_step_expectation,
     step_neighbours,
 )
+from theory.rules import SAMPLED_DRAFT_RULES
 
 DRAFTERS = ("eagle", "draft_gpt")
 CFG_SCALE = 2.0

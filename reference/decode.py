@@ -71,13 +71,12 @@ from reference.model import Transformer
 from theory.boost import EMBEDDINGS, Boost
 from theory.relax import Relax
 from theory.rule_step import (
-    SAMPLED_DRAFT_RULES,
     check_step_rule,
     sample_rule_step,
     sample_window_step,
     step_neighbours,
 )
-from theory.rules import boost_embedding
+from theory.rules import SAMPLED_DRAFT_RULES, boost_embedding
 from theory.tree import Tree, parent_depths
 
 

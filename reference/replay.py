@@ -37,13 +37,13 @@ from reference.jacobi import Kept
 from theory.boost import NO_BOOST
 from theory.relax import Relax
 from theory.rule_step import (
-    SAMPLED_DRAFT_RULES,
     check_step_rule,
     rule_step_expectation,
     sample_rule_step,
     sample_window_step,
     step_neighbours,
 )
+from theory.rules import SAMPLED_DRAFT_RULES
 from theory.sampler import draw_token
 
 Verifier = Callable[..., tuple]

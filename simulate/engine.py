@@ -18,7 +18,20 @@ compare with; it costs about one extra softmax row per tree node.
 ``run(..., boost=Boost)`` boosts R2's sampled-draft test (GSD's group or
 Cool-SD's depth-scaled acceptance, SPEC 9.2-9.3; GSD reads the world's
 ``embedding()``); the step's TV is then the exact TV of the stages tested
-(SPEC 9.4).
+(SPEC 9.4). The budget boost (``budget:delta=..,k=..``, SPEC 9.5) merges the
+world's neighbour table (as a LANTERN relaxation reads it) within a budget of
+delta per node; the step's TV is the sum of the charges of the stages its
+path's nodes tested (each node's sum is at most delta, docs/theory.md 14.1).
+
+``run(..., rule="r4")`` verifies sampled-draft static trees (children drawn
+from q without replacement, built exactly as for R2, and SJD windows as
+chains) by traversal verification (SPEC 9.6, :mod:`simulate.traversal_kernels`,
+the twin of ``theory.traversal``): ``u_accept[v]`` is node v's eta, ``u_draw[v]``
+the bonus where the step ends. p is computed where the loop's tests go (the
+nodes with children on each tested path, and the end's row for the bonus).
+R4 takes the boosts (GSD, Cool-SD, the budget: relaxed R4); its ``token_tv`` is
+the sum of the Deltas of the stages the step entered (0 exact), whose
+expectation given the tree is Theorem 12.3's bound (``expected_tv``).
 
 ``run(world, JacobiWindow(L), rule="r2", ...)`` decodes with SJD's Jacobi
 windows instead of draft trees (no drafter; SPEC 9.1): :mod:`simulate.jacobi`.
@@ -50,6 +63,13 @@ from simulate.step_kernels import (
     sample_step_walk_kernel,
     step_expectation_kernel,
 )
+from simulate.traversal_kernels import (
+    child_tokens_csr,
+    traversal_expectation_kernel,
+    traversal_reset,
+    traversal_scratch,
+    traversal_walk_kernel,
+)
 from simulate.verify import RuleSpec
 from simulate.world_kernels import (
     ensure_state,
@@ -62,7 +82,7 @@ from simulate.world_kernels import (
 from simulate.worlds import LatentWorld, StationaryWorld, TraceWorld, World
 from theory.boost import NO_BOOST, Boost
 from theory.relax import Relax
-from theory.rules import check_boost
+from theory.rules import SAMPLED_DRAFT_RULES, check_step_boost
 from theory.tree import parent_depths
 
 BACKENDS = ("numba", "numpy")
@@ -142,13 +162,15 @@ def _sequence(s, W, ps, rs, bs, exact, seq_len, seed, o, n_steps):
     """Decode sequence ``s``: the policy tuple ``ps`` (built in :func:`_run_numba`), the rule tuple ``rs``
     (``RuleSpec.args``), the boost tuple ``bs`` (``RuleSpec.boost_args``), per-step outputs ``o`` =
     (o_int, o_exp, o_tv, o_ttv) of this sequence; all scratch is allocated once per sequence, so the step
-    loop allocates nothing (a boosted R2 stage allocates its rank and TV scratch)."""
+    loop allocates nothing (a boosted R2 stage allocates its rank and TV scratch). Rule 4 (R4) walks
+    with :func:`simulate.traversal_kernels.traversal_walk_kernel` on its own state."""
     kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps, threshold, S, max_nodes, \
         max_buffer, n_q = ps
     rule, code, k, param, variant, nb = rs
     V = vocab_size(W)
     d = W[1].shape[0]
-    keep_q = rule == 2  # R2 verifies with q; R1 and R3 never read it after the build
+    draws = rule == 2 or rule == 4  # R2 and R4 verify children drawn from q without replacement
+    keep_q = draws  # they verify with q; R1 and R3 never read it after the build
     bparent, btoken, bdepth, zs, hs, have, qrow, score = _buffer_scratch(max_buffer, d)
     q_rows = np.empty((n_q if keep_q else 1, V))
     p_rows = np.empty((max_nodes + 1, V))
@@ -162,6 +184,10 @@ def _sequence(s, W, ps, rs, bs, exact, seq_len, seed, o, n_steps):
     mark = np.zeros(V, dtype=np.int64)
     seen = np.zeros(V, dtype=np.int64)
     smark = np.zeros(V + 1, dtype=np.int64)  # the child selection's scratch
+    r4 = rule == 4
+    ts = traversal_scratch(max_nodes if r4 else 0, n_q if r4 else 0, V if r4 else 0, bs[0])
+    ktok = np.empty(max_nodes, dtype=np.int64)
+    charge = np.zeros(1)
     epoch = 0
     key = stream_key(seed, s)
     if W[0] == 0:
@@ -171,10 +197,10 @@ def _sequence(s, W, ps, rs, bs, exact, seq_len, seed, o, n_steps):
     step = 0
     while pos < seq_len:
         if kind == KIND_STATIC:
-            if rule == 2:
+            if draws:
                 for w in range(nt):
                     utree[w] = uniform(key, step_counter(step, w, U_TREE))
-            n, calls = build_static(W, tparents, tranks, tdepths, rule == 2, keep_q, utree, S, smark, bparent,
+            n, calls = build_static(W, tparents, tranks, tdepths, draws, keep_q, utree, S, smark, bparent,
                                     btoken, bdepth, zs, hs, have, qrow, q_rows, es, cmaxs, scratch, parents,
                                     tokens, depths, buf_of)
         else:
@@ -182,6 +208,8 @@ def _sequence(s, W, ps, rs, bs, exact, seq_len, seed, o, n_steps):
                                      keep_q, bparent, btoken, bdepth, zs, hs, have, qrow, q_rows, es, cmaxs,
                                      score, parents, tokens, depths, buf_of)
         children_csr(parents, n, cstart, cidx)
+        if r4:
+            child_tokens_csr(tokens, n, cidx, ktok)
         for v in range(n):
             qrow_f[v] = qrow[buf_of[v]]
             prow[v] = -1
@@ -194,15 +222,27 @@ def _sequence(s, W, ps, rs, bs, exact, seq_len, seed, o, n_steps):
                 if cstart[v + 1] > cstart[v]:
                     npr = _p_row(W, v, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es,
                                  cmaxs, npr)
-            e_tok, e_tv, epoch = step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows,
-                                                         prow, psums, q_rows, qrow_f, rs, bs, mark, seen,
-                                                         epoch, scratch, edge, reach)
+            if r4:
+                e_tok, e_tv = traversal_expectation_kernel(parents, depths, n, cstart, cidx, ktok, p_rows,
+                                                           prow, q_rows, qrow_f, bs, ts, path, reach)
+            else:
+                e_tok, e_tv, epoch = step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows,
+                                                             prow, psums, q_rows, qrow_f, rs, bs, mark, seen,
+                                                             epoch, scratch, edge, reach)
         state[0] = 0
         state[1] = 0
+        if r4:
+            traversal_reset(ts, n, bs)
+            charge[0] = 0.0
         while True:  # the walk asks for p where it goes
-            m, bonus, epoch, need = sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows,
-                                                            prow, q_rows, qrow_f, ua, ud, rs, bs, mark,
-                                                            epoch, scratch, path, state, ok, tops)
+            if r4:
+                m, bonus, need = traversal_walk_kernel(parents, depths, n, cstart, cidx, ktok, p_rows, prow,
+                                                       q_rows, qrow_f, ua, ud, bs, ts, path, charge,
+                                                       scratch[0])
+            else:
+                m, bonus, epoch, need = sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx,
+                                                                p_rows, prow, q_rows, qrow_f, ua, ud, rs, bs,
+                                                                mark, epoch, scratch, path, state, ok, tops)
             if need < 0:
                 break
             npr = _p_row(W, need, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,
@@ -213,8 +253,11 @@ def _sequence(s, W, ps, rs, bs, exact, seq_len, seed, o, n_steps):
                 npr = _p_row(W, end, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,
                              npr)
             bonus = leaf_bonus(p_rows[prow[end]], ud[end], rule, scratch[0])
-        t_tv, epoch = path_tv(parents, tokens, depths, path, m, cstart, cidx, p_rows, prow, psums, q_rows,
-                              qrow_f, rs, bs, mark, seen, epoch)
+        if r4:
+            t_tv = charge[0]
+        else:
+            t_tv, epoch = path_tv(parents, tokens, depths, path, m, cstart, cidx, p_rows, prow, psums, q_rows,
+                                  qrow_f, rs, bs, mark, seen, epoch)
         _record_step(o, step, m, n, depths, path, cstart, cidx, calls, e_tok, e_tv, t_tv)
         _advance_root(W, buf_of[end], bonus, bparent, btoken, zs, hs, have)
         pos += m
@@ -230,12 +273,12 @@ def simulate_kernel(W, ps, rs, bs, exact, n_seq, seq_len, seed, out, n_steps):
     kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps, threshold, S, max_nodes, \
         max_buffer, n_q = ps
     rule, code, k, param, variant, nb = rs
-    bkind, before, after, fallback, tau, dist, omega, emb = bs
+    bkind, before, after, fallback, tau, dist, omega, emb, delta, table = bs
     o_int, o_exp, o_tv, o_ttv = out
     for s in prange(n_seq):
         _sequence(s, W, (kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps,
                          threshold, S, max_nodes, max_buffer, n_q), (rule, code, k, param, variant, nb),
-                  (bkind, before, after, fallback, tau, dist, omega, emb), exact, seq_len, seed,
+                  (bkind, before, after, fallback, tau, dist, omega, emb, delta, table), exact, seq_len, seed,
                   (o_int[s], o_exp[s], o_tv[s], o_ttv[s]), n_steps)
 
 
@@ -259,9 +302,9 @@ def _check_run_args(world, tree, rule, variant, n_sequences, seq_len, temperatur
         raise ValueError(f"threads must be in [1, {numba.config.NUMBA_NUM_THREADS}], got {threads!r}")
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if rule == "r2" and isinstance(tree, TreePolicy) and not tree.supports_draws:
-        raise ValueError(f"rule r2 draws children without replacement: tree {tree} ranks by top-k; "
-                         "use a static tree (StaticTree, SequoiaTree)")
+    if rule in SAMPLED_DRAFT_RULES and isinstance(tree, TreePolicy) and not tree.supports_draws:
+        raise ValueError(f"rule {rule} verifies children drawn from q without replacement: tree {tree} ranks "
+                         "by top-k; use a static tree (StaticTree, SequoiaTree)")
     if not isinstance(world, TraceWorld):
         tree.check_vocab(world.vocab_size)
 
@@ -291,22 +334,25 @@ def run(
     ``exact_expectations=True`` also records theory's exact per-step
     expectations (``expected_tokens``, ``expected_tv``), which need p at
     every node with children: slower, same outcomes. A trace replay always
-    records them. ``boost`` (rule r2 with ``Relax.none()`` only) boosts
+    records them. ``boost`` (rule r2 or r4 with ``Relax.none()`` only) boosts
     every sampled-draft test (``theory.boost.Boost``; GSD reads the world's
-    ``embedding()``); the result records it (``SimResult.boost``).
+    ``embedding()``, the budget its ``neighbours(k)``); the result records it
+    (``SimResult.boost``). Rule ``r4`` is traversal verification (module
+    docstring).
     """
     _check_run_args(world, tree, rule, variant, n_sequences, seq_len, temperature, seed, threads, backend)
     if isinstance(tree, JacobiWindow):  # SJD's windows (SPEC 9.1): simulate.jacobi
         check_jacobi_run(world, tree, rule, relax, boost)
-    check_boost(rule, relax, boost)
+    check_step_boost(rule, relax, boost)
     exact = bool(exact_expectations)
     emb = world.embedding() if boost.kind == "group" else None
     if isinstance(world, TraceWorld):
         from simulate.replay import replay_trace
 
         return replay_trace(world, rule=rule, relax=relax, variant=variant, boost=boost)
-    spec = RuleSpec.make(rule, relax, world.neighbours(relax.k) if not relax.is_exact else None,
-                         world.vocab_size, variant, boost, emb)
+    width = max(0 if relax.is_exact else relax.k, boost.k if boost.kind == "budget" else 0)
+    spec = RuleSpec.make(rule, relax, world.neighbours(width) if width else None, world.vocab_size, variant,
+                         boost, emb)
     t0, c0 = time.perf_counter(), time.process_time()
     if isinstance(tree, JacobiWindow):
         out = _outputs(n_sequences, seq_len)
@@ -372,9 +418,10 @@ def _run_numpy(world, tree, spec, rule, relax, variant, n_seq, seq_len, temperat
 
     out = _outputs(n_seq, seq_len)
     o_int, o_exp, o_tv, o_ttv, n_steps = out
+    nb = spec.boost.table if boost.kind == "budget" else spec.neighbours  # the table the rule merges
     for s in range(n_seq):
-        n_steps[s] = oracle_sequence(world, tree, rule, relax, variant, spec.neighbours, seq_len, temperature,
-                                     seed, s, exact, o_int[s], o_exp[s], o_tv[s], o_ttv[s], boost, emb)
+        n_steps[s] = oracle_sequence(world, tree, rule, relax, variant, nb, seq_len, temperature, seed, s,
+                                     exact, o_int[s], o_exp[s], o_tv[s], o_ttv[s], boost, emb)
     return out
 
 

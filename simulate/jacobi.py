@@ -4,7 +4,10 @@
 ``simulate.run(world, JacobiWindow(L), rule="r2", boost=...)`` decodes each sequence with windows of L
 drafts and no drafter: one target forward per step gives p_1..p_{L+1} along the window's drafts (the
 world's target only), the window is verified left to right with the sampled-draft test (boosted:
-GSD's group or Cool-SD's depth scaling), the accepted drafts and one more token are committed, and the
+GSD's group, Cool-SD's depth scaling or the budget of SPEC 9.5 over the world's neighbour table) or,
+with ``rule="r4"``, by traversal verification of the window's chain (SPEC 9.6: the last draft is
+tested first, a rejection updates its parent; boosts as for R2), the accepted drafts and one more
+token are committed, and the
 next window keeps the tokens sampled after the emitted one and refills its end with fresh tokens
 (:mod:`theory.jacobi_sampler` documents the indexing and the uniforms). Per step the run records
 ``tokens`` (accepted + 1, per target forward), ``tree_size`` = ``tree_depth`` = L, ``accepted_depth``,
@@ -14,7 +17,9 @@ window's exact E[tokens] and E[TV] given its drafts.
 
 Sequence s draws every uniform from ``stream_key(seed, s)``, so runs do not depend on the thread count;
 ``backend="numpy"`` decodes through :func:`theory.jacobi_sampler.decode_jacobi` with the same uniforms
-and reproduces the kernel's decisions.
+(R4 and the budget: the same window life, ``fill_window`` / ``kept_drafts``, with each window verified by
+``theory.rule_step.sample_window_step`` and recorded by ``simulate.oracle.step_record_tv``) and
+reproduces the kernel's decisions.
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ from simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_uniforms, stream_key
 from simulate.verify import RuleSpec
 from simulate.worlds import LatentWorld, StationaryWorld, TraceWorld, World
 from theory.boost import Boost
-from theory.jacobi_sampler import decode_jacobi
+from theory.jacobi_sampler import check_window, decode_jacobi, fill_window, kept_drafts
 from theory.relax import Relax
-from theory.rules import check_boost
+from theory.rule_step import own_oracle, sample_window_step, window_rule_expectation
+from theory.rules import RULE_CODES, SAMPLED_DRAFT_RULES, check_step_boost
 
 FRESH_CODES = {"uniform": FRESH_UNIFORM, "copy": FRESH_COPY}
 
@@ -44,26 +50,31 @@ def check_jacobi_run(world: World, window: JacobiWindow, rule: str, relax: Relax
                          "in a LatentWorld or StationaryWorld")
     if not isinstance(world, (LatentWorld, StationaryWorld)):
         raise ValueError(f"{window} decodes in a LatentWorld or StationaryWorld, got {type(world).__name__}")
-    if rule != "r2":
-        raise ValueError(f"{window} verifies sampled drafts: it needs rule r2, got rule {rule!r}")
+    if rule not in SAMPLED_DRAFT_RULES:
+        raise ValueError(f"{window} verifies sampled drafts: it needs rule r2 or r4, got rule {rule!r}")
     if not isinstance(relax, Relax) or not relax.is_exact:
-        raise ValueError(f"{window} takes no LANTERN relaxation (its boosts are gsd / cool: boost=...), "
-                         f"got {relax}")
-    check_boost(rule, relax, boost)
+        raise ValueError(f"{window} takes no LANTERN relaxation (its boosts are gsd / cool / budget: "
+                         f"boost=...), got {relax}")
+    check_step_boost(rule, relax, boost)
 
 
 def run_windows(world: LatentWorld | StationaryWorld, window: JacobiWindow, spec: RuleSpec, boost: Boost,
                 out: tuple, *, seq_len: int, temperature: float, seed: int, threads: int | None, backend: str,
                 exact: bool) -> np.ndarray:
     """Decode ``len(out[4])`` sequences into the per-step buffers ``out`` = (o_int, o_exp, o_tv, o_ttv,
-    n_steps) of ``simulate.engine`` with the rule ``spec`` (``RuleSpec.make`` of unrelaxed R2 and
-    ``boost``, with GSD's embedding table); returns the tokens, (n_sequences, seq_len + L) int64 padded
-    with -1 (the last step may overshoot seq_len). ``simulate.run`` and :func:`check_jacobi_run` check
-    the arguments."""
+    n_steps) of ``simulate.engine`` with the rule ``spec`` (``RuleSpec.make`` of unrelaxed R2 or R4 and
+    ``boost``, with GSD's embedding table or the budget's neighbour table); returns the tokens,
+    (n_sequences, seq_len + L) int64 padded with -1 (the last step may overshoot seq_len).
+    ``simulate.run`` and :func:`check_jacobi_run` check the arguments."""
     seqs = np.full((len(out[4]), int(seq_len) + window.window), -1, dtype=np.int64)
     if backend == "numpy":
-        _decode_numpy(world, window, boost, spec.boost.emb if boost.kind == "group" else None, out, seqs,
-                      seq_len, temperature, seed, exact)
+        rule = next(name for name, code in RULE_CODES.items() if code == spec.rule)
+        emb = spec.boost.emb if boost.kind == "group" else None
+        if own_oracle(rule, boost):
+            _decode_rule_numpy(world, window, rule, boost, emb, spec.boost.table, out, seqs, seq_len,
+                               temperature, seed, exact)
+        else:
+            _decode_numpy(world, window, boost, emb, out, seqs, seq_len, temperature, seed, exact)
         return seqs
     W = world.kernel_world(float(temperature))
     old = numba.get_num_threads()
@@ -104,3 +115,45 @@ def _decode_numpy(world, window: JacobiWindow, boost: Boost, emb, out, seqs, seq
         tokens = np.concatenate([st.tokens for st in steps])
         seqs[s, :tokens.size] = tokens
         n_steps[s] = len(steps)
+
+
+def _decode_rule_numpy(world, window: JacobiWindow, rule: str, boost: Boost, emb, nb, out, seqs, seq_len,
+                       temperature, seed, exact) -> None:
+    """The readable oracle of R4 and of the budget on windows (which ``decode_jacobi`` does not take): the
+    window's life of ``decode_jacobi`` (``fill_window``, ``kept_drafts``, the same uniforms) around
+    ``theory.rule_step``'s verification of the window's chain."""
+    from simulate.oracle import step_record_tv
+
+    o_int, o_exp, o_tv, o_ttv, n_steps = out
+    L, V = window.window, world.vocab_size
+    latent = isinstance(world, LatentWorld)
+    nb = None if nb.shape[1] == 0 and boost.kind != "budget" else nb
+    for s in range(len(n_steps)):
+        state = world.initial(np.uint64(stream_key(np.int64(seed), np.int64(s)))) if latent else ()
+        kept, kept_q = np.zeros(0, dtype=np.int64), np.zeros((0, V))
+        last: int | None = None
+        pos = step = 0
+        while pos < seq_len:
+            u_accept = step_uniforms(seed, s, step, L, U_ACCEPT)
+            u_draw = step_uniforms(seed, s, step, L + 1, U_DRAW)
+            drafts, q = fill_window(kept, kept_q, L, V, window.fresh, step_uniforms(seed, s, step, L, U_TREE),
+                                    last)
+            states = [state]
+            for x in drafts:
+                states.append(world.advance(*states[-1], int(x)) if latent else states[-1])
+            p = np.array([world.target_probs(st[0] if latent else None, temperature) for st in states])
+            kw = dict(rule=rule, boost=boost, neighbours=nb, emb=emb)
+            a, token = sample_window_step(p, drafts, q, u_accept, u_draw, **kw)
+            e_tok, e_tv = window_rule_expectation(p, drafts, q, **kw) if exact else (np.nan, np.nan)
+            chain = check_window(p, drafts, q, Boost.none(), None)
+            o_int[s, step] = (a + 1, L, L, a, 0, 0 if a else -1)
+            o_exp[s, step], o_tv[s, step] = e_tok, e_tv
+            o_ttv[s, step] = step_record_tv(chain.tree, chain.p, chain.q, list(range(a + 1)), rule, boost, nb,
+                                            emb)
+            seqs[s, pos:pos + a + 1] = np.append(drafts[:a], token)
+            kept, kept_q = kept_drafts(p, u_draw, a)
+            state = world.advance(*states[a], token) if latent else state
+            last = token
+            pos += a + 1
+            step += 1
+        n_steps[s] = step

@@ -3,13 +3,15 @@
 Twins of :mod:`theory.jacobi_sampler`: a window is verified as rule R2 on a chain (node j holds d_j,
 tested at depth j) by ``simulate.step_kernels.sample_step_kernel``, the twin of
 ``theory.tree.sample_step``, with its TV (``path_tv``) and, on request, its exact expectations
-(``expected_tokens_per_step_kernel``); this module adds the window's life: the fresh tokens that fill
+(``expected_tokens_per_step_kernel``); with ``rs`` of rule R4 the same kernels verify the chain by
+traversal verification (``simulate.traversal_kernels``, the twin of ``theory.traversal``), and the
+budget boost of SPEC 9.5 works for both; this module adds the window's life: the fresh tokens that fill
 it, the target forward along it (the world's rows only) and the sampled tokens the next window keeps.
 
 A sequence draws its uniforms from ``stream_key(seed, s)`` at counters ``step_counter(step, j,
 purpose)``: ``U_ACCEPT`` j tests d_{j+1}, ``U_DRAW`` j is position j + 1's residual draw or sampled
 token (j = L: the bonus), ``U_TREE`` k fills window slot k with a fresh uniform token. The rule travels
-as ``rs`` (``simulate.verify.RuleSpec.args`` of unrelaxed R2) and the boost as ``bs``
+as ``rs`` (``simulate.verify.RuleSpec.args`` of unrelaxed R2 or R4) and the boost as ``bs``
 (``theory.rules.encode_boost``).
 """
 
@@ -121,9 +123,9 @@ def jacobi_kernel(W, L, fresh, rs, bs, exact, n_seq, seq_len, seed, out, seqs, n
     each (n_seq, seq_len, ...), with ``engine.STEP_FIELDS`` as o_int's columns; ``seqs`` (n_seq,
     seq_len + L) gets each sequence's tokens (the last step may overshoot seq_len)."""
     rule, code, k, param, variant, nb = rs  # taken apart and rebuilt: see engine.simulate_kernel
-    kind, before, after, fallback, tau, dist, omega, emb = bs
+    kind, before, after, fallback, tau, dist, omega, emb, delta, table = bs
     o_int, o_exp, o_tv, o_ttv = out
     for s in prange(n_seq):
         _sequence(s, W, L, fresh, (rule, code, k, param, variant, nb),
-                  (kind, before, after, fallback, tau, dist, omega, emb), exact, seq_len, seed, o_int[s],
-                  o_exp[s], o_tv[s], o_ttv[s], seqs[s], n_steps)
+                  (kind, before, after, fallback, tau, dist, omega, emb, delta, table), exact, seq_len, seed,
+                  o_int[s], o_exp[s], o_tv[s], o_ttv[s], seqs[s], n_steps)

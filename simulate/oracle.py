@@ -4,7 +4,9 @@ The same loop as the Numba engine, written with the world's rows, the
 policies' NumPy ``build`` (with the world as draft callback),
 ``theory.sample_step`` and ``theory.node_outcome``. States and rows come from
 the world's kernels (one implementation defines the world); everything the
-rules and policies decide is NumPy and theory.
+rules and policies decide is NumPy and theory. Rule r4 (traversal verification)
+and the budget boost verify through ``theory.rule_step`` (``theory.traversal``,
+``theory.budget``), their TV record through :func:`step_record_tv`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,11 @@ import numpy as np
 
 from simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_counter, stream_key, uniform
 from simulate.worlds import LatentWorld
-from theory.boost import NO_BOOST
+from theory.boost import NO_BOOST, Boost
+from theory.budget import budget_r2_given_states, check_budget
+from theory.rule_step import own_oracle, rule_step_expectation, sample_rule_step
+from theory.rules import SAMPLED_DRAFT_RULES
+from theory.traversal import TraversalWalk, check_traversal_inputs
 from theory.tree import Tree, path_tv, sample_step, step_expectation
 
 
@@ -65,12 +71,45 @@ def world_draft(world, states: States, temperature: float):
     return draft
 
 
+def step_record_tv(tree: Tree, p: np.ndarray, q: np.ndarray, path: list[int], rule: str, boost: Boost,
+                   nb: np.ndarray | None, emb: np.ndarray | None) -> float:
+    """The TV record of a step of R4 or of budgeted R2 that ended on ``path`` (rows ``p``, ``q`` of every
+    node): R4, the sum of the Deltas of the stages the step entered, i.e. of the tests the exact walk
+    (``TraversalWalk.tests``) makes up to the one that ended the step (0 lossless; its expectation given
+    the tree is ``traversal_ends``' ``tv_bound``, Theorem 12.3); budgeted R2, the charges of the stages
+    each node on the path tested (``theory.budget.budget_r2_given_states``; their expectation is
+    ``budget_r2_step_ends``' bound). Sums run in the kernels' order."""
+    if rule == "r4":
+        p, q, table, e = check_traversal_inputs(tree, p, q, boost, nb, emb)
+        total = 0.0
+        for t in TraversalWalk(tree, p, q, boost, table, e).tests():
+            total += t.charge
+            if t.node == path[-1]:
+                return total
+        raise ValueError(f"the R4 walk never tests node {path[-1]}: the path does not come from this tree")
+    table = check_budget(boost, nb, p.shape[1])
+    total = 0.0
+    for j, u in enumerate(path):
+        kids = tree.children(u)
+        if kids.size == 0:
+            continue
+        tested = int(np.flatnonzero(kids == path[j + 1])[0]) + 1 if j + 1 < len(path) else kids.size
+        node = 0.0
+        for st in budget_r2_given_states(p[u], q[u], tree.tokens[kids], table, boost):
+            if st.stage is not None and st.index < tested:
+                node += st.stage.charge
+        total += node
+    return total
+
+
 def oracle_sequence(world, policy, rule, relax, variant, nb, seq_len, temperature, seed, s, exact, o_int,
                     o_exp, o_tv, o_ttv, boost=NO_BOOST, emb=None) -> int:
     """Decode sequence ``s`` like the Numba engine; fills the per-step rows and returns the step count.
 
     p is read only where the walk (or, with ``exact``, theory's expectation) needs it; the step's TV is
-    ``theory.tree.path_tv``. R2 takes a ``boost`` (GSD: the embedding table ``emb``)."""
+    ``theory.tree.path_tv``. R2 and R4 take a ``boost`` (GSD: the embedding table ``emb``; the budget:
+    the int table ``nb`` it merges); R4 and the budget read p at every node (``theory.rule_step``) and
+    record :func:`step_record_tv`."""
     key = np.uint64(stream_key(np.int64(seed), np.int64(s)))
     if isinstance(world, LatentWorld):
         z, h = world.initial(key)
@@ -81,7 +120,7 @@ def oracle_sequence(world, policy, rule, relax, variant, nb, seq_len, temperatur
     while pos < seq_len:
         states = States(world, z, h)
         u_tree = None
-        if rule == "r2":
+        if rule in SAMPLED_DRAFT_RULES:
             n_t = policy.n_nodes
             u_tree = np.array([uniform(key, step_counter(step, w, U_TREE)) for w in range(n_t)])
         built = policy.build(world.draft_probs(z, h, temperature), world_draft(world, states, temperature),
@@ -91,19 +130,27 @@ def oracle_sequence(world, policy, rule, relax, variant, nb, seq_len, temperatur
         ua = np.array([uniform(key, step_counter(step, v, U_ACCEPT)) for v in range(n)])
         ud = np.array([uniform(key, step_counter(step, v, U_DRAW)) for v in range(n)])
         p = _LazyRows(tree, states, world, temperature)
+        q = built.q if rule in SAMPLED_DRAFT_RULES else None
+        own = own_oracle(rule, boost)
+        if own:  # theory.traversal / theory.budget read whole row arrays
+            p = np.array([p[v] for v in range(n)])
         if exact:
-            e = step_expectation(tree, p, rule=rule, relax=relax, neighbours=nb64, q_dists=built.q,
-                                 variant=variant, boost=boost, emb=emb)
+            expect = rule_step_expectation if own else step_expectation
+            e = expect(tree, p, rule=rule, relax=relax, neighbours=nb64, q_dists=built.q, variant=variant,
+                       boost=boost, emb=emb)
             o_exp[step], o_tv[step] = e.tokens, e.tv
-        q = built.q if rule == "r2" else None
-        path, bonus = sample_step(tree, p, ua, ud, rule=rule, relax=relax, neighbours=nb64, q_dists=q,
-                                  variant=variant, boost=boost, emb=emb)
+        sample = sample_rule_step if own else sample_step
+        path, bonus = sample(tree, p, ua, ud, rule=rule, relax=relax, neighbours=nb64, q_dists=q,
+                             variant=variant, boost=boost, emb=emb)
         m = len(path)
         root_kids = tree.children(0)
         o_int[step] = (m, n - 1, tree.depth, m - 1, built.draft_calls,
                        int(np.flatnonzero(root_kids == path[1])[0]) if m > 1 else -1)
-        o_ttv[step] = path_tv(tree, p, path, rule=rule, relax=relax, neighbours=nb64, q_dists=q,
-                              variant=variant, boost=boost, emb=emb)
+        if own:
+            o_ttv[step] = step_record_tv(tree, p, q, path, rule, boost, nb64, emb)
+        else:
+            o_ttv[step] = path_tv(tree, p, path, rule=rule, relax=relax, neighbours=nb64, q_dists=q,
+                                  variant=variant, boost=boost, emb=emb)
         z_end, h_end = states.at(_token_path(tree.parents, tree.tokens, path[-1]))
         if isinstance(world, LatentWorld):
             z, h = world.advance(z_end, h_end, bonus)

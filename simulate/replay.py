@@ -16,24 +16,27 @@ from simulate.verify import step_expectation, verify_step
 from simulate.worlds import TraceWorld
 from theory.boost import NO_BOOST, Boost
 from theory.relax import Relax
+from theory.rules import SAMPLED_DRAFT_RULES
 
 
 def replay_trace(world: TraceWorld, *, rule: str, relax: Relax, variant: str = "principled",
                  check: bool = False, boost: Boost = NO_BOOST) -> SimResult:
     """Verify every step of the trace; ``check=True`` raises if an outcome differs from the recorded one.
-    ``boost`` boosts R2's tests (GSD reads the trace's stored embedding table)."""
+    ``boost`` boosts R2's and R4's tests (GSD reads the trace's stored embedding table, the budget its
+    neighbour table)."""
     h = world.header
     emb = world.embedding() if boost.kind == "group" else None
     t0 = time.perf_counter()
     rec: dict[str, list] = {k: [] for k in ("tokens", "tree_size", "tree_depth", "accepted_depth",
                                             "draft_calls", "root_choice", "token_tv", "expected_tokens",
                                             "expected_tv", "sequence")}
-    nb = world.neighbours(relax.k)
+    nb = world.neighbours(max(relax.k, boost.k if boost.kind == "budget" else 0))
     seqs: dict[int, int] = {}
     for step in world.trace.steps():
         tree = step.tree
         p = h.target_sampling.probs(step.target_logits.astype(np.float64))
-        q = h.draft_sampling.probs(step.draft_logits.astype(np.float64)) if rule == "r2" else None
+        q = (h.draft_sampling.probs(step.draft_logits.astype(np.float64)) if rule in SAMPLED_DRAFT_RULES
+             else None)
         path, bonus, tv = verify_step(tree, p, step.u_accept, step.u_draw, rule=rule, relax=relax,
                                       neighbours=nb, q_dists=q, variant=variant, with_tv=True, boost=boost,
                                       emb=emb)

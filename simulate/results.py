@@ -19,7 +19,8 @@ class SimResult:
     ``tree_depth``, ``accepted_depth``, ``draft_calls``, ``root_choice``
     (rank of the accepted root child, -1 if none), ``token_tv`` (the exact
     TV of the step's emitted tokens: sum over the nodes that decided them of
-    TV(law the node emits, its target), see ``simulate.verify_kernels.path_tv``),
+    TV(law the node emits, its target), see ``simulate.step_kernels.path_tv``; boosted R2 and rule r4:
+    the proved per-step bound's terms the step realised, see ``simulate.engine``),
     ``expected_tokens`` and ``expected_tv`` (theory's exact E[tokens] and
     E[token_tv] given the step's tree and state; NaN unless the run had
     ``exact_expectations=True``), ``sequence``. ``boost``: how R2's sampled-draft

@@ -5,8 +5,11 @@ Twins of ``theory.tree.sample_step`` and ``theory.tree.step_expectation`` built 
 :mod:`simulate.verify_kernels` (same array conventions). Trees arrive as parent arrays in topological
 order; children are handled as CSR (:func:`children_csr`).
 
-R2 takes a boost ``bs`` (SPEC 9.2-9.4, :mod:`simulate.verify_kernels`): the children of u are tested
-at depth ``depths[u] + 1``, and the TV of a boosted node is the sum of its tested stages' exact TVs.
+R2 takes a boost ``bs`` (SPEC 9.2-9.5, :mod:`simulate.verify_kernels`): the children of u are tested
+at depth ``depths[u] + 1``, and the TV of a boosted node is the sum of its tested stages' exact TVs
+(the budget's: the sum of its tested stages' charges, at most delta per node). Rule 4 (traversal
+verification, R4) is not a node-by-node walk: the dense kernels hand it to
+:mod:`simulate.traversal_kernels`.
 
 Over 400 lines: the walk, the greedy path and the exact expectation share CSR helpers and R1's implicit
 residual and must stay operation-for-operation twins of theory.tree; splitting them would scatter that.
@@ -19,9 +22,11 @@ import math
 import numpy as np
 from numba import njit
 
+from simulate.traversal_kernels import traversal_step_expectation_kernel, traversal_step_kernel
 from simulate.verify_kernels import (
     argmax_row,
     boosted_stage_kernel,
+    budget_r2_node_kernel,
     draft_residual_kernel,
     draw_token_kernel,
     draw_token_residual_kernel,
@@ -107,7 +112,8 @@ def greedy_path_end_kernel(depths, n, ok):
 def sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, prow, q_rows, qrow, u_accept,
                             u_draw, rs, bs, mark, epoch, scratch, path, state, ok,
                             tops):
-    """One verification step (``theory.tree.sample_step``) on the rows computed so far; resumable.
+    """One verification step (``theory.tree.sample_step``, rules 1-3; rule 4 walks with
+    ``simulate.traversal_kernels.traversal_walk_kernel``) on the rows computed so far; resumable.
 
     p_v is read from ``p_rows[prow[v]]`` (and q_v from ``q_rows[qrow[v]]``
     for R2) only where the walk needs it: the root, each accepted node and
@@ -259,10 +265,21 @@ def node_outcome_r1_kernel(p, psum, kids, mark, seen, epoch, code, k, param, var
 def node_outcome_r2_kernel(p, q, kids, code, k, param, variant, nb, accept, r, qp, res, depth, bs):
     """Exact R2 acceptance given the draw order (``theory.verify._r2_given``): fills ``accept``; returns
     ``NodeOutcome.stage_tv`` (the stages' exact TVs weighted by P(tested): 0 without a boost)."""
+    m = kids.shape[0]
+    if bs[0] == 3:  # the budget: the stages' charges instead of their exact TVs
+        a_i, ch = np.empty(m), np.empty(m)
+        n, _ = budget_r2_node_kernel(p, q, kids, a_i, False, bs[8], bs[9], r, qp, res, a_i, ch)
+        reach, tv = 1.0, 0.0  # (u_kids = a_i: unread when not sampling)
+        for i in range(m):
+            accept[i] = 0.0
+        for i in range(n):
+            accept[i] = reach * a_i[i]
+            tv += reach * ch[i]
+            reach *= 1.0 - a_i[i]
+        return tv
     for x in range(p.shape[0]):
         r[x] = p[x]
     reach = 1.0
-    m = kids.shape[0]
     boosted = bs[0] != 0
     V = p.shape[0] if boosted else 0
     order = np.empty(V, dtype=np.int64)
@@ -294,6 +311,14 @@ def boosted_stages_tv(p, q, kids, tested, depth, bs):
     (``theory.verify.r2_stage_tvs``)."""
     V = p.shape[0]
     r, qp, res, avec = np.empty(V), np.empty(V), np.empty(V), np.empty(V)
+    if bs[0] == 3:  # the budget: its tested stages' charges
+        m = kids.shape[0]
+        a_i, ch = np.empty(m), np.empty(m)
+        n, _ = budget_r2_node_kernel(p, q, kids, a_i, False, bs[8], bs[9], r, qp, res, a_i, ch)
+        tv = 0.0
+        for i in range(min(tested, n)):
+            tv += ch[i]
+        return tv
     order = np.empty(V if bs[0] == 1 else 0, dtype=np.int64)
     rank = np.empty_like(order)
     for x in range(V):
@@ -451,9 +476,13 @@ def _dense_step(parents, V):
 @njit(cache=True, error_model="numpy")
 def sample_step_kernel(parents, tokens, depths, p_rows, q_rows, u_accept, u_draw, rs, bs):
     """A whole verification step on rows given for every node; returns (path, bonus, TV of the emitted
-    tokens as :func:`path_tv`)."""
+    tokens as :func:`path_tv`; R4: the Deltas of the stages it entered,
+    ``simulate.traversal_kernels.traversal_step_kernel``)."""
     rule, code, k, param, variant, nb = rs
     n, cstart, cidx, rows, mark, seen, scratch = _dense_step(parents, p_rows.shape[1])
+    if rule == 4:
+        return traversal_step_kernel(parents, depths, n, cstart, cidx, tokens, p_rows, q_rows, rows, u_accept,
+                                     u_draw, bs)
     path = np.empty(n, dtype=np.int64)
     state = np.zeros(2, dtype=np.int64)
     m, bonus, epoch, _ = sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, rows,
@@ -473,13 +502,18 @@ def sample_step_kernel(parents, tokens, depths, p_rows, q_rows, u_accept, u_draw
 
 @njit(cache=True, error_model="numpy")
 def expected_tokens_per_step_kernel(parents, tokens, depths, p_rows, q_rows, rs, bs):
-    """Exact expectations of a step on rows given for every node: (E[tokens], E[TV], edge, reach)."""
+    """Exact expectations of a step on rows given for every node: (E[tokens], E[TV], edge, reach); R4:
+    ``simulate.traversal_kernels.traversal_step_expectation_kernel`` (E[TV]: Theorem 12.3's bound)."""
     n, cstart, cidx, rows, mark, seen, scratch = _dense_step(parents, p_rows.shape[1])
+    edge = np.empty(n)
+    reach = np.empty(n)
+    if rs[0] == 4:
+        tokens_e, tv_e = traversal_step_expectation_kernel(parents, depths, n, cstart, cidx, tokens, p_rows,
+                                                           q_rows, rows, bs, edge, reach)
+        return tokens_e, tv_e, edge, reach
     psums = np.empty(n)
     for v in range(n):
         psums[v] = seqsum_kernel(p_rows[v])
-    edge = np.empty(n)
-    reach = np.empty(n)
     tokens_e, tv_e, _ = step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, rows, psums,
                                                 q_rows, rows, rs, bs, mark, seen,
                                                 0, scratch, edge, reach)

@@ -3,6 +3,9 @@
 Same signature and return as :func:`theory.sample_step`; given the same
 distributions and uniforms it takes the same decisions (tested exactly).
 The reference decoder's ``relaxspec replay`` calls it to re-verify traces.
+Rule ``r4`` (traversal verification, SPEC 9.6) and the budget boost (SPEC 9.5)
+are the twins of ``theory.traversal`` and ``theory.budget`` (``theory.rule_step``
+sends a step to them): same path and bonus given the same rows and uniforms.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from simulate.step_kernels import (
 from theory.boost import NO_BOOST, Boost
 from theory.distributions import validate_distribution
 from theory.relax import Relax
-from theory.rules import EncodedBoost, encode, encode_boost, rule_table
+from theory.rules import SAMPLED_DRAFT_RULES, EncodedBoost, encode, encode_boost, rule_table
 from theory.tree import StepExpectation, Tree
 
 
@@ -40,9 +43,10 @@ class RuleSpec:
              variant: str = "principled", boost: Boost = NO_BOOST,
              emb: np.ndarray | None = None) -> RuleSpec:
         """Validate and encode the rule and its boost (``theory.rules``; GSD reads the (V, d) embedding
-        table ``emb``) and keep only the table columns the rule reads."""
+        table ``emb``, the budget the first k columns of ``neighbours``) and keep only the table columns
+        the rule reads."""
         e = encode(rule, relax, variant)
-        b = encode_boost(rule, relax, boost, emb, vocab_size)
+        b = encode_boost(rule, relax, boost, emb, vocab_size, neighbours)
         table = rule_table(neighbours, vocab_size, relax, variant)
         return cls(e.rule, e.code, e.k, e.param, e.variant, table, b)
 
@@ -88,9 +92,9 @@ def _prepare(tree: Tree, node_dists, q_dists, rule, relax, neighbours, variant, 
         raise ValueError(f"tree must be a theory.Tree, got {type(tree).__name__}")
     p = _rows(tree, node_dists, "node_dists")
     spec = RuleSpec.make(rule, relax, neighbours, p.shape[1], variant, boost, emb)
-    if rule == "r2":
+    if rule in SAMPLED_DRAFT_RULES:
         if q_dists is None:
-            raise ValueError("rule r2 needs q_dists")
+            raise ValueError(f"rule {rule} needs q_dists")
         q = _rows(tree, q_dists, "q_dists", p.shape[1])
         for v in range(1, tree.size):
             if q[tree.parents[v], tree.tokens[v]] <= 0.0:
@@ -124,7 +128,11 @@ def verify_step(
     bonus token; ``with_tv=True`` adds the exact TV of the tokens emitted
     (``SimResult.token_tv``: over the path's nodes that decided a token,
     TV(law the node emits, its target); ``simulate.step_kernels.path_tv``, as
-    ``theory.tree.path_tv``). R2 takes a ``boost`` (GSD: the embedding ``emb``).
+    ``theory.tree.path_tv``). R2 and R4 take a ``boost`` (GSD: the embedding ``emb``; the budget:
+    the first k columns of ``neighbours``). For R4 ``u_accept[v]`` is node v's eta and the TV is the
+    sum of the Deltas of the stages the step entered (0 exact: docs/theory.md, Theorem 12.3); for the
+    budget on R2 it is the sum of the charges of the stages the path's nodes tested (at most delta per
+    node, Theorem 14.1).
     """
     p, q, spec = _prepare(tree, node_dists, q_dists, rule, relax, neighbours, variant, boost, emb)
     ua = _uniforms(u_accept, tree.size, "u_accept")
@@ -153,6 +161,9 @@ def step_expectation(
     For R2 the acceptance probabilities are conditional on the tree's draw
     order (``theory.node_outcome`` with a sequence of children); R2 takes a
     ``boost`` (GSD: the embedding ``emb``), as ``theory.step_expectation``.
+    R4 is the twin of ``theory.traversal.traversal_ends`` (``tv``: its ``tv_bound``; ``reach_probs`` /
+    ``edge_probs`` as ``theory.rule_step.expectation_from_ends``) and the budget on R2 of
+    ``theory.budget.budget_r2_step_ends`` (``tv``: the expected sum of the tested stages' charges).
     """
     p, q, spec = _prepare(tree, node_dists, q_dists, rule, relax, neighbours, variant, boost, emb)
     t, tv, edge, reach = expected_tokens_per_step_kernel(tree.parents, tree.tokens, tree.depths, p, q,

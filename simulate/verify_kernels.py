@@ -14,9 +14,10 @@ Array conventions (validated by the Python layer, never here):
 - a relaxation is ``(code, k, param)``: code 0 none, 1 additive (param =
   delta), 2 multiplicative (param = lam); ``variant`` 0 principled, 1 official;
 - ``rule`` 1, 2 or 3;
-- a boost (R2 only, SPEC 9.2-9.3) is ``bs = (kind, before, after, fallback, tau, dist, omega, emb)``
-  (``theory.rules.encode_boost``): kind 0 none, 1 group (GSD), 2 depth (Cool-SD); a node's
-  children are tested at ``depth`` (their depth in the tree).
+- a boost (R2 and R4, SPEC 9.2-9.5) is ``bs = (kind, before, after, fallback, tau, dist, omega, emb,
+  delta, table)`` (``theory.rules.encode_boost``): kind 0 none, 1 group (GSD), 2 depth (Cool-SD),
+  3 the budget of SPEC 9.5 (``delta`` per node, merging the first k columns of the int32 ``table``);
+  a node's children are tested at ``depth`` (their depth in the tree).
 
 R1 keeps its residual implicit: ``r(x) = 0`` if ``mark[x] == epoch`` else
 ``p(x)`` (or 1.0 once the residual degenerated to uniform), so a rejection
@@ -278,10 +279,11 @@ def rank_order_kernel(r, order, rank):
 
 
 @njit(cache=True, error_model="numpy")
-def group_acceptance_kernel(r, qp, x, before, after, fallback, tau, dist, emb, order, rank):
-    """``theory.boost.boosted_acceptance`` of GSD: min(1, r(C) / q'(C)) over x's group C(x) in the rank
-    window (``theory.boost.group_members``; ``order`` / ``rank`` from :func:`rank_order_kernel` of r; x
-    alone when fewer than ``fallback`` tokens rank below it, ``theory.boost.rank_window``)."""
+def group_ratio_kernel(r, qp, x, before, after, fallback, tau, dist, emb, order, rank):
+    """GSD's ratio r(C) / q'(C) over x's group C(x) in the rank window (``theory.boost.group_members``;
+    ``order`` / ``rank`` from :func:`rank_order_kernel` of r; x alone when fewer than ``fallback`` tokens
+    rank below it, ``theory.boost.rank_window``): R4's boosted edge ratio
+    (``theory.traversal.edge_ratio``)."""
     V = r.shape[0]
     rx = rank[x]
     lo, hi = max(0, rx - before), min(V, rx + after + 1)
@@ -300,13 +302,19 @@ def group_acceptance_kernel(r, qp, x, before, after, fallback, tau, dist, emb, o
         if keep:
             ps += r[y]
             qs += qp[y]
-    return min(1.0, ps / qs)
+    return ps / qs
+
+
+@njit(cache=True, error_model="numpy")
+def group_acceptance_kernel(r, qp, x, before, after, fallback, tau, dist, emb, order, rank):
+    """``theory.boost.boosted_acceptance`` of GSD: min(1, :func:`group_ratio_kernel`)."""
+    return min(1.0, group_ratio_kernel(r, qp, x, before, after, fallback, tau, dist, emb, order, rank))
 
 
 @njit(cache=True, error_model="numpy")
 def boosted_acceptance_kernel(r, qp, x, depth, bs, order, rank):
     """``theory.boost.boosted_acceptance`` of draft x at ``depth`` (group: ``order`` / ``rank`` of r)."""
-    kind, before, after, fallback, tau, dist, omega, emb = bs
+    kind, before, after, fallback, tau, dist, omega, emb, delta, table = bs
     if kind == 1:
         return group_acceptance_kernel(r, qp, x, before, after, fallback, tau, dist, emb, order, rank)
     if kind == 2:
@@ -355,10 +363,112 @@ def stage_tv_kernel(r, qp, depth, bs, order, rank, a):
     return 0.5 * tv
 
 
+# ---------------------------------------------------------------- the budgeted relaxation (SPEC 9.5)
+@njit(cache=True, error_model="numpy")
+def budget_scale_kernel(g, c, remaining, t):
+    """``theory.budget.budget_scale`` on the tokens whose gap ``g`` and slope ``c`` are both positive (in
+    token order): the largest s in [0, 1] with sum min(g, s c) <= ``remaining``; ``t``: float64 scratch of
+    at least ``g.shape[0]`` entries (the breakpoints, sorted stably)."""
+    if remaining <= 0.0:
+        return 0.0
+    n = g.shape[0]
+    total = 0.0
+    for j in range(n):
+        total += min(g[j], c[j])
+    if n == 0 or total <= remaining:
+        return 1.0
+    for j in range(n):
+        t[j] = g[j] / c[j]  # inf for a denormal slope: never reached
+    order = np.argsort(t[:n], kind="mergesort")
+    open_slope = np.empty(n)  # c_j + ... + c_n in breakpoint order, summed from the right
+    acc = 0.0
+    for j in range(n - 1, -1, -1):
+        acc += c[order[j]]
+        open_slope[j] = acc
+    saturated = 0.0
+    for j in range(n):
+        tj = t[order[j]]
+        if tj >= 1.0 or saturated + tj * open_slope[j] > remaining:
+            return min(1.0, max(0.0, (remaining - saturated) / open_slope[j]))
+        saturated += g[order[j]]
+    return 1.0
+
+
+@njit(cache=True, error_model="numpy")
+def budget_stage_kernel(r, qp, alpha, remaining, table, eps, g, c, t):
+    """``theory.budget.budget_stage`` on residual target ``r``, draft residual ``qp``, path weight
+    ``alpha`` and ``remaining`` budget: fills ``eps[x]`` (x's proximity mass: the merge of its
+    ``table.shape[1]`` nearest neighbours, ``theory.budget.proximity_masses``) for every x with
+    ``qp[x] > 0`` and returns (scale s, the stage's charge Delta(s), summed in token order). ``g``, ``c``,
+    ``t``: float64[V] scratch. A token's boosted ratio is then :func:`budget_ratio_kernel`."""
+    V = r.shape[0]
+    k = table.shape[1]
+    n = 0
+    for x in range(V):
+        if qp[x] > 0.0:
+            _, e = merge_count_row_kernel(r, 1.0, x, table, 1, k, 1.0)  # additive, cap 1: J = k
+            eps[x] = e
+            gap = max(qp[x] - alpha * r[x], 0.0)
+            slope = alpha * e
+            if gap > 0.0 and slope > 0.0:
+                g[n] = gap
+                c[n] = slope
+                n += 1
+    s = budget_scale_kernel(g[:n], c[:n], remaining, t)
+    charge = 0.0
+    for x in range(V):
+        if qp[x] > 0.0:
+            boosted = min(1.0, alpha * budget_ratio_kernel(r, qp, x, s, eps))
+            exact = min(1.0, alpha * (r[x] / qp[x]))
+            charge += qp[x] * (boosted - exact)
+    return s, charge
+
+
+@njit(cache=True, error_model="numpy")
+def budget_ratio_kernel(r, qp, x, s, eps):
+    """The budget's boosted ratio (r(x) + s eps(x)) / q'(x) (``theory.budget.BudgetStage.ratio``)."""
+    return (r[x] + s * eps[x]) / qp[x]
+
+
+@njit(cache=True, error_model="numpy")
+def budget_r2_node_kernel(p, q, kids, u_kids, sampling, delta, table, r, qp, res, accept, charge):
+    """Budgeted R2 at one node along the draw order ``kids`` (``theory.budget.sample_budget_node`` and
+    ``budget_r2_given_states``): stage i gets ``accept[i]`` and ``charge[i]``; the node's budget
+    ``delta`` shrinks by each rejected stage's charge. ``sampling``: stop at the first i with
+    ``u_kids[i] < accept[i]`` (else at a stage accepted surely). Returns (stages tested, accepted
+    index or -1); ``r`` ends as the residual a rejection leaves."""
+    V = p.shape[0]
+    eps, g, c, t = np.empty(V), np.empty(V), np.empty(V), np.empty(V)
+    for x in range(V):
+        r[x] = p[x]
+    left = delta
+    for i in range(kids.shape[0]):
+        if not draft_residual_kernel(q, kids, i, qp):
+            return i, -1
+        s, ch = budget_stage_kernel(r, qp, 1.0, left, table, eps, g, c, t)
+        a = min(1.0, 1.0 * budget_ratio_kernel(r, qp, kids[i], s, eps))
+        accept[i] = a
+        charge[i] = ch
+        if sampling and u_kids[i] < a:
+            return i + 1, i
+        if not sampling and a >= 1.0:
+            return i + 1, -1
+        standard_residual_kernel(r, qp, res)
+        for x in range(V):
+            r[x] = res[x]
+        left = left - ch
+    return kids.shape[0], -1
+
+
 @njit(cache=True, error_model="numpy")
 def sample_node_r2_kernel(p, q, kids, u_kids, code, k, param, variant, nb, r, qp, res, depth, bs):
-    """Verify one node under R2 (boosted by ``bs`` for children at ``depth``); returns the accepted
-    child's index or -1 (``r`` = residual)."""
+    """Verify one node under R2 (boosted by ``bs`` for children at ``depth``; the budget by
+    :func:`budget_r2_node_kernel`); returns the accepted child's index or -1 (``r`` = residual)."""
+    if bs[0] == 3:
+        m = kids.shape[0]
+        _, i = budget_r2_node_kernel(p, q, kids, u_kids, True, bs[8], bs[9], r, qp, res, np.empty(m),
+                                     np.empty(m))
+        return i
     for x in range(p.shape[0]):
         r[x] = p[x]
     boosted = bs[0] != 0

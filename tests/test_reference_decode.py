@@ -139,7 +139,7 @@ def test_bad_settings_are_named() -> None:
     with pytest.raises(ValueError, match="cfg_scale"):
         DecodeSettings(cfg_scale=0.5)
     with pytest.raises(ValueError, match="unknown rule"):
-        DecodeSettings(rule="r4")
+        DecodeSettings(rule="r5")
     with pytest.raises(ValueError, match="needs a neighbour table"):
         Decoder(random_model(tiny_config(), 0), DecodeSettings(relax=Relax.additive(3, 0.1)))
 

@@ -35,42 +35,22 @@ from theory.jacobi_sampler import (
     window_expectation,
 )
 from theory.relax import NO_RELAX, Relax
-from theory.rules import check_boost, check_rule, neighbour_rows
+from theory.rules import SAMPLED_DRAFT_RULES, check_rule, check_step_boost, neighbour_rows
 from theory.sampled_trees import StepEnd, expected_tokens
 from theory.traversal import sample_traversal_step, traversal_ends
 from theory.tree import StepExpectation, Tree, sample_step, step_expectation
 
-SAMPLED_DRAFT_RULES = ("r2", "r4")
-"""The rules that verify drafts drawn from q (without replacement at a tree node): they read q."""
-
 
 def own_oracle(rule: str, boost: Boost) -> bool:
     """True when the step is not ``theory.tree``'s: rule r4 or the budget boost."""
-    return rule == "r4" or boost.kind == "budget"
+    return rule == "r4" or getattr(boost, "kind", None) == "budget"
 
 
 def check_step_rule(rule: str, relax: Relax, variant: str, boost: Boost) -> None:
-    """Raise ``ValueError`` unless (rule, relax, variant, boost) verifies a step: ``theory.rules``'
-    checks, with rule r4 (no LANTERN relaxation: relax it with a boost) and the budget boost (rule r2 or
-    r4, no LANTERN relaxation) added."""
+    """Raise ``ValueError`` unless (rule, relax, variant, boost) verifies a step: ``theory.rules.check_rule``
+    and ``theory.rules.check_step_boost`` (rule r4 and the budget boost included)."""
     check_rule(rule, variant)
-    if not isinstance(boost, Boost):
-        raise ValueError(f"boost must be a theory.boost.Boost (e.g. Boost.parse('budget:delta=0.05,k=8')), "
-                         f"got {type(boost).__name__}")
-    if not isinstance(relax, Relax):
-        raise ValueError(f"relax must be a theory.Relax, got {type(relax).__name__}")
-    if rule == "r4" and not relax.is_exact:
-        raise ValueError(f"rule r4 (traversal verification) takes no LANTERN relaxation (got {relax}): relax "
-                         "it with a boost (budget:delta=..,k=.., gsd:.., cool:..)")
-    if not boost.is_none and rule not in SAMPLED_DRAFT_RULES:
-        raise ValueError(f"boost {boost} raises a sampled-draft test: it needs rule r2 or r4, got rule "
-                         f"{rule!r}")
-    if boost.kind == "budget":
-        if not relax.is_exact:
-            raise ValueError(f"boost {boost} keeps the standard residual and takes no LANTERN relaxation: "
-                             f"use Relax.none() with it, got {relax}")
-        return
-    check_boost("r2" if rule == "r4" else rule, relax, boost)
+    check_step_boost(rule, relax, boost)
 
 
 def step_neighbours(neighbours: np.ndarray | None, vocab_size: int, relax: Relax, variant: str,
@@ -200,7 +180,6 @@ def window_rule_expectation(p_rows: np.ndarray, drafts: np.ndarray, q_rows: np.n
 
 
 __all__ = [
-    "SAMPLED_DRAFT_RULES",
     "check_step_rule",
     "expectation_from_ends",
     "own_oracle",

@@ -315,6 +315,7 @@ def path_tv(
     expectation given the tree is :func:`step_expectation`'s ``tv``. ``neighbours``: an int64 table;
     rows of ``node_dists`` are read only on the path. ``simulate.step_kernels.path_tv`` is its twin.
     """
+    check_boost(rule, relax, boost)  # R4 and the budget are recorded by their own walks
     if rule == "r3":
         return greedy_path_tv(tree, node_dists, path)
     if rule == "r2" and boost.is_none:

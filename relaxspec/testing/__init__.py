@@ -13,8 +13,8 @@ name                          what it is
 ``check_monotone``            acceptance non-decreasing in delta, lam or k
 ``check_expected_tokens``     E[tokens per step] on small trees equals the exact value
 ``check_consistent``          the rule's decisions follow its own law
-``proved_bound``              theory's proved per-node TV bound of R1, R2 or R3
-``boost_bound``               the proved TV bound of R2 boosted (GSD, Cool-SD; SPEC 9.4)
+``proved_bound``              theory's proved per-node TV bound of R1, R2, R3 (R4: 0, lossless)
+``boost_bound``               the proved TV bound of R2 boosted (GSD, Cool-SD: SPEC 9.4; budget: delta)
 ``theory_expected_tokens``    theory's exact E[tokens per step] of R1, R2 or R3
 ``Verdict``, ``Law``, ``Rule``  the protocol; ``TheoryRule``, ``KernelRule`` the suite's rules
                               (boosted with ``boost=``; ``grid_embedding`` GSD's test table)

@@ -45,7 +45,7 @@ from theory.boost import Boost
 from theory.bounds import tv_bound
 from theory.distributions import total_variation
 from theory.relax import Relax
-from theory.rules import check_boost
+from theory.rules import check_step_boost
 from theory.tree import Tree, expected_tokens_per_step, path_probs
 from theory.verify import node_outcome
 
@@ -171,11 +171,14 @@ def check_lossless(rule: object, *, nodes: st.SearchStrategy[S.Node] | None = No
 # ---------------------------------------------------------------- distortion
 def proved_bound(rule: str) -> Bound:
     """The suite's proved per-node TV bound for SPEC rule ``rule`` (``theory.bounds.tv_bound``) as a
-    callable of the node: R1 p(D) (docs/theory.md Theorems 6-7), R2 with children drawn from q, R3."""
-    if rule not in ("r1", "r2", "r3"):
-        raise ValueError(f"unknown rule {rule!r}; expected 'r1', 'r2' or 'r3'")
+    callable of the node: R1 p(D) (docs/theory.md Theorems 6-7), R2 with children drawn from q, R3; R4
+    (traversal verification, unrelaxed) 0: it is lossless (Theorem 12.2)."""
+    if rule not in ("r1", "r2", "r3", "r4"):
+        raise ValueError(f"unknown rule {rule!r}; expected 'r1', 'r2', 'r3' or 'r4'")
 
     def bound(node: S.Node) -> float:
+        if rule == "r4":
+            return 0.0
         children = node.m if rule == "r2" else node.kids
         return tv_bound(node.p, children, rule=rule, relax=node.relax, neighbours=node.nb,
                         q=node.q if rule == "r2" else None, variant=node.variant)
@@ -189,8 +192,16 @@ def boost_bound(boost: Boost, depth: int = 1,
     """The proved per-node TV bound of R2 boosted by ``boost`` (GSD, Cool-SD) for children at ``depth``,
     GSD reading ``embedding(V)``: SPEC 9.4 stage by stage, ``theory.node_outcome(p, m, rule="r2",
     boost=...).stage_tv`` averaged over the draw orders of the node's m children (exact for m = 1,
-    docs/theory.md section 11). Use it with ``TheoryRule("r2", boost=boost)`` or a port of it."""
-    check_boost("r2", Relax.none(), boost)
+    docs/theory.md section 11). The budget boost (SPEC 9.5) has the bound ``delta`` at every node
+    (Theorem 14.1; for R4 at one node too, which is R2 there). Use it with
+    ``TheoryRule("r2", boost=boost)`` or a port of it."""
+    check_step_boost("r2", Relax.none(), boost)
+    if boost.kind == "budget":
+        def budget(node: S.Node) -> float:
+            return boost.delta
+
+        budget.__name__ = f"boost_bound({str(boost)!r})"
+        return budget
 
     def bound(node: S.Node) -> float:
         emb = embedding(node.V) if boost.kind == "group" else None
@@ -376,6 +387,10 @@ def check_monotone(rule: object, parameter: str, *, nodes: st.SearchStrategy[S.N
 def theory_expected_tokens(rule: str) -> Callable[[S.TreeCase], float]:
     """theory's exact E[tokens per step] (``theory.tree.expected_tokens_per_step``) for SPEC rule
     ``rule``, as a callable of a :class:`~relaxspec.testing.strategies.TreeCase`."""
+    if rule == "r4":
+        raise ValueError("rule r4 (traversal verification) is not a node-by-node walk: a rejected subtree "
+                         "changes its parent's test, so E[tokens per step] is not composed from node laws "
+                         "(theory.traversal.traversal_ends gives it on a drawn tree)")
     if rule not in ("r1", "r2", "r3"):
         raise ValueError(f"unknown rule {rule!r}; expected 'r1', 'r2' or 'r3'")
 

@@ -25,8 +25,9 @@ Optional attributes tell the checks more (read with ``getattr``):
   averaged over every draw order);
 - ``target``: ``"p"`` (default) or ``"argmax"`` (a greedy rule: lossless means
   emitting the point mass on argmax p, lowest id among ties);
-- ``spec_rule``: ``"r1"``, ``"r2"`` or ``"r3"`` when the rule claims to be one of
-  SPEC section 3's rules (the checks then default to theory's exact values);
+- ``spec_rule``: ``"r1"``, ``"r2"``, ``"r3"`` or ``"r4"`` when the rule claims to be one of
+  SPEC section 3's rules or traversal verification (9.6; the checks then default to theory's exact
+  values);
 - ``kinds``: the relaxation kinds the rule takes (default: all; a boosted rule takes
   ``("none",)``, and the checks' default nodes keep to them).
 
@@ -35,7 +36,11 @@ Optional attributes tell the checks more (read with ``getattr``):
 (``simulate.verify_kernels.sample_node_r1_kernel`` / ``sample_node_r2_kernel``),
 which expose no law. Both take R2's boost (``theory.boost.Boost``: GSD, Cool-SD; SPEC
 9.2-9.3) for children at ``depth``, GSD reading the embedding ``embedding(V)``
-(default :func:`grid_embedding`).
+(default :func:`grid_embedding`), and the budget of SPEC 9.5 (``Boost.budget(delta, k)``:
+``theory.budget`` and its kernel, merging the node's own table, at most its width of columns).
+Rule ``"r4"`` (traversal verification, SPEC 9.6) verifies the node as a one-level tree
+(``theory.traversal``; the kernel ``simulate.traversal_kernels``): the children are the root's,
+``u[i]`` child i's eta and ``u[m]`` the root's bonus draw; with any boost.
 """
 
 from __future__ import annotations
@@ -47,10 +52,13 @@ from typing import Protocol
 import numpy as np
 
 from theory.boost import NO_BOOST, Boost
+from theory.budget import budget_node_outcome, check_budget, sample_budget_node
 from theory.relax import KINDS, Relax
-from theory.rules import check_boost, encode, encode_boost, rule_table
+from theory.rules import SAMPLED_DRAFT_RULES, check_step_boost, encode, encode_boost, rule_table
 from theory.sampler import sample_node
-from theory.verify import check_node_inputs, node_outcome
+from theory.traversal import sample_traversal_step, traversal_ends
+from theory.tree import Tree
+from theory.verify import NodeInputs, check_node_inputs, node_outcome
 
 __all__ = ["KernelRule", "Law", "Rule", "TheoryRule", "Verdict", "grid_embedding"]
 
@@ -64,10 +72,49 @@ def grid_embedding(V: int) -> np.ndarray:
 
 
 def _boosted(rule: str, boost: Boost, depth: int) -> None:
-    """Validate a rule's boost (``theory.rules.check_boost``) and depth at construction."""
-    check_boost(rule, Relax.none(), boost)
+    """Validate a rule's boost (``theory.rules.check_step_boost``) and depth at construction."""
+    check_step_boost(rule, Relax.none(), boost)
     if isinstance(depth, bool) or int(depth) != depth or depth < 1:
         raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
+    if rule == "r4" and depth != 1:
+        raise ValueError(f"rule r4 verifies the node as the root of a one-level tree: its children are at "
+                         f"depth 1, got depth {depth!r}")
+
+
+def _own_walk(rule: str, boost: Boost) -> bool:
+    """R4 and the budget verify by their own walks (``theory.traversal``, ``theory.budget``)."""
+    return rule == "r4" or boost.kind == "budget"
+
+
+def _node_boost(boost: Boost, neighbours: np.ndarray) -> Boost:
+    """The budget reads at most the node table's width of neighbours (other boosts as they are)."""
+    if boost.kind != "budget" or boost.k <= neighbours.shape[1]:
+        return boost
+    return Boost.budget(boost.delta, int(neighbours.shape[1]))
+
+
+def _checked(rule: str, boost: Boost, depth: int, embedding: Callable[[int], np.ndarray], p: np.ndarray,
+             q: np.ndarray, children: np.ndarray, relax: Relax, neighbours: np.ndarray,
+             variant: str) -> NodeInputs:
+    """Validated node inputs (``theory.verify.check_node_inputs``; R4 and the budget, after
+    ``theory.rules.check_step_boost``, as R2 with the same GSD or Cool-SD boost, or none)."""
+    emb = embedding(p.size) if boost.kind == "group" else None
+    if _own_walk(rule, boost):
+        check_step_boost(rule, relax, boost)
+        rule, boost = "r2", NO_BOOST if boost.kind == "budget" else boost
+    qq = q if rule in SAMPLED_DRAFT_RULES else None
+    return check_node_inputs(p, children, rule=rule, relax=relax, neighbours=neighbours, q=qq,
+                             variant=variant, boost=boost, depth=depth, emb=emb)
+
+
+def _star(x: NodeInputs, u: np.ndarray) -> tuple[Tree, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The node as a one-level tree for R4: (tree, p rows, q rows, u_accept, u_draw); the children's rows
+    are p and q (read only by a bonus after an accepted child, which the node does not emit)."""
+    m = x.m
+    tree = Tree(np.array([-1] + [0] * m), np.concatenate(([0], x.kids)))
+    ua = np.concatenate(([0.0], np.asarray(u[:m], dtype=np.float64)))
+    ud = np.concatenate(([float(u[m])], np.full(m, 0.5)))
+    return tree, np.tile(x.p, (m + 1, 1)), np.tile(x.q, (m + 1, 1)), ua, ud
 
 
 @dataclass(frozen=True)
@@ -106,7 +153,7 @@ class Rule(Protocol):
                  neighbours: np.ndarray, variant: str, u: np.ndarray) -> Verdict: ...
 
 
-_RULES = ("r1", "r2", "r3")
+_RULES = ("r1", "r2", "r3", "r4")
 
 
 @dataclass(frozen=True)
@@ -115,8 +162,10 @@ class TheoryRule:
 
     Decisions from ``theory.sample_node``; with ``law=True`` (default) the exact
     law from ``theory.node_outcome`` (for R2: conditional on the draw order).
-    ``boost`` (R2 only) boosts every stage, for children at ``depth``; GSD reads
-    ``embedding(V)``.
+    ``boost`` (R2 and R4) boosts every stage, for children at ``depth``; GSD reads
+    ``embedding(V)``. R4 (a one-level tree) and the budget: decisions from
+    ``theory.traversal.sample_traversal_step`` / ``theory.budget.sample_budget_node``, laws from
+    ``traversal_ends`` / ``budget_node_outcome`` (given the draw order).
     """
 
     rule: str
@@ -138,13 +187,13 @@ class TheoryRule:
 
     @property
     def kinds(self) -> tuple[str, ...]:
-        """The relaxation kinds it takes: all, or none when boosted."""
-        return KINDS if self.boost.is_none else ("none",)
+        """The relaxation kinds it takes: all, or none when boosted or R4."""
+        return KINDS if self.boost.is_none and self.rule != "r4" else ("none",)
 
     @property
     def drafts(self) -> str:
-        """R2 verifies children drawn from q; R1 and R3 take them as given."""
-        return "sampled" if self.rule == "r2" else "given"
+        """R2 and R4 verify children drawn from q; R1 and R3 take them as given."""
+        return "sampled" if self.rule in SAMPLED_DRAFT_RULES else "given"
 
     @property
     def target(self) -> str:
@@ -158,10 +207,11 @@ class TheoryRule:
 
     def __call__(self, p: np.ndarray, q: np.ndarray, children: np.ndarray, relax: Relax,
                  neighbours: np.ndarray, variant: str, u: np.ndarray) -> Verdict:
+        x = _checked(self.rule, self.boost, self.depth, self.embedding, p, q, children, relax, neighbours,
+                     variant)
+        if _own_walk(self.rule, self.boost):
+            return self._own(x, neighbours, u)
         qq = q if self.rule == "r2" else None
-        emb = self.embedding(p.size) if self.boost.kind == "group" else None
-        x = check_node_inputs(p, children, rule=self.rule, relax=relax, neighbours=neighbours, q=qq,
-                              variant=variant, boost=self.boost, depth=self.depth, emb=emb)
         m = x.m
         i, token = sample_node(x.p, x.kids, u[:m], float(u[m]), rule=self.rule, relax=relax,
                                neighbours=x.nb, q=x.q, variant=variant, boost=self.boost, depth=self.depth,
@@ -172,10 +222,39 @@ class TheoryRule:
                            variant=variant, boost=self.boost, depth=self.depth, emb=x.emb)
         return Verdict(i, token, Law(out.accept_probs, out.emitted))
 
+    def _own(self, x: NodeInputs, neighbours: np.ndarray, u: np.ndarray) -> Verdict:
+        """R4 on the node as a one-level tree, or budgeted R2 (``theory.traversal``, ``theory.budget``)."""
+        boost = _node_boost(self.boost, neighbours)
+        m = x.m
+        if self.rule == "r2":
+            nb = check_budget(boost, neighbours, x.p.size, np.flatnonzero(x.q > 0))
+            i, token = sample_budget_node(x.p, x.q, x.kids, u[:m], float(u[m]), boost=boost, nb=nb)
+            if not self.law:
+                return Verdict(i, token)
+            out = budget_node_outcome(x.p, x.q, x.kids, boost=boost, neighbours=neighbours)
+            return Verdict(i, token, Law(out.accept_probs, out.emitted))
+        tree, P, Q, ua, ud = _star(x, u)
+        table = neighbours if boost.kind == "budget" else None
+        path, bonus = sample_traversal_step(tree, P, Q, ua, ud, boost=boost, neighbours=table, emb=x.emb)
+        i = path[-1] - 1
+        verdict = (i, int(x.kids[i])) if i >= 0 else (-1, int(bonus))
+        if not self.law:
+            return Verdict(*verdict)
+        accept, emitted = np.zeros(m), np.zeros(x.p.size)
+        for end in traversal_ends(tree, P, Q, boost=boost, neighbours=table, emb=x.emb).ends:
+            if end.node == 0:
+                emitted += end.prob * end.law
+            else:
+                accept[end.node - 1] = end.prob
+                emitted[x.kids[end.node - 1]] += end.prob
+        return Verdict(*verdict, Law(accept, emitted))
+
 
 @dataclass(frozen=True)
 class KernelRule:
-    """R1 or R2 as the Numba kernels verify a node (``simulate.verify_kernels``); no law.
+    """R1, R2 or R4 as the Numba kernels verify a node (``simulate.verify_kernels``; R4 on the node as a
+    one-level tree, ``simulate.traversal_kernels`` through ``simulate.step_kernels.sample_step_kernel``);
+    no law.
 
     ``boost``, ``depth`` and ``embedding`` as :class:`TheoryRule`'s. The first call
     compiles the kernels (seconds; cached on disk afterwards).
@@ -187,9 +266,9 @@ class KernelRule:
     embedding: Callable[[int], np.ndarray] = grid_embedding
 
     def __post_init__(self) -> None:
-        if self.rule not in ("r1", "r2"):
-            raise ValueError(f"the node kernels are sample_node_r1_kernel and sample_node_r2_kernel: "
-                             f"rule must be 'r1' or 'r2', got {self.rule!r}")
+        if self.rule not in ("r1", "r2", "r4"):
+            raise ValueError(f"the node kernels are sample_node_r1_kernel, sample_node_r2_kernel and R4's "
+                             f"traversal_step_kernel: rule must be 'r1', 'r2' or 'r4', got {self.rule!r}")
         _boosted(self.rule, self.boost, self.depth)
 
     @property
@@ -201,16 +280,16 @@ class KernelRule:
     @property
     def kinds(self) -> tuple[str, ...]:
         """As :class:`TheoryRule`'s."""
-        return KINDS if self.boost.is_none else ("none",)
+        return KINDS if self.boost.is_none and self.rule != "r4" else ("none",)
 
     @property
     def drafts(self) -> str:
         """As :class:`TheoryRule`."""
-        return "sampled" if self.rule == "r2" else "given"
+        return "sampled" if self.rule in SAMPLED_DRAFT_RULES else "given"
 
     @property
     def target(self) -> str:
-        """Both kernels' rules are lossless towards p."""
+        """The kernels' rules are lossless towards p."""
         return "p"
 
     @property
@@ -220,6 +299,7 @@ class KernelRule:
 
     def __call__(self, p: np.ndarray, q: np.ndarray, children: np.ndarray, relax: Relax,
                  neighbours: np.ndarray, variant: str, u: np.ndarray) -> Verdict:
+        from simulate.step_kernels import sample_step_kernel
         from simulate.verify_kernels import (
             draw_token_kernel,
             draw_token_residual_kernel,
@@ -227,12 +307,17 @@ class KernelRule:
             sample_node_r2_kernel,
         )
 
-        qq = q if self.rule == "r2" else None
-        emb = self.embedding(p.size) if self.boost.kind == "group" else None
-        x = check_node_inputs(p, children, rule=self.rule, relax=relax, neighbours=neighbours, q=qq,
-                              variant=variant, boost=self.boost, depth=self.depth, emb=emb)
+        x = _checked(self.rule, self.boost, self.depth, self.embedding, p, q, children, relax, neighbours,
+                     variant)
         e = encode(self.rule, relax, variant)
-        bs = encode_boost(self.rule, relax, self.boost, x.emb, x.p.size).args
+        boost = _node_boost(self.boost, neighbours)
+        bs = encode_boost(self.rule, relax, boost, x.emb, x.p.size, neighbours).args
+        if self.rule == "r4":
+            tree, P, Q, ua, ud = _star(x, u)
+            rs = (e.rule, e.code, e.k, e.param, e.variant, np.zeros((x.p.size, 0), dtype=np.int32))
+            path, bonus, _ = sample_step_kernel(tree.parents, tree.tokens, tree.depths, P, Q, ua, ud, rs, bs)
+            i = int(path[-1]) - 1
+            return Verdict(i, int(x.kids[i])) if i >= 0 else Verdict(-1, int(bonus))
         nb = rule_table(neighbours, x.p.size, relax, variant)
         V, m = x.p.size, x.m
         pc = np.ascontiguousarray(x.p)
