@@ -2,7 +2,8 @@
 
 - ``ambiguity``: token selection ambiguity of the model vs the synthetic presets (``--fit`` fits a world);
 - ``quality``: FD and class accuracy per decoding configuration, tokens per step, TV bound, sample grid;
-- ``validate``: traces, replay, and simulate's predicted vs the decoder's measured tokens per step.
+- ``validate``: traces, replay, and simulate's predicted vs the decoder's measured tokens per step;
+- ``compare``: both shipped models (``weights/``, ``weights/ambiguous/``) and the worlds side by side.
 
 Every command resumes from what ``--out`` already holds. Decoding runs on one
 thread: batch-2 (CFG) forwards of a small model are latency-bound, and a
@@ -16,6 +17,8 @@ import json
 from pathlib import Path
 
 import numpy as np
+
+from core.execution import add_scheduler_arguments
 
 DEFAULT_OUT = Path("results/mini")
 
@@ -38,14 +41,18 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                            help="FD / class accuracy / tokens per step / TV bound per configuration")
     qual.add_argument("--n-images", type=int, default=1000)
     qual.add_argument("--configs", default=None, help="comma-separated configuration names (default: all)")
-    qual.add_argument("--jobs", type=int, default=1,
-                      help="processes generating configurations in parallel (one thread each)")
+    add_scheduler_arguments(qual)  # images are generated in tasks of a few images, one torch thread each
     qual.set_defaults(func=_quality)
     val = msub.add_parser("validate", help="traces, replay and simulate's predictions vs the decoder")
     val.add_argument("--n-sequences", type=int, default=20)
     val.set_defaults(func=_validate)
     rep = msub.add_parser("report", help="markdown tables of the cards and of the analyses in --out")
     rep.set_defaults(func=_report)
+    cmp = msub.add_parser("compare", help="both shipped models (weights/, weights/ambiguous/) and the worlds "
+                                          "side by side: ambiguity over all and object positions, class "
+                                          "accuracy, FD (writes OUT/compare/comparison.md)")
+    cmp.add_argument("--n-images", type=int, default=200, help="AR samples per model")
+    cmp.set_defaults(func=_compare)
     parser.set_defaults(func=lambda args: parser.print_help())
     return parser
 
@@ -95,9 +102,11 @@ def _ambiguity(args: argparse.Namespace) -> int:
 
 
 def _quality(args: argparse.Namespace) -> int:
+    from core.execution import Executor
     from mini.fashion_mnist import load_sample
     from mini.figures import sample_grid
     from mini.quality import (
+        IMAGES_PER_TASK,
         QUALITY_CONFIGS,
         finished_rows,
         generate_all,
@@ -110,7 +119,7 @@ def _quality(args: argparse.Namespace) -> int:
     )
     from mini.tokenizer import decode_tokens
 
-    _at_least(args, seed=0, n_images=2, jobs=1)  # FD needs two images
+    _at_least(args, seed=0, n_images=2)  # FD needs two images
     configs = QUALITY_CONFIGS
     if args.configs:
         wanted = [s.strip() for s in args.configs.split(",")]
@@ -120,7 +129,9 @@ def _quality(args: argparse.Namespace) -> int:
             raise ValueError(f"unknown configurations {unknown}; expected some of {names}")
         configs = [c for c in QUALITY_CONFIGS if c.name in wanted]
     mini = _load(args, drafters=not all(c.is_ar for c in configs))
-    generate_all(mini, args.out, args.n_images, configs, args.seed, not args.no_progress, args.jobs)
+    with Executor(args.scheduler, args.workers, tasks=-(-args.n_images // IMAGES_PER_TASK) * len(configs),
+                  dashboard=not args.no_progress) as executor:
+        generate_all(mini, args.out, args.n_images, configs, args.seed, not args.no_progress, executor)
     rows = finished_rows(mini, args.out)  # this run's configurations and any finished earlier in --out
     images, labels = load_sample()
     n_real = min(max(max(r["n_images"] for r in rows), 20), len(labels) // 2)
@@ -153,6 +164,17 @@ def _validate(args: argparse.Namespace) -> int:
     for r in rows:
         print(r)
     return 0 if all(r["replay_mismatches"] == 0 for r in rows) else 1
+
+
+def _compare(args: argparse.Namespace) -> int:
+    import torch
+
+    from mini.model_comparison import compare, render
+
+    _at_least(args, seed=0, n_images=10)
+    torch.set_num_threads(1)
+    print(render(compare(args.out / "compare", args.n_images, args.seed, not args.no_progress)))
+    return 0
 
 
 def _report(args: argparse.Namespace) -> int:

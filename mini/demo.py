@@ -26,7 +26,7 @@ DEMO_NAMES = ("AR", "exact EAGLE-2", "LANTERN delta=0.2", "exact static", "LANTE
 DEMO_IMAGES = 10
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "mini_model.md"
 QUALITY_HEADING = "## Image quality under relaxation"
-QUALITY_COMMAND = "relaxspec mini quality --n-images 1000 --jobs 2"
+QUALITY_COMMAND = "relaxspec mini quality --n-images 1000 --workers 2"
 FD_COLUMN = "FD ± bootstrap sd"
 
 

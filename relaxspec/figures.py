@@ -48,7 +48,7 @@ from relaxspec.figstyle import (
     save,
     shades,
 )
-from relaxspec.results import config_key, read_results
+from relaxspec.results import config_key, load
 from theory.relax import Relax
 
 EXTRAS = ("k", "n_sequences", "seq_len", "seed")  # varying: in a line's label and a shade of its colour
@@ -398,8 +398,9 @@ def draw(data: FigureData):
 
 
 def render(csv_path: str | Path, out: str | Path) -> Rendered:
-    """Write the standard figures of ``csv_path`` into ``out``; the files and notes on rows not drawn."""
-    rows = read_results(csv_path)
+    """Write the standard figures of ``csv_path`` (a results CSV, or Parquet: :func:`relaxspec.results.load`)
+    into ``out``; the files and notes on rows not drawn."""
+    rows = load(csv_path).to_dict("records")
     if not rows:
         raise ValueError(f"{csv_path} holds no results")
     figures, notes = plan(rows)

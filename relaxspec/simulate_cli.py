@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from core.execution import add_scheduler_arguments
 from reference.cli import add_trace_rule_arguments
 
 
@@ -13,6 +14,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("config", help="TOML config (see relaxspec/sweep.py)")
     p.add_argument("--out", required=True, help="results CSV (appended to; finished rows are skipped)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_scheduler_arguments(p)
     p.set_defaults(func=_simulate)
     return p
 
@@ -20,7 +22,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def add_plot_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``relaxspec plot``."""
     p = sub.add_parser("plot", help="standard figures (PDF + PNG) of a results CSV")
-    p.add_argument("results", help="results CSV written by `relaxspec simulate`")
+    p.add_argument("results", help="results CSV written by `relaxspec simulate` (or a Parquet copy, "
+                                   "relaxspec.results.save)")
     p.add_argument("--out", required=True, help="output folder")
     p.set_defaults(func=_plot)
     return p
@@ -88,7 +91,8 @@ def _simulate(args: argparse.Namespace) -> int:
     from relaxspec.sweep import SweepConfig, run_sweep
 
     cfg = SweepConfig.load(args.config)
-    rows = run_sweep(cfg, args.out, progress=not args.no_progress)
+    rows = run_sweep(cfg, args.out, progress=not args.no_progress, scheduler=args.scheduler,
+                     workers=args.workers)
     print(f"{len(rows)} new rows in {args.out}")
     return 0
 

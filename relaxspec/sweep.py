@@ -4,9 +4,10 @@ A config (TOML) holds the grid and the run sizes::
 
     worlds = ["ambiguous", "confident"]          # presets
     trees = ["eagle2:10,4,59", "static:naive_extend_57", "ddd:10,11,5/7/9,-0.3,60", "sequoia:57,8"]
-    rules = ["r1"]                               # r1, r2, r3
+    rules = ["r1"]                               # r1, r2, r3, r4
     variants = ["principled"]                    # principled, official
     relaxations = ["none", "additive:k=1000,delta=0.1", "multiplicative:k=1000,lam=2"]
+    boosts = ["none", "gsd:G=10", "cool:omega=2/1.5", "budget:delta=0.05,k=8"]  # optional: theory.boost
     temperatures = [1.0]
     n_sequences = 8
     seq_len = 256
@@ -26,7 +27,8 @@ A config (TOML) holds the grid and the run sizes::
 Tree specs: ``static:NAME`` (mc_sim_7b_63, naive_extend_57), ``chain:N``,
 ``eagle2:K,D,M``, ``ddd:K,CALLS,S1/S2/..,THRESHOLD,M``, ``sequoia:N,DEPTH``
 (acceptance measured per world, rule, relaxation and temperature, as
-Sequoia does, with a one-level tree). Rule r2 is run on static trees only.
+Sequoia does, with a one-level tree). Rules r2 and r4 (traversal verification,
+SPEC 9.6) are run on static trees whose children are drawn from q only.
 
 Relaxation-aware trees (issue 7; the selection uses the job's relaxation
 and the world's neighbour table, see :mod:`core.trees.selection`):
@@ -45,10 +47,17 @@ at most ``MAX_TREE_NODES`` = 2048 draft nodes (also the latent POOL and
 ``[sequoia] width``), D, CALLS - 1 and Sequoia's DEPTH at most
 ``MAX_TREE_DEPTH`` = 64, K + D K^2 at most ``MAX_POOL_NODES`` = 65536.
 
+Boosts (SPEC 9.2-9.3 and 9.5, ``theory.boost.Boost``: the budget merging the world's
+neighbour table within delta per node, GSD's group acceptance reading the
+world's codebook, Cool-SD's depth-scaled acceptance) raise R2's sampled-draft
+test (R2's stages, R4's edges); the ``boost`` column records the spec (``none`` unboosted).
+
 Combinations that cannot or need not run are skipped, with a warning naming
-them (a grid with nothing left to run is refused): rule r2 on trees that do
-not draw children from q (dynamic and relaxation-aware trees), and variant
-official where it equals principled (exact verification, rule r3).
+them (a grid with nothing left to run is refused): rules r2 and r4 on trees that do
+not draw children from q (dynamic and relaxation-aware trees), variant
+official where it equals principled (exact verification, rule r3), and a
+boost with rule r1 or r3 or with a relaxation (a boost raises an unrelaxed sampled-draft test),
+and rule r4 with a LANTERN relaxation (R4 is relaxed by boosts only).
 
 Each finished configuration appends one CSV row, written with a single
 ``os.write`` and synced, so a crash leaves whole rows and at most one torn
@@ -60,6 +69,11 @@ is the wall-clock time of the configuration's decoding, measured after a
 one-step warm-up run of the same configuration (Numba compilation, cache
 loading and neighbour tables excluded; the Sequoia measurement and tree
 building excluded too); every other column is independent of the warm-up.
+
+Where the configurations run (``relaxspec simulate --scheduler``, :func:`run_sweep`'s ``scheduler``) is
+:mod:`core.execution`'s choice: in this process, on a local Dask cluster or on a running Dask scheduler,
+one task per configuration. Rows stream back and are appended as they finish, so a distributed sweep
+resumes exactly like a serial one, and every column but ``seconds`` is the same wherever it ran.
 """
 
 from __future__ import annotations
@@ -94,11 +108,12 @@ from relaxspec.results import (
 from simulate.acceptance import measure_positional_acceptance
 from simulate.engine import run
 from simulate.worlds import PRESETS, LatentParams, LatentWorld
+from theory.boost import NO_BOOST, Boost
 from theory.relax import Relax
-from theory.rules import RULES, VARIANTS
+from theory.rules import RULES, SAMPLED_DRAFT_RULES, VARIANTS
 
 _LIST_KEYS = {"worlds": "strings", "trees": "strings", "rules": "strings", "variants": "strings",
-              "relaxations": "strings", "temperatures": "numbers"}
+              "relaxations": "strings", "boosts": "strings", "temperatures": "numbers"}
 _SCALAR_KEYS = {"n_sequences": 1, "seq_len": 1, "seed": 0, "threads": 1}  # lower bounds
 _TABLE_KEYS = {"world_overrides", "sequoia", "cost"}
 _SEQUOIA_KEYS = {"width": int, "n_sequences": int, "seq_len": int}
@@ -115,6 +130,7 @@ class SweepConfig:
     variants: list[str] = field(default_factory=lambda: ["principled"])
     relaxations: list[Relax] = field(default_factory=lambda: [Relax.none()])
     temperatures: list[float] = field(default_factory=lambda: [1.0])
+    boosts: list[Boost] = field(default_factory=lambda: [NO_BOOST])
     n_sequences: int = 8
     seq_len: int = 256
     seed: int = 0
@@ -167,6 +183,7 @@ class SweepConfig:
         kw["temperatures"] = [float(t) for t in kw.get("temperatures", [1.0])]
         try:
             kw["relaxations"] = [Relax.parse(r) for r in kw.get("relaxations", ["none"])]
+            kw["boosts"] = [Boost.parse(b) for b in kw.get("boosts", ["none"])]
         except ValueError as err:
             raise ValueError(f"{source}: {err}") from err
         for t in kw["trees"]:
@@ -204,23 +221,38 @@ class SweepConfig:
 
     def skipped(self) -> list[str]:
         """What the grid skips and why, one line per reason (empty when every combination runs)."""
-        r2, official = set(), set()
-        for t, rule, var, relax in itertools.product(self.trees, self.rules, self.variants, self.relaxations):
-            reason = _skip_reason(t, rule, var, relax)
+        r2, r4, official, boosted, r4_relaxed = set(), set(), set(), set(), set()
+        for t, rule, var, relax, boost in itertools.product(self.trees, self.rules, self.variants,
+                                                            self.relaxations, self.boosts):
+            reason = _skip_reason(t, rule, var, relax, boost)
             if reason == "r2":
-                r2.add(t)
+                (r2 if rule == "r2" else r4).add(t)
+            elif reason == "r4":
+                r4_relaxed.add(str(relax))
             elif reason == "official":
                 official.add("rule r3" if rule == "r3" else f"relaxation {relax}")
+            elif reason == "boost":
+                boosted.add(f"rule {rule}" if rule not in SAMPLED_DRAFT_RULES else f"relaxation {relax}")
         out = []
         if r2:
             out.append(f"skipped rule r2 on {', '.join(t for t in self.trees if t in r2)}: R2 verifies "
                        "drafts sampled from q without replacement, which needs a static tree ranked by q "
                        f"(trees that accept r2: {R2_FORMS})")
+        if r4:
+            out.append(f"skipped rule r4 on {', '.join(t for t in self.trees if t in r4)}: traversal "
+                       "verification needs children drawn from q without replacement, not ranked by top-k "
+                       f"(trees that accept r4: {R2_FORMS})")
+        if r4_relaxed:
+            out.append(f"skipped rule r4 with relaxation {' and '.join(sorted(r4_relaxed))}: R4 takes no "
+                       "LANTERN relaxation (relax it with a boost: budget, gsd or cool)")
         if official:
             hint = "" if "principled" in self.variants else "; add variant principled for those rows"
             out.append(f"skipped variant official for {' and '.join(sorted(official))}: identical to "
                        "principled there (the official rejection update differs only for a relaxed R1 or "
                        f"R2 test){hint}")
+        if boosted:
+            out.append(f"skipped boosts with {' and '.join(sorted(boosted))}: a boost raises an unrelaxed "
+                       "sampled-draft test (rule r2 or r4, relaxation none)")
         return out
 
     def cost_table(self) -> CostModel:
@@ -290,40 +322,103 @@ class Job:
     variant: str
     relax: Relax
     temperature: float
+    boost: Boost = NO_BOOST
 
     def row_config(self, cfg: SweepConfig) -> dict:
         """The configuration columns of this job's row."""
         r = self.relax
         return {"world": self.world, "tree": self.tree, "rule": self.rule, "variant": self.variant,
-                "relax": r.kind, "k": r.k, "delta": r.delta, "lam": r.lam, "temperature": self.temperature,
-                "n_sequences": cfg.n_sequences, "seq_len": cfg.seq_len, "seed": cfg.seed}
+                "relax": r.kind, "k": r.k, "delta": r.delta, "lam": r.lam, "boost": str(self.boost),
+                "temperature": self.temperature, "n_sequences": cfg.n_sequences, "seq_len": cfg.seq_len,
+                "seed": cfg.seed}
 
 
 def jobs(cfg: SweepConfig) -> Iterator[Job]:
     """Every configuration of the grid (r2 on static trees only; variants only where they differ:
     :meth:`SweepConfig.skipped` says what is left out)."""
-    for w, t, rule, var, relax, temp in itertools.product(cfg.worlds, cfg.trees, cfg.rules, cfg.variants,
-                                                          cfg.relaxations, cfg.temperatures):
-        if _skip_reason(t, rule, var, relax) is None:
-            yield Job(w, t, rule, var, relax, temp)
+    for w, t, rule, var, relax, boost, temp in itertools.product(cfg.worlds, cfg.trees, cfg.rules,
+                                                                 cfg.variants, cfg.relaxations, cfg.boosts,
+                                                                 cfg.temperatures):
+        if _skip_reason(t, rule, var, relax, boost) is None:
+            yield Job(w, t, rule, var, relax, temp, boost)
 
 
-def _skip_reason(tree: str, rule: str, variant: str, relax: Relax) -> str | None:
-    """Why a combination is not run: ``"r2"`` (the tree cannot draw children), ``"official"`` (identical
-    to principled), or None."""
-    if rule == "r2" and not draws_children(tree):
+def _skip_reason(tree: str, rule: str, variant: str, relax: Relax, boost: Boost = NO_BOOST) -> str | None:
+    """Why a combination is not run: ``"r2"`` (rule r2 or r4 and a tree that cannot draw children),
+    ``"official"`` (identical to principled), ``"boost"`` (a boost with rule r1 / r3 or a relaxation),
+    ``"r4"`` (rule r4 with a LANTERN relaxation), or None."""
+    if not boost.is_none and (rule not in SAMPLED_DRAFT_RULES or not relax.is_exact):
+        return "boost"
+    if rule == "r4" and not relax.is_exact:
+        return "r4"
+    if rule in SAMPLED_DRAFT_RULES and not draws_children(tree):
         return "r2"
     if variant == "official" and (relax.is_exact or rule == "r3"):
         return "official"
     return None
 
 
-def run_sweep(cfg: SweepConfig, out: str | Path, *, progress: bool = True) -> list[dict]:
+def build_world(cfg: SweepConfig, name: str) -> LatentWorld:
+    """World ``name`` of the grid, with the neighbour table its relaxations and budget boosts read (loaded
+    from the on-disk cache of :meth:`LatentWorld.neighbours` or computed): a sweep's large read-only input,
+    built once per sweep (on a cluster: once, by :meth:`core.execution.Executor.share`)."""
+    world = LatentWorld.preset(name, **cfg.world_overrides)
+    widths = [r.k for r in cfg.relaxations if not r.is_exact]
+    widths += [b.k for b in cfg.boosts if b.kind == "budget" and b.k > 0]
+    if widths:
+        world.neighbours(max(widths))
+    return world
+
+
+def run_job(cfg: SweepConfig, job: Job, world: LatentWorld, vectors: dict | None = None,
+            threads: int | None = None) -> dict:
+    """One configuration's CSV row: build its tree (measuring Sequoia's acceptance vector when the tree
+    needs one, memoised in ``vectors`` across jobs when given), warm up, then time the decoding.
+
+    ``threads`` (default: the config's) sets Numba's threads; it changes no number but ``seconds``."""
+    vectors = {} if vectors is None else vectors
+    threads = cfg.threads if threads is None else threads
+
+    def acceptance(selector: ChildSelector, relax: Relax) -> list[float]:
+        key = (job.world, job.rule, job.variant, str(relax), job.temperature, str(selector))
+        if key not in vectors:
+            s = cfg.sequoia
+            vectors[key] = measure_positional_acceptance(
+                world, width=s["width"], rule=job.rule, relax=relax, variant=job.variant,
+                n_sequences=s["n_sequences"], seq_len=s["seq_len"], temperature=job.temperature,
+                seed=cfg.seed + 1, threads=threads, selector=selector).tolist()
+        return vectors[key]
+
+    tree = parse_tree(job.tree, acceptance=acceptance, relax=job.relax, neighbours=world.neighbours,
+                      cost=cfg.cost_table)
+    settings = {"rule": job.rule, "relax": job.relax, "variant": job.variant, "boost": job.boost,
+                "temperature": job.temperature, "seed": cfg.seed, "threads": threads}
+    # warm-up: one step of one sequence compiles (or loads) the kernels for this configuration's
+    # argument types and builds its tables, so that `seconds` times the decoding alone
+    run(world, tree, n_sequences=1, seq_len=1, **settings)
+    t0 = time.perf_counter()
+    res = run(world, tree, n_sequences=cfg.n_sequences, seq_len=cfg.seq_len, **settings)
+    res.seconds = time.perf_counter() - t0
+    return result_row(res, job.world, job.tree)
+
+
+def run_sweep(cfg: SweepConfig, out: str | Path, *, progress: bool = True, scheduler: str = "none",
+              workers: int | None = None) -> list[dict]:
     """Run every configuration not yet in ``out``, appending rows as they finish; returns the new rows.
 
-    A torn last line of ``out`` (a crash while a row was written) is dropped first, with a warning;
-    combinations the grid skips are named in a warning (:meth:`SweepConfig.skipped`)."""
+    ``scheduler`` says where the configurations run (:class:`core.execution.Executor`: ``"none"``, this
+    process, one after another in grid order; ``"local"``, a local Dask cluster of ``workers`` processes;
+    or a Dask scheduler's address), one task each; on a cluster each task decodes with one Numba thread
+    unless the config sets ``threads``, its world (:func:`build_world`) is built once and fetched once by
+    each worker, and rows are appended in the order they finish. Every column but ``seconds`` is the same
+    wherever a configuration runs. A torn last line of ``out`` (a crash while a row was written) is dropped
+    first, with a warning; combinations the grid skips are named in a warning (:meth:`SweepConfig.skipped`).
+    """
+    import sys
+
     from tqdm import tqdm
+
+    from core.execution import Executor
 
     out = Path(out)
     for line in cfg.skipped():
@@ -331,41 +426,28 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, progress: bool = True) -> li
     drop_torn_tail(out)
     done = read_done(out)
     todo = [j for j in jobs(cfg) if config_key(j.row_config(cfg)) not in done]
-    worlds: dict[str, LatentWorld] = {}
-    vectors: dict[tuple, list[float]] = {}
     new_rows = []
-    if not out.exists() or out.stat().st_size == 0:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        append_line(out, csv_line(None))
-    bar = tqdm(todo, desc="sweep", unit="config", disable=not progress)
-    for job in bar:
-        bar.set_postfix_str(f"{job.world} {job.tree} {job.rule} {job.relax}")
-        world = worlds.get(job.world)
-        if world is None:
-            world = worlds[job.world] = LatentWorld.preset(job.world, **cfg.world_overrides)
-        def acceptance(selector: ChildSelector, relax: Relax, job: Job = job,
-                       world: LatentWorld = world) -> list[float]:
-            key = (job.world, job.rule, job.variant, str(relax), job.temperature, str(selector))
-            if key not in vectors:
-                s = cfg.sequoia
-                vectors[key] = measure_positional_acceptance(
-                    world, width=s["width"], rule=job.rule, relax=relax, variant=job.variant,
-                    n_sequences=s["n_sequences"], seq_len=s["seq_len"], temperature=job.temperature,
-                    seed=cfg.seed + 1, threads=cfg.threads, selector=selector).tolist()
-            return vectors[key]
-        tree = parse_tree(job.tree, acceptance=acceptance, relax=job.relax, neighbours=world.neighbours,
-                          cost=cfg.cost_table)
-        settings = {"rule": job.rule, "relax": job.relax, "variant": job.variant,
-                    "temperature": job.temperature, "seed": cfg.seed, "threads": cfg.threads}
-        # warm-up: one step of one sequence compiles (or loads) the kernels for this configuration's
-        # argument types and builds its tables, so that `seconds` times the decoding alone
-        run(world, tree, n_sequences=1, seq_len=1, **settings)
-        t0 = time.perf_counter()
-        res = run(world, tree, n_sequences=cfg.n_sequences, seq_len=cfg.seq_len, **settings)
-        res.seconds = time.perf_counter() - t0
-        row = result_row(res, job.world, job.tree)
-        append_line(out, csv_line(row))
-        new_rows.append(row)
+    labels = [f"{j.world} {j.tree} {j.rule} {j.variant} {j.relax} {j.boost} T={j.temperature:g}"
+              for j in todo]
+    with Executor(scheduler, workers, tasks=len(todo), dashboard=progress) as executor:
+        if not out.exists() or out.stat().st_size == 0:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            append_line(out, csv_line(None))
+        bar = tqdm(total=len(todo), desc="sweep", unit="config", disable=not progress)
+        if progress and not executor.inline:
+            bar.write(f"sweep: {len(todo)} configurations {executor.describe()}", file=sys.stderr)
+        # on a cluster: no shared memo of Sequoia vectors (each task measures its own: the same numbers)
+        vectors = {} if executor.inline else None
+        threads = cfg.threads if executor.inline or cfg.threads is not None else 1
+        names = dict.fromkeys(j.world for j in todo)
+        worlds = {name: executor.share(build_world, cfg, name) for name in names}
+        calls = [(cfg, job, worlds[job.world], vectors, threads) for job in todo]
+        with bar:
+            for i, row in executor.run(run_job, calls, labels):
+                append_line(out, csv_line(row))
+                new_rows.append(row)
+                bar.set_postfix_str(labels[i], refresh=False)
+                bar.update()
     return new_rows
 
 

@@ -18,6 +18,7 @@ FORBIDDEN = {
     "core.trees": ["numba", "torch", "simulate", "reference", "mini", "relaxspec"],
     "core.trace": ["numba", "torch", "simulate", "reference", "mini", "relaxspec"],
     "core.cost": ["numba", "torch", "simulate", "reference", "mini", "relaxspec"],
+    "core.execution": ["numba", "torch", "simulate", "reference", "mini", "relaxspec", "dask", "distributed"],
     "simulate": ["torch", "reference", "mini", "relaxspec"],
     "simulate.engine": ["torch", "reference", "mini", "relaxspec"],
     "simulate.acceptance": ["torch", "reference", "mini", "relaxspec"],
