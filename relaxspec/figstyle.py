@@ -107,8 +107,11 @@ METHODS: dict[str, MethodStyle] = {
     "jacobi": MethodStyle("SJD", PALETTE["olive"], "*"),
     "gsd": MethodStyle("GSD", PALETTE["rose"], "h"),
     "cool-sd": MethodStyle("Cool-SD", PALETTE["indigo"], "8"),
-    "r4": MethodStyle("traversal (R4)", PALETTE["wine"], "P"),
-    "budget": MethodStyle("budgeted relaxation (ours)", PALETTE["cyan"], "d", "--"),
+    "r4": MethodStyle("traversal R4", PALETTE["wine"], "P"),
+    "r4-jacobi": MethodStyle("SJD + R4", PALETTE["wine"], "X", "--"),
+    "budget": MethodStyle("R2 + budget (ours)", PALETTE["cyan"], "d", "--"),
+    "budget-r4": MethodStyle("R4 + budget (ours)", PALETTE["cyan"], "D"),
+    "budget-jacobi": MethodStyle("SJD + R4 + budget (ours)", PALETTE["sand"], "v", "-."),
 }
 # Colours not yet taken by a family, in the order :func:`register_method` hands them out.
 RESERVED_COLOURS = [_OI["yellow"]]

@@ -286,6 +286,8 @@ def node_acceptance(p: np.ndarray, q: np.ndarray, k: int, *, children: Sequence[
     g = gtv = None
     if gsd is not None:
         o = node_outcome(p, drafts, rule="r2", q=q, boost=gsd, emb=emb)
-        g, gtv = 1.0 - o.reject_prob, o.tv
+        # given a draw order the emitted law is conditional on it (not a distortion): report the
+        # per-stage SPEC 9.4 sum there, the exact TV when averaging over draws
+        g, gtv = 1.0 - o.reject_prob, (o.tv if children is None else o.stage_tv)
     return NodeAcceptance(k, float(r1), float(r2), float(r4), g, gtv, float(p[S].sum()),
                           optimal_wor_acceptance(p, q, k), optimal_multidraft_acceptance(p, q, k))
