@@ -35,7 +35,7 @@ from theory.distributions import total_variation, validate_distribution
 from theory.neighbours import validate_neighbour_rows
 from theory.relax import Relax, merge_count
 from theory.rules import neighbour_rows
-from theory.sampled_trees import StepEnd
+from theory.sampled_trees import StepEnd, check_drawn_tree
 from theory.sampler import draw_token
 from theory.stages import draft_residual, seqsum
 from theory.tree import Tree
@@ -245,33 +245,12 @@ def sample_budget_node(p: np.ndarray, q: np.ndarray, children: np.ndarray, u_acc
 
 
 # ------------------------------------------------------------------ budgeted R2 on a drawn tree
-def _check_tree(tree: Tree, p_rows: np.ndarray, q_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    if not isinstance(tree, Tree):
-        raise ValueError(f"tree must be a theory.tree.Tree, got {type(tree).__name__}")
-    p = np.asarray(p_rows, dtype=np.float64)
-    q = np.asarray(q_rows, dtype=np.float64)
-    if p.ndim != 2 or p.shape[0] != tree.size or q.shape != p.shape:
-        raise ValueError(f"p_rows and q_rows must both have shape (n_nodes={tree.size}, V), "
-                         f"got {p.shape} and {q.shape}")
-    tree.check_vocab(p.shape[1])
-    for v in range(tree.size):
-        validate_distribution(p[v], name=f"p_rows[{v}]")
-        kids = tree.children(v)
-        if kids.size:
-            validate_distribution(q[v], name=f"q_rows[{v}]")
-            bad = kids[q[v][tree.tokens[kids]] <= 0]
-            if bad.size:
-                raise ValueError(f"node {int(bad[0])}'s token {int(tree.tokens[bad[0]])} has zero draft "
-                                 f"probability at its parent {v}: it cannot have been drawn")
-    return p, q
-
-
 def budget_r2_step_ends(tree: Tree, p_rows: np.ndarray, q_rows: np.ndarray, *, boost: Boost,
                         neighbours: np.ndarray | None) -> tuple[list[StepEnd], float]:
     """Budgeted R2 on a drawn tree, exactly: every node has its own budget delta. Returns the step's
     ends (``theory.sampled_trees.StepEnd``) and the expected sum of the charges of the nodes it
     verified (a bound on the step's TV: docs/theory.md, section 14)."""
-    p, q = _check_tree(tree, p_rows, q_rows)
+    p, q = check_drawn_tree(tree, p_rows, q_rows)
     nb = check_budget(boost, neighbours, p.shape[1])
     ends: list[StepEnd] = []
     bound = 0.0
@@ -300,7 +279,7 @@ def sample_budget_r2_step(tree: Tree, p_rows: np.ndarray, q_rows: np.ndarray, u_
                           ) -> tuple[list[int], int]:
     """One budgeted-R2 step on a drawn tree with the suite's per-node uniforms (``theory.sampler``):
     returns the accepted path (from the root) and the bonus token."""
-    p, q = _check_tree(tree, p_rows, q_rows)
+    p, q = check_drawn_tree(tree, p_rows, q_rows)
     nb = check_budget(boost, neighbours, p.shape[1])
     path = [0]
     while True:

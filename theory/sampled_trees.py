@@ -364,3 +364,26 @@ __all__ = [
     "tree_depth",
     "tree_rows",
 ]
+
+
+def check_drawn_tree(tree: Tree, p_rows: np.ndarray, q_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Validate a drawn tree and its per-node rows (every child's token drawable at its parent); float64
+    rows, or ``ValueError`` naming the problem."""
+    if not isinstance(tree, Tree):
+        raise ValueError(f"tree must be a theory.tree.Tree, got {type(tree).__name__}")
+    p = np.asarray(p_rows, dtype=np.float64)
+    q = np.asarray(q_rows, dtype=np.float64)
+    if p.ndim != 2 or p.shape[0] != tree.size or q.shape != p.shape:
+        raise ValueError(f"p_rows and q_rows must both have shape (n_nodes={tree.size}, V), "
+                         f"got {p.shape} and {q.shape}")
+    tree.check_vocab(p.shape[1])
+    for v in range(tree.size):
+        validate_distribution(p[v], name=f"p_rows[{v}]")
+        kids = tree.children(v)
+        if kids.size:
+            validate_distribution(q[v], name=f"q_rows[{v}]")
+            bad = kids[q[v][tree.tokens[kids]] <= 0]
+            if bad.size:
+                raise ValueError(f"node {int(bad[0])}'s token {int(tree.tokens[bad[0]])} has zero draft "
+                                 f"probability at its parent {v}: it cannot have been drawn")
+    return p, q

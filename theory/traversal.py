@@ -37,8 +37,7 @@ import numpy as np
 
 from theory.boost import NO_BOOST, Boost, check_embedding, group_members, rank_order
 from theory.budget import budget_stage, check_budget
-from theory.distributions import validate_distribution
-from theory.sampled_trees import StepEnd
+from theory.sampled_trees import StepEnd, check_drawn_tree
 from theory.sampler import draw_token
 from theory.stages import draft_residual, seqsum
 from theory.tree import Tree
@@ -195,23 +194,7 @@ def check_traversal_inputs(tree: Tree, p_rows: np.ndarray, q_rows: np.ndarray, b
                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """Validate a drawn tree and its rows (every child's token drawable at its parent) and the boost;
     ``ValueError`` names the problem. Returns float64 rows, the int64 table and the embedding."""
-    if not isinstance(tree, Tree):
-        raise ValueError(f"tree must be a theory.tree.Tree, got {type(tree).__name__}")
-    p = np.asarray(p_rows, dtype=np.float64)
-    q = np.asarray(q_rows, dtype=np.float64)
-    if p.ndim != 2 or p.shape[0] != tree.size or q.shape != p.shape:
-        raise ValueError(f"p_rows and q_rows must both have shape (n_nodes={tree.size}, V), "
-                         f"got {p.shape} and {q.shape}")
-    tree.check_vocab(p.shape[1])
-    for v in range(tree.size):
-        validate_distribution(p[v], name=f"p_rows[{v}]")
-        kids = tree.children(v)
-        if kids.size:
-            validate_distribution(q[v], name=f"q_rows[{v}]")
-            bad = kids[q[v][tree.tokens[kids]] <= 0]
-            if bad.size:
-                raise ValueError(f"node {int(bad[0])}'s token {int(tree.tokens[bad[0]])} has zero draft "
-                                 f"probability at its parent {v}: it cannot have been drawn")
+    p, q = check_drawn_tree(tree, p_rows, q_rows)
     nb, e = check_traversal_boost(boost, p.shape[1], neighbours, emb)
     return p, q, nb, e
 
