@@ -223,6 +223,19 @@ def draft_residual_kernel(q, kids, i, qp):
 
 
 @njit(cache=True, error_model="numpy")
+def normalise_residual_kernel(res):
+    """Normalise an unnormalised residual in place (sequential sum); uniform over V when it has no mass."""
+    V = res.shape[0]
+    s = seqsum_kernel(res)
+    if s <= 0.0:
+        for y in range(V):
+            res[y] = 1.0 / V
+    else:
+        for y in range(V):
+            res[y] = res[y] / s
+
+
+@njit(cache=True, error_model="numpy")
 def r2_stage_kernel(r, qp, x, nb, code, k, param, variant, res):
     """``theory.stages.r2_stage``: acceptance of x; ``res`` gets the residual after a rejection."""
     V = r.shape[0]
@@ -242,13 +255,7 @@ def r2_stage_kernel(r, qp, x, nb, code, k, param, variant, res):
             y = nb[x, j]
             res[y] = max(0.0 - qp[y], 0.0)
         res[x] = max((r[x] + c) - qp[x], 0.0)
-    s = seqsum_kernel(res)
-    if s <= 0.0:
-        for y in range(V):
-            res[y] = 1.0 / V
-    else:
-        for y in range(V):
-            res[y] = res[y] / s
+    normalise_residual_kernel(res)
     return a
 
 
@@ -256,16 +263,9 @@ def r2_stage_kernel(r, qp, x, nb, code, k, param, variant, res):
 @njit(cache=True, error_model="numpy")
 def standard_residual_kernel(r, qp, res):
     """``theory.boost.standard_residual`` into ``res``: norm((r - q')^+), uniform when empty."""
-    V = r.shape[0]
-    for y in range(V):
+    for y in range(r.shape[0]):
         res[y] = max(r[y] - qp[y], 0.0)
-    s = seqsum_kernel(res)
-    if s <= 0.0:
-        for y in range(V):
-            res[y] = 1.0 / V
-    else:
-        for y in range(V):
-            res[y] = res[y] / s
+    normalise_residual_kernel(res)
 
 
 @njit(cache=True, error_model="numpy")
