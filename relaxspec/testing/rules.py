@@ -117,6 +117,16 @@ def _star(x: NodeInputs, u: np.ndarray) -> tuple[Tree, np.ndarray, np.ndarray, n
     return tree, np.tile(x.p, (m + 1, 1)), np.tile(x.q, (m + 1, 1)), ua, ud
 
 
+def relaxation_kinds(rule: str, boost: Boost) -> tuple[str, ...]:
+    """The relaxation kinds a rule takes: all, or none when boosted or R4."""
+    return KINDS if boost.is_none and rule != "r4" else ("none",)
+
+
+def draft_kind(rule: str) -> str:
+    """R2 and R4 verify children drawn from q ("sampled"); R1 and R3 take them as given."""
+    return "sampled" if rule in SAMPLED_DRAFT_RULES else "given"
+
+
 @dataclass(frozen=True)
 class Law:
     """The exact law of one node's verification.
@@ -188,12 +198,12 @@ class TheoryRule:
     @property
     def kinds(self) -> tuple[str, ...]:
         """The relaxation kinds it takes: all, or none when boosted or R4."""
-        return KINDS if self.boost.is_none and self.rule != "r4" else ("none",)
+        return relaxation_kinds(self.rule, self.boost)
 
     @property
     def drafts(self) -> str:
         """R2 and R4 verify children drawn from q; R1 and R3 take them as given."""
-        return "sampled" if self.rule in SAMPLED_DRAFT_RULES else "given"
+        return draft_kind(self.rule)
 
     @property
     def target(self) -> str:
@@ -280,12 +290,12 @@ class KernelRule:
     @property
     def kinds(self) -> tuple[str, ...]:
         """As :class:`TheoryRule`'s."""
-        return KINDS if self.boost.is_none and self.rule != "r4" else ("none",)
+        return relaxation_kinds(self.rule, self.boost)
 
     @property
     def drafts(self) -> str:
         """As :class:`TheoryRule`."""
-        return "sampled" if self.rule in SAMPLED_DRAFT_RULES else "given"
+        return draft_kind(self.rule)
 
     @property
     def target(self) -> str:
