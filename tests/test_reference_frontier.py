@@ -342,3 +342,28 @@ def test_mini_decode_configs_with_jacobi_and_boosts(tmp_path) -> None:
         DecodeConfig("x", tree="static:naive_extend_57", boost="cool:omega=2")
     with pytest.raises(ValueError, match="AR sampling has none"):
         DecodeConfig("x", rule="r2", boost="cool:omega=2")
+
+
+# ------------------------------------------------------------------ the optimal bound at trace nodes
+def test_optimality_at_every_trace_node(tmp_path, models) -> None:
+    from relaxspec.studies.frontier import trace_optimality_rows
+
+    dec = Decoder(models[0], settings(), drafter=GPTDraftSession(models[1]), policy=StaticTree(CHOICES))
+    capture_trace(dec, tmp_path / "t", [0, 1, 2], seed=2)
+    counts: dict[int, int] = {}
+    for s in read_trace(tmp_path / "t").steps():
+        kids = np.bincount(s.parents[1:], minlength=s.parents.size)
+        for k in kids[kids > 0]:
+            counts[int(k)] = counts.get(int(k), 0) + 1
+    rows = trace_optimality_rows(tmp_path / "t", "tiny", emb=EMB, group=3)
+    assert {r["drafts"]: r["nodes"] for r in rows} == counts and counts
+    for r in rows:
+        assert r["r1"] == pytest.approx(r["optimal_deterministic"], abs=1e-12)  # R1 attains p(top-k)
+        assert r["optimal_wor"] >= r["optimal_iid"] - 1e-12
+        assert np.isfinite(r["gsd"]) and 0 <= r["gsd_tv"] <= 1
+        if r["drafts"] == 1:
+            assert r["optimal_wor"] == pytest.approx(r["optimal_iid"], abs=1e-12)  # both 1 - TV(p, q)
+    assert all(np.isnan(r["gsd"]) for r in trace_optimality_rows(tmp_path / "t", "tiny"))
+    set_header(tmp_path / "t", rule="r1")
+    with pytest.raises(ValueError, match="rule r1: its children are not draws"):
+        trace_optimality_rows(tmp_path / "t", "tiny")

@@ -141,6 +141,19 @@ def world_table(rows: list[dict]) -> list[dict]:
     return out
 
 
+OPTIMALITY_FIELDS = ("r1", "r2", "r4", "gsd", "gsd_tv", "optimal_deterministic", "optimal_wor", "optimal_iid")
+
+
+def _optimality_row(setting: str, accs: list, drafts: int) -> dict:
+    """Mean of every rule's acceptance over the nodes ``accs`` (``theory.multidraft.NodeAcceptance``);
+    GSD is NaN where it was not measured (no embedding table)."""
+    row = {"world": setting, "nodes": len(accs), "drafts": drafts}
+    for f in OPTIMALITY_FIELDS:
+        values = [getattr(a, f) for a in accs]
+        row[f] = float(np.mean(values)) if None not in values else float("nan")
+    return row
+
+
 def optimality_rows(overrides: dict, n_sequences: int, seq_len: int, drafts: int = 4,
                     group: int = 10) -> list[dict]:
     """How far each rule is from the best possible (SPEC 9.7): at the nodes a lossless decoder visits in
@@ -157,11 +170,46 @@ def optimality_rows(overrides: dict, n_sequences: int, seq_len: int, drafts: int
         accs = [node_acceptance(p, q, drafts, children=draw_without_replacement(q, rng.random(drafts)),
                                 gsd=Boost.group(group), emb=emb)
                 for p, q in sampled_nodes(world, n_sequences=n_sequences, seq_len=seq_len)]
-        row = {"world": w, "nodes": len(accs), "drafts": drafts}
-        for f in ("r1", "r2", "r4", "gsd", "gsd_tv", "optimal_deterministic", "optimal_wor", "optimal_iid"):
-            row[f] = float(np.mean([getattr(a, f) for a in accs]))
-        rows.append(row)
+        rows.append(_optimality_row(w, accs, drafts))
     return rows
+
+
+def trace_optimality_rows(path: str | Path, setting: str, *, emb: np.ndarray | None = None,
+                          group: int = 10) -> list[dict]:
+    """:func:`optimality_rows` at every node of a recorded trace that has children (one row per number of
+    children): the trace's own p and q (its samplings) and its drafted children, in their draw order.
+
+    The trace must hold sampled drafts (rule r2 or r4: children drawn from q without replacement);
+    ``emb`` is GSD's embedding table (G = ``group``), or None to leave GSD out.
+
+    Raises
+    ------
+    ValueError
+        For a trace of another rule (its children were not drawn from q), or a malformed trace.
+    """
+    from core.trace import read_trace
+    from theory.multidraft import node_acceptance
+    from theory.rules import SAMPLED_DRAFT_RULES
+    from theory.tree import Tree
+
+    trace = read_trace(path)
+    h = trace.header
+    if h.rule not in SAMPLED_DRAFT_RULES:
+        raise ValueError(f"trace {path} verified with rule {h.rule}: its children are not draws from q "
+                         "without replacement (the optimal bound of SPEC 9.7 needs rule r2 or r4)")
+    gsd = Boost.group(group) if emb is not None else None
+    by_k: dict[int, list] = {}
+    for step in trace.steps():
+        tree = Tree(step.parents, step.tokens)
+        for v in range(tree.size):
+            kids = tree.children(v)
+            if kids.size == 0:
+                continue
+            p = h.target_sampling.probs(step.target_logits[v].astype(np.float64))
+            q = h.draft_sampling.probs(step.draft_logits[v].astype(np.float64))
+            by_k.setdefault(int(kids.size), []).append(
+                node_acceptance(p, q, int(kids.size), children=step.tokens[kids], gsd=gsd, emb=emb))
+    return [_optimality_row(setting, accs, k) for k, accs in sorted(by_k.items())]
 
 
 # ---------------------------------------------------------------- the shipped model
@@ -297,6 +345,27 @@ def budget_claims(world: list[dict], shipped: list[dict], floor: float | None) -
     return lines
 
 
+SHIPPED_TRACE_IMAGES = 10  # images whose every tree node enters the shipped model's optimality row
+
+
+def shipped_optimality_rows(out: Path, quick: bool = False) -> list[dict]:
+    """:func:`trace_optimality_rows` on the shipped model: a trace (resumable, ``OUT/<config>.trace``) of
+    the exact static tree (R2) over :data:`SHIPPED_TRACE_IMAGES` images, GSD on the target's token
+    embedding. Returns one row per number of children, setting ``shipped``."""
+    import torch
+
+    from mini.shipped import load_mini
+    from mini.validation import capture
+    from reference.decode import gsd_embedding
+
+    torch.set_num_threads(1)
+    mini = load_mini()
+    config = next(c for c, m in zip(shipped_configs(), methods(), strict=True)
+                  if m.label == "exact static tree (R2)")
+    path = capture(mini, config, 2 if quick else SHIPPED_TRACE_IMAGES, out, progress=False)
+    return trace_optimality_rows(path, "shipped", emb=gsd_embedding("token", mini.target))
+
+
 def optimality_table(rows: list[dict]) -> list[str]:
     lines = ["| world | nodes | drafts | R1 / p(top-k) | R2 / optimum w/o repl. | R4 | GSD G=10 (TV) | "
              "optimum, i.i.d. drafts |", "|---|---|---|---|---|---|---|---|"]
@@ -304,7 +373,7 @@ def optimality_table(rows: list[dict]) -> list[str]:
         lines.append(f"| {r['world']} | {r['nodes']} | {r['drafts']} | {r['r1']:.3f} / "
                      f"{r['optimal_deterministic']:.3f} | {r['r2']:.3f} / {r['optimal_wor']:.3f} | "
                      f"{r['r4']:.3f} | "
-                     f"{r['gsd']:.3f} ({r['gsd_tv']:.4f}) | {r['optimal_iid']:.3f} |")
+                     f"{fmt_tv(r['gsd'])} ({fmt_tv(r['gsd_tv'])}) | {r['optimal_iid']:.3f} |")
     return lines
 
 
@@ -402,10 +471,13 @@ def main(argv: list[str] | None = None) -> tuple[list[str], Path]:
     if not opt_path.exists() and not args.skip_worlds:
         opt_path.write_text(json.dumps(optimality_rows(overrides, *((2, 16) if args.quick else (2, 32))),
                                        indent=1))
+    opt_rows = json.loads(opt_path.read_text()) if opt_path.exists() else []
+    if not args.skip_shipped:
+        opt_rows += shipped_optimality_rows(out / "shipped", args.quick)
     figure(world, shipped, out)
     report = [*table(world, shipped, args.shipped_images, floor), "", "### Claims", "", *claims, "",
               "### Distance to the optimal multi-draft acceptance (SPEC 9.7)", "",
-              *(optimality_table(json.loads(opt_path.read_text())) if opt_path.exists() else
+              *(optimality_table(opt_rows) if opt_rows else
                 ["(not run: `--skip-worlds` reports only what exists)"]), "",
               f"{args.sequences} sequences x {args.seq_len} tokens per world row; "
               f"{time.perf_counter() - t0:.0f} s."]
