@@ -1,7 +1,9 @@
-"""Latency table of the reference decoder for the cost model (SPEC section 8).
+"""Latency table of the reference decoder for the cost model (SPEC section 8), and verification against
+the tree forward.
 
-    python benchmarks/decoder_bench.py            # CUDA when present, always the CPU table
-    python benchmarks/decoder_bench.py --quick    # fewer prefix lengths / tree sizes
+    python benchmarks/decoder_bench.py            # CUDA when present, always the CPU tables
+    python benchmarks/decoder_bench.py --quick    # fewer prefix lengths / tree sizes / repetitions
+    python benchmarks/decoder_bench.py --verify   # only the verification table
 
 Measures, with random weights and the CFG batch of 2:
 
@@ -15,8 +17,22 @@ On CUDA: GPT-B, GPT-L and GPT-XL shapes (V = 16384, 16 x 16 grid) in bf16,
 prefix lengths 1..256 and n = 1..128. Without CUDA the script says so and
 still measures a CPU table in float32 for small shapes (a Fashion-MNIST-sized
 GPT-S, V = 1024 on an 8 x 8 grid, and GPT-B's real shape), clearly labelled
-CPU. Each device's rows go to ``benchmarks/decoder_<device>.csv``; the summary
+CPU. Each device's rows go to ``core/tables/decoder_<device>.csv``; the summary
 is printed as Markdown for BENCHMARKS.md.
+
+The verification table (``--verify``, part of the full run) measures one
+decoding step's verification against its tree forward: GPT-B shapes (V =
+16384, random weights, CFG batch of 2), a 60-node tree at prefix 128. The
+forward (embeddings in, float32 logits out; on CUDA bf16 replayed as a CUDA
+graph, on the CPU float32 eager) against verification = guidance, logits ->
+probabilities (temperature 1, top-k 0 or 2000; rule r2 also turns the draft
+logits of the nodes with children, a second tensor, into q) and one tree
+verification step, by (a) the host path of ``reference.decode`` (guided logits
+to the host, float64 NumPy, ``theory.rule_step.sample_rule_step``) and (b) the
+device verifier ``reference.verify.DeviceVerifier`` (float32), with the bytes
+each moves to the host per step (``reference.verify_ops.HostLink``) and how
+many of the timed steps both decided alike. Times are medians of the
+repetitions.
 """
 
 from __future__ import annotations
@@ -33,8 +49,17 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.cost import TABLES  # noqa: E402  (the packaged latency tables the cost model reads)
+from core.trace import Sampling  # noqa: E402
+from reference.cuda_graph import graphed  # noqa: E402
+from reference.decode import guide  # noqa: E402
 from reference.drafter import EagleHead  # noqa: E402
-from reference.model import Transformer, gpt_config, run_layers, tree_inputs  # noqa: E402
+from reference.model import Transformer, TreeExecution, gpt_config, run_layers, tree_inputs  # noqa: E402
+from reference.verify_ops import HostLink  # noqa: E402
+from theory.boost import NO_BOOST  # noqa: E402
+from theory.relax import Relax  # noqa: E402
+from theory.rule_step import sample_rule_step, step_neighbours  # noqa: E402
+from theory.sampler import draw_without_replacement  # noqa: E402
+from theory.tree import Tree  # noqa: E402
 
 FIELDS = ["device", "device_name", "model", "role", "dtype", "batch", "prefix", "n_tokens", "mode",
           "latency_ms", "weight_bytes", "floor_ms"]
@@ -45,9 +70,9 @@ def sync(dev: torch.device) -> None:
         torch.cuda.synchronize(dev)
 
 
-def timed(fn, dev: torch.device, reps: int) -> float:
-    """Best wall time of ``fn()`` over ``reps`` calls in ms, after two warm-up calls (the minimum is
-    the least disturbed by other processes on a shared machine)."""
+def timed(fn, dev: torch.device, reps: int, stat=min) -> float:
+    """Wall time of ``fn()`` in ms over ``reps`` calls after two warm-up calls: the best by default (the
+    least disturbed by other processes on a shared machine), or ``stat`` of them (e.g. ``np.median``)."""
     for _ in range(2):
         fn()
     out = []
@@ -57,7 +82,7 @@ def timed(fn, dev: torch.device, reps: int) -> float:
         fn()
         sync(dev)
         out.append((time.perf_counter() - t) * 1e3)
-    return min(out)
+    return float(stat(out))
 
 
 def copy_bandwidth(dev: torch.device, mib: int) -> float:
@@ -71,20 +96,6 @@ def copy_bandwidth(dev: torch.device, mib: int) -> float:
 def tree_parents(n: int) -> np.ndarray:
     """A bushy tree of n nodes (root + 4 children per node, breadth first), as drafts look."""
     return np.array([-1] + [(v - 1) // 4 for v in range(1, n)], dtype=np.int64)
-
-
-def graphed(fn):
-    """``fn`` captured as a CUDA graph (after warm-up on a side stream); returns its replay."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g.replay
 
 
 def target_step(model: Transformer, x: torch.Tensor, prefix: int):
@@ -164,41 +175,220 @@ def summary(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+# -- verification against the tree forward ------------------------------------------------------------
+VERIFY_NODES, VERIFY_PREFIX, VERIFY_CFG = 60, 128, 2.0
+VERIFY_RULES = [("r1", "additive:k=8,delta=0.2"), ("r2", "none")]
+VERIFY_RULES_FULL = [("r1", "none"), *VERIFY_RULES, ("r1", "additive:k=1000,delta=0.1")]
+VERIFY_TOP_K = (0, 2000)
+
+
+def ring_neighbours(vocab: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """A neighbour table (V, k): tokens on a random cycle, each token's k nearest along it (alternately
+    after and before). Verification reads k columns whatever the codebook, so this stands in for one."""
+    order = rng.permutation(vocab)
+    where = np.empty(vocab, dtype=np.int64)
+    where[order] = np.arange(vocab)
+    steps = np.array([s for d in range(1, k // 2 + 2) for s in (d, -d)][:k])
+    return order[(where[:, None] + steps[None, :]) % vocab].astype(np.int64)
+
+
+def draft_tree(parents: np.ndarray, q: np.ndarray, rng: np.random.Generator) -> Tree:
+    """Tokens for ``parents``: each node's children drawn without replacement from its q row (valid for
+    every rule; rule r2 requires it)."""
+    tokens = np.zeros(parents.size, dtype=np.int64)
+    tokens[0] = int(rng.integers(q.shape[1]))
+    for v in range(parents.size):
+        kids = np.flatnonzero(parents == v)
+        if kids.size:
+            tokens[kids] = draw_without_replacement(q[v], rng.random(kids.size))
+    return Tree(parents, tokens)
+
+
+def internal_nodes(tree: Tree) -> np.ndarray:
+    """The nodes with children: the draft rows (q) a step reads (``reference.decode`` leaves the others
+    zero)."""
+    return np.unique(tree.parents[1:])
+
+
+def device_verifier_class():
+    """``reference.verify.DeviceVerifier``, or None (with a note) while it cannot be imported."""
+    try:
+        from reference.verify import DeviceVerifier
+    except ImportError as err:
+        print(f"decoder_bench: the device verifier is not importable ({err}): its column is left out")
+        return None
+    return DeviceVerifier
+
+
+def tree_forward(dev: torch.device, dtype: torch.dtype, reps: int) -> tuple[float, str, torch.Tensor]:
+    """Median ms of GPT-B's forward over the verification tree (embeddings in, float32 logits out), the
+    forward's mode, and its raw logits (2, n, V)."""
+    cfg = gpt_config("GPT-B")
+    n = VERIFY_NODES
+    torch.manual_seed(0)
+    with torch.device(dev):
+        model = Transformer(cfg).to(dtype).eval()
+    model.setup_cache(2, n)
+    mode = "cuda_graph" if dev.type == "cuda" else "eager"
+    if mode == "cuda_graph":
+        model.set_execution(TreeExecution(cuda_graphs=True))
+    tokens = torch.randint(cfg.vocab_size, (n,), device=dev)
+    x = model.embed_tokens(tokens)[None].expand(2, -1, -1)
+    parents = tree_parents(n)
+
+    def forward() -> torch.Tensor:
+        return model.logits(model.forward_tree(x, parents, np.arange(n), VERIFY_PREFIX))
+
+    with torch.no_grad():
+        ms = timed(forward, dev, reps, np.median)
+        return ms, f"{str(dtype).replace('torch.', '')} {mode}", forward()
+
+
+def host_verification(raw: torch.Tensor, q_logits: torch.Tensor, tree: Tree, sampling: Sampling, rule: str,
+                      relax: Relax, neighbours: np.ndarray, uniforms: list, out: list):
+    """The host path of ``reference.decode`` as one call per step: guided logits (and r2's draft logits)
+    to the host through ``link``, float64 NumPy probabilities, ``theory.rule_step.sample_rule_step``.
+    Appends each (path, bonus) to ``out``; returns the step and its HostLink."""
+    link, it = HostLink(), iter(uniforms)
+    inner = internal_nodes(tree)
+
+    def step() -> None:
+        ua, ud = next(it)
+        p = sampling.probs(link.read(guide(raw, VERIFY_CFG).float()).astype(np.float64))
+        q = None
+        if rule == "r2":
+            q = np.zeros(p.shape)
+            q[inner] = sampling.probs(link.read(q_logits[inner].float()).astype(np.float64))
+        path, bonus = sample_rule_step(tree, p, ua, ud, rule=rule, relax=relax, neighbours=neighbours,
+                                       q_dists=q)
+        out.append((list(path), int(bonus)))
+
+    return step, link
+
+
+def device_verification(verifier, raw: torch.Tensor, q_logits: torch.Tensor, tree: Tree, sampling: Sampling,
+                        uniforms: list, out: list):
+    """The same step by the device verifier: ``probs`` on the device, then ``step``."""
+    it = iter(uniforms)
+    inner = torch.as_tensor(internal_nodes(tree), device=raw.device)
+
+    def step() -> None:
+        ua, ud = next(it)
+        p = verifier.probs(guide(raw, VERIFY_CFG), sampling)
+        q = None
+        if verifier.rule == "r2":
+            q = torch.zeros_like(p)
+            q[inner] = verifier.probs(q_logits[inner], sampling)
+        path, bonus = verifier.step(tree, p, ua, ud, q=q)
+        out.append((list(path), int(bonus)))
+
+    return step
+
+
+def verify_rows(dev: torch.device, dtype: torch.dtype, label: str, rules: list[tuple[str, str]],
+                reps: int) -> list[dict]:
+    """Per rule and top-k: the tree forward's and each verification path's median ms per step."""
+    V, n, calls = gpt_config("GPT-B").vocab_size, VERIFY_NODES, reps + 2  # timed() warms up twice
+    forward_ms, mode, raw = tree_forward(dev, dtype, reps)
+    rng = np.random.default_rng(0)
+    # the drafter's logits: the target's guided logits plus noise, a drafter that roughly agrees
+    q_logits = guide(raw, VERIFY_CFG) + 0.5 * torch.randn(n, V, device=dev)
+    k_max = max((Relax.parse(r).k for _, r in rules if not Relax.parse(r).is_exact), default=0)
+    table = ring_neighbours(V, k_max, rng) if k_max else None
+    DeviceVerifier = device_verifier_class()
+    rows = []
+    for rule, relax_text in rules:
+        relax = Relax.parse(relax_text)
+        neighbours = step_neighbours(table, V, relax, "principled", NO_BOOST)
+        for top_k in VERIFY_TOP_K:
+            sampling = Sampling(1.0, top_k, 1.0)
+            tree = draft_tree(tree_parents(n), sampling.probs(q_logits.cpu().numpy().astype(np.float64)), rng)
+            uniforms = [(rng.random(n), rng.random(n)) for _ in range(calls)]
+            host_out: list = []
+            step, link = host_verification(raw, q_logits, tree, sampling, rule, relax, neighbours, uniforms,
+                                           host_out)
+            row = {"device": label, "forward_mode": mode, "forward_ms": forward_ms, "rule": rule,
+                   "relax": relax_text, "top_k": top_k, "host_ms": timed(step, dev, reps, np.median),
+                   "host_bytes": link.bytes // calls, "device_ms": None, "device_bytes": None, "agree": None}
+            if DeviceVerifier is not None:
+                verifier = DeviceVerifier(rule=rule, relax=relax, variant="principled", boost=NO_BOOST,
+                                          vocab_size=V, neighbours=table, device=dev, dtype=torch.float32)
+                verifier.link.reset()
+                device_out: list = []
+                step = device_verification(verifier, raw, q_logits, tree, sampling, uniforms, device_out)
+                row["device_ms"] = timed(step, dev, reps, np.median)
+                row["device_bytes"] = verifier.link.bytes // calls
+                row["agree"] = f"{sum(a == b for a, b in zip(host_out, device_out, strict=True))}/{calls}"
+            rows.append(row)
+    return rows
+
+
+def verify_summary(rows: list[dict]) -> str:
+    """Markdown: per device, rule and top-k, forward vs verification ms, ratios and host bytes."""
+    out = ["| device | forward | rule | relax | top-k | forward (ms) | verify, host path (ms) | "
+           "verify, device path (ms) | host / forward | device / forward | bytes to host, host path | "
+           "bytes to host, device path | same decisions |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        f = r["forward_ms"]
+        dev_ms = "-" if r["device_ms"] is None else f"{r['device_ms']:.2f}"
+        dev_ratio = "-" if r["device_ms"] is None else f"{100 * r['device_ms'] / f:.1f}%"
+        dev_bytes = "-" if r["device_bytes"] is None else f"{r['device_bytes']:,}"
+        out.append(f"| {r['device']} | {r['forward_mode']} | {r['rule']} | {r['relax']} | {r['top_k']} | "
+                   f"{f:.1f} | {r['host_ms']:.2f} | {dev_ms} | {100 * r['host_ms'] / f:.1f}% | {dev_ratio} | "
+                   f"{r['host_bytes']:,} | {dev_bytes} | {r['agree'] or '-'} |")
+    return "\n".join(out)
+
+
+def print_verify(rows: list[dict], label: str) -> None:
+    print(f"## Verification vs tree forward, {label}: GPT-B shapes (V = 16384, random weights), CFG batch 2, "
+          f"{VERIFY_NODES}-node tree at prefix {VERIFY_PREFIX}; medians per step\n\n{verify_summary(rows)}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="fewer prefix lengths and tree sizes")
-    p.add_argument("--no-cpu", action="store_true", help="skip the CPU table")
+    p.add_argument("--quick", action="store_true",
+                   help="fewer prefix lengths, tree sizes, rules and repetitions")
+    p.add_argument("--no-cpu", action="store_true", help="skip the CPU tables")
+    p.add_argument("--verify", action="store_true",
+                   help="only the verification table (verification vs tree forward per step)")
     args = p.parse_args(argv)
+    rules = VERIFY_RULES if args.quick else VERIFY_RULES_FULL
+    verify_reps = 3 if args.quick else 9
     if torch.cuda.is_available():
         dev = torch.device("cuda")
         label = torch.cuda.get_device_name(dev)
-        bw = copy_bandwidth(dev, 1024)
-        rows: list[dict] = []
-        prefixes = [1, 64, 256] if args.quick else [1, 32, 64, 128, 192, 256]
-        sizes = [1, 16, 64] if args.quick else [1, 2, 4, 8, 10, 16, 32, 48, 60, 64, 96, 128]
-        for name in ("GPT-B", "GPT-L", "GPT-XL"):  # GPT-B's t(10) is its step as GPT-XL's drafter
-            bench_model(name, {}, dev, torch.bfloat16, prefixes, sizes, 20, bw, label, rows)
-        write_csv(rows, TABLES / "decoder_cuda.csv")
-        print(f"## CUDA: {label}, copy bandwidth {bw / 1e9:.0f} GB/s\n\n{summary(rows)}\n")
+        if not args.verify:
+            bw = copy_bandwidth(dev, 1024)
+            rows: list[dict] = []
+            prefixes = [1, 64, 256] if args.quick else [1, 32, 64, 128, 192, 256]
+            sizes = [1, 16, 64] if args.quick else [1, 2, 4, 8, 10, 16, 32, 48, 60, 64, 96, 128]
+            for name in ("GPT-B", "GPT-L", "GPT-XL"):  # GPT-B's t(10) is its step as GPT-XL's drafter
+                bench_model(name, {}, dev, torch.bfloat16, prefixes, sizes, 20, bw, label, rows)
+            write_csv(rows, TABLES / "decoder_cuda.csv")
+            print(f"## CUDA: {label}, copy bandwidth {bw / 1e9:.0f} GB/s\n\n{summary(rows)}\n")
+        print_verify(verify_rows(dev, torch.bfloat16, label, rules, verify_reps), label)
     else:
-        print("decoder_bench: no CUDA device here: the GPU table (GPT-B/L/XL, bf16) is not measured; "
-              "run this script on a GPU machine to write core/tables/decoder_cuda.csv.")
+        print("decoder_bench: no CUDA device here: the GPU tables (GPT-B/L/XL latencies and verification, "
+              "bf16) are not measured; run this script on a GPU machine to write "
+              "core/tables/decoder_cuda.csv.")
     if not args.no_cpu:
         # one thread: on a shared machine, OpenMP barriers under contention stall multi-threaded
         # forwards for hundreds of ms; one thread gives stable, reproducible latencies
         torch.set_num_threads(1)
         dev = torch.device("cpu")
-        bw = copy_bandwidth(dev, 256)
-        rows = []
-        prefixes = [1, 64] if args.quick else [1, 32, 64]
-        sizes = [1, 4, 16] if args.quick else [1, 4, 16, 60]
-        bench_model("GPT-S", {"vocab_size": 1024, "block_size": 64, "num_classes": 10}, dev, torch.float32,
-                    prefixes, sizes, 15, bw, "CPU (1 thread)", rows)
-        bench_model("GPT-B", {}, dev, torch.float32, [p * 4 for p in prefixes], sizes, 7, bw,
-                    "CPU (1 thread)", rows)
-        write_csv(rows, TABLES / "decoder_cpu.csv")
-        print(f"## CPU (1 thread), copy bandwidth {bw / 1e9:.1f} GB/s\n\n"
-              f"{summary(rows)}\n")
+        label = "CPU (1 thread)"
+        if not args.verify:
+            bw = copy_bandwidth(dev, 256)
+            rows = []
+            prefixes = [1, 64] if args.quick else [1, 32, 64]
+            sizes = [1, 4, 16] if args.quick else [1, 4, 16, 60]
+            bench_model("GPT-S", {"vocab_size": 1024, "block_size": 64, "num_classes": 10}, dev,
+                        torch.float32, prefixes, sizes, 15, bw, label, rows)
+            bench_model("GPT-B", {}, dev, torch.float32, [p * 4 for p in prefixes], sizes, 7, bw, label, rows)
+            write_csv(rows, TABLES / "decoder_cpu.csv")
+            print(f"## CPU (1 thread), copy bandwidth {bw / 1e9:.1f} GB/s\n\n{summary(rows)}\n")
+        print_verify(verify_rows(dev, torch.float32, label, rules, verify_reps), label)
     return 0
 
 

@@ -22,6 +22,13 @@ distances in ``--gsd-embedding`` (``token``: the target's token embedding,
 ``codebook``: the VQ codebook), which the trace stores; the budget reads the
 codebook's neighbour table (``--neighbours`` or computed), which the trace
 stores too.
+
+Device and precision: ``--dtype`` sets the weights and activations of the
+target and drafter (default bfloat16 on CUDA, float32 on a CPU; the logits are
+float32 whatever it is, and the trace header records it); ``--cuda-graphs``
+replays the target's tree forward as CUDA graphs and ``--compile`` runs it
+through ``torch.compile``; both pad every tree to the decoder's
+``max_tree_nodes`` (``reference.model.TreeExecution``).
 """
 
 from __future__ import annotations
@@ -44,14 +51,13 @@ from core.trees.jacobi import JacobiWindow
 from core.trees.spec import check_tree_spec, parse_tree, tree_kind
 from reference.decode import Decoder, DecodeSettings, StepStats, gsd_embedding
 from reference.drafter import EagleDraftSession, EagleHead, GPTDraftSession
-from reference.model import load_gpt
+from reference.model import DTYPES, TreeExecution, load_gpt, parse_dtype
 from reference.vq import VQModel, save_png, to_uint8, vq_config
 from theory.boost import EMBEDDINGS, Boost
 from theory.jacobi_sampler import DEFAULT_FRESH, check_fresh, check_window_size
 from theory.neighbours import DEFAULT_K_MAX, load_neighbours
 from theory.relax import Relax
 
-PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _OLD_ARGS = {"eagle2": ("top_k", "depth", "total_tokens"),
              "latent": ("top_k", "depth", "total_tokens", "pool")}
 DEFAULT_TREE = "eagle2:10,4,59"
@@ -148,9 +154,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--out", required=True, help="output directory")
     o.add_argument("--trace", action="store_true", help="write OUT/trace")
     o.add_argument("--logits-dtype", choices=("float16", "float32"), default="float16")
-    o.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    o.add_argument("--precision", choices=tuple(PRECISIONS), default=None,
-                   help="weights dtype (default bf16 on cuda, fp32 on cpu)")
+    d = p.add_argument_group("device")
+    d.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    d.add_argument("--dtype", choices=tuple(DTYPES), default=None,
+                   help="weights and activations of the models (default bfloat16 on cuda, float32 on cpu); "
+                        "logits are float32 whatever it is")
+    d.add_argument("--compile", action="store_true",
+                   help="run the target's tree forward through torch.compile (padded to fixed shapes)")
+    d.add_argument("--cuda-graphs", action="store_true",
+                   help="replay the target's tree forward as CUDA graphs (padded to fixed shapes; needs "
+                        "--device cuda)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -158,7 +171,12 @@ def run(args: argparse.Namespace) -> int:
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda requested but CUDA is not available")
-    dtype = PRECISIONS[args.precision or ("bf16" if device.type == "cuda" else "fp32")]
+    if args.cuda_graphs and device.type != "cuda":
+        where = "" if torch.cuda.is_available() else " (CUDA is not available here)"
+        raise ValueError(f"--cuda-graphs replays the forward on a GPU: it needs --device cuda, got --device "
+                         f"{args.device}{where}")
+    dtype_name = args.dtype or ("bfloat16" if device.type == "cuda" else "float32")
+    dtype = parse_dtype(dtype_name)
     try:
         classes = [int(c) for c in args.classes.split(",") if c.strip()]
     except ValueError as err:
@@ -209,6 +227,7 @@ def run(args: argparse.Namespace) -> int:
             print("relaxspec generate: no --eagle-ckpt or --draft-ckpt: the target drafts for itself "
                   "(an oracle drafter: an upper bound on acceptance, no speed-up)")
             drafter, draft_name = GPTDraftSession(copy.deepcopy(target)), "self"
+    target.set_execution(TreeExecution(cuda_graphs=args.cuda_graphs, compile=args.compile))
 
     neighbours = None
     if args.neighbours:
@@ -239,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
             rule=rule, relax=str(relax), variant=args.variant, tree=str(policy) if policy else "ar",
             target_sampling=sampling, draft_sampling=sampling, logits_dtype=args.logits_dtype,
             extra={"cfg_scale": args.cfg_scale, "drafter": draft_name, "drafter_sha256": draft_sha,
-                   "image_size": args.image_size, "grid": grid, "seed": args.seed,
+                   "image_size": args.image_size, "grid": grid, "seed": args.seed, "dtype": dtype_name,
                    "neighbours_normalized": bool(args.neighbours_normalized), **tree_context,
                    "draft_logits_unevaluated": "zero rows at nodes the drafter never ran",
                    **({} if embedding is None else

@@ -24,6 +24,22 @@ and lets it attend to the prefix, its ancestors and itself (SPEC section 5);
 slots ``prefix_len, prefix_len + 1, ...``. A plain decoding step is a
 one-node tree.
 
+Precision: ``model.to(torch.bfloat16)`` (or float16) puts the weights, the KV
+cache (:meth:`Transformer.setup_cache` takes the weights' dtype) and the
+activations in that dtype; the rotary table stays float32 (LlamaGen keeps
+``freqs_cis`` in float32 and rotates in float32) and :meth:`Transformer.logits`
+returns float32 (the head's output cast, as LlamaGen's ``self.output(h).float()``).
+
+Static shapes (:class:`TreeExecution`): with ``static`` the tree forward pads
+every call to ``max_tree_nodes`` rows (the size given to ``setup_cache``), so
+every step has the same tensor shapes (embeddings (B, M, dim), rotary rows
+(M, head_dim // 2, 2), slots (M,), mask (M, cache_len)). A padded row has zero
+input, attends only to the cache's last slot (the pad slot, which no tree node
+uses) and writes its keys and values there; its input being zero, every
+layer's keys, values and outputs for it stay zero. The same shapes let
+:class:`reference.cuda_graph.CUDAGraphRunner` replay the layer stack as a CUDA
+graph and ``torch.compile`` compile it once.
+
 Over 400 lines: LlamaGen's GPT with its KV cache, tree attention and strict checkpoint loading is one
 concept (the model) in the style of gpt-fast's single model file.
 """
@@ -31,6 +47,7 @@ concept (the model) in the style of gpt-fast's single model file.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -40,6 +57,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from reference.checkpoint import load_state, read_state_dict
+from reference.cuda_graph import CUDAGraphRunner
 from theory.tree import parent_depths
 
 
@@ -138,6 +156,38 @@ def gpt_config(name: str, **overrides: object) -> GPTConfig:
     n_layer, n_head, dim = SHAPES[name]
     cfg = GPTConfig(dim=dim, n_layer=n_layer, n_head=n_head, multiple_of=8 if dim < 64 else 256)
     return replace(cfg, **overrides)  # type: ignore[arg-type]
+
+
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16,
+                                  "float16": torch.float16}
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    """The weights/activations dtype called ``name`` (a key of :data:`DTYPES`)."""
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; expected one of {sorted(DTYPES)}")
+    return DTYPES[name]
+
+
+@dataclass(frozen=True)
+class TreeExecution:
+    """How :meth:`Transformer.forward_tree` runs the layer stack.
+
+    ``static`` pads every call to ``max_tree_nodes`` rows (module docstring); ``cuda_graphs`` replays
+    the padded stack from a CUDA graph per batch size (the model must be on a CUDA device);
+    ``compile`` runs it through ``torch.compile``. Both need fixed shapes, so either one pads.
+    """
+
+    static: bool = False
+    cuda_graphs: bool = False
+    compile: bool = False
+
+    @property
+    def padded(self) -> bool:
+        return self.static or self.cuda_graphs or self.compile
+
+
+EAGER = TreeExecution()
 
 
 def rope_table_2d(grid_size: int, head_dim: int, base: float, cls_token_num: int) -> torch.Tensor:
@@ -257,7 +307,21 @@ class Block(nn.Module):
         return h + self.feed_forward(self.ffn_norm(h))
 
 
-class Transformer(nn.Module):
+class RotaryModule(nn.Module):
+    """A module whose ``rope`` buffer stays float32 when ``.to()`` (or ``.half()``, ...) casts its
+    weights: the rotary table is a derived constant that ``apply_rope`` reads in float32."""
+
+    rope: torch.Tensor
+
+    def _apply(self, fn: Callable, recurse: bool = True) -> RotaryModule:
+        rope = self.rope
+        super()._apply(fn, recurse)
+        if self.rope.dtype != torch.float32:
+            self.rope = rope.to(self.rope.device)
+        return self
+
+
+class Transformer(RotaryModule):
     """LlamaGen c2i GPT. :meth:`forward` is the teacher-forced pass; decoding uses the cache."""
 
     def __init__(self, cfg: GPTConfig) -> None:
@@ -274,7 +338,21 @@ class Transformer(nn.Module):
             persistent=False,
         )
         self.cache_len = 0
+        self.max_tree_nodes = 0
+        self.execution = EAGER
+        self._padded_stack: Callable[..., torch.Tensor] | None = None
         self.init_weights()
+
+    def _apply(self, fn: Callable, recurse: bool = True) -> Transformer:
+        super()._apply(fn, recurse)
+        self._padded_stack = None  # captured graphs read the old tensors
+        return self
+
+    def __getstate__(self) -> dict:
+        # a copy (copy.deepcopy: a self-drafting target) must not share the compiled or captured stack
+        state = super().__getstate__()
+        state["_padded_stack"] = None
+        return state
 
     def init_weights(self, std: float = 0.02) -> None:
         """LlamaGen's initialisation: N(0, std) linears and embeddings, norms at 1."""
@@ -293,7 +371,7 @@ class Transformer(nn.Module):
         return self.tok_embeddings(tokens)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Float32 logits from final (normed) hidden states."""
+        """Float32 logits from final (normed) hidden states (the head runs in the weights' dtype)."""
         return self.output(hidden).float()
 
     # -- teacher-forced pass --------------------------------------------------------------
@@ -321,12 +399,32 @@ class Transformer(nn.Module):
 
     # -- cached decoding ------------------------------------------------------------------
     def setup_cache(self, batch: int, max_tree_nodes: int = 128, dtype: torch.dtype | None = None) -> None:
-        """Allocate a static cache for ``batch`` rows: every position + ``max_tree_nodes`` scratch slots."""
+        """Allocate a static cache for ``batch`` rows: every position + ``max_tree_nodes`` scratch slots
+        (in the weights' dtype unless ``dtype`` is given)."""
+        if max_tree_nodes < 1:
+            raise ValueError(f"max_tree_nodes must be >= 1, got {max_tree_nodes}")
         p = next(self.parameters())
         self.cache_len = find_multiple(self.cfg.seq_len + max_tree_nodes, 8)
+        self.max_tree_nodes = max_tree_nodes
         for layer in self.layers:
             layer.attention.kv_cache = KVCache(batch, self.cache_len, self.cfg.kv_heads, self.cfg.head_dim,
                                                dtype or p.dtype, p.device)
+        self._padded_stack = None
+
+    def set_execution(self, execution: TreeExecution) -> None:
+        """Run later tree forwards as ``execution`` says (:class:`TreeExecution`); the default is eager
+        with each call's own shapes.
+
+        Raises
+        ------
+        ValueError
+            For CUDA graphs on a model that is not on a CUDA device.
+        """
+        device = self.rope.device
+        if execution.cuda_graphs and device.type != "cuda":
+            raise ValueError(f"CUDA graphs replay device work on a GPU: the model is on {device}")
+        self.execution = execution
+        self._padded_stack = None
 
     def forward_tree(self, x: torch.Tensor, parents: np.ndarray, nodes: np.ndarray, prefix_len: int,
                      slots: dict[int, int] | None = None) -> torch.Tensor:
@@ -337,10 +435,33 @@ class Transformer(nn.Module):
         extended in place: new nodes take the next free slots in order (with a
         fresh dict and ``nodes = 0..n-1``, node v sits in slot v). Every ancestor
         of a node must be in ``nodes`` or already in ``slots``. Returns normed
-        hidden states (B, n, dim).
+        hidden states (B, n, dim). Padded (:meth:`set_execution`), a call takes
+        at most ``max_tree_nodes`` nodes and gives the same states.
         """
-        return run_tree(self.layers, self.norm, self.rope, self.cache_len, x, parents, nodes, prefix_len,
-                        {} if slots is None else slots)
+        slots = {} if slots is None else slots
+        if not self.execution.padded:
+            return run_tree(self.layers, self.norm, self.rope, self.cache_len, x, parents, nodes, prefix_len,
+                            slots)
+        n, rows = x.shape[1], self.max_tree_nodes
+        table, slot_idx, mask = tree_inputs(self.rope, self.cache_len, parents, nodes, prefix_len, slots, 0,
+                                            x.device, pad_to=rows)
+        padded = torch.cat([x, x.new_zeros(x.shape[0], rows - n, x.shape[2])], dim=1)
+        return self._stack(x.device)(padded, table, slot_idx, mask)[:, :n]
+
+    def _stack(self, device: torch.device) -> Callable[..., torch.Tensor]:
+        """The padded layer stack as :attr:`execution` asks (compiled, graphed), built on first use."""
+        if self.execution.cuda_graphs and device.type != "cuda":
+            raise ValueError(f"CUDA graphs replay device work on a GPU: the tree inputs are on {device}")
+        if self._padded_stack is None:
+            layers, norm = self.layers, self.norm
+
+            def stack(x: torch.Tensor, table: torch.Tensor, slot_idx: torch.Tensor,
+                      mask: torch.Tensor) -> torch.Tensor:
+                return run_layers(layers, norm, x, table, slot_idx, mask)
+
+            fn = torch.compile(stack, dynamic=False) if self.execution.compile else stack
+            self._padded_stack = CUDAGraphRunner(fn) if self.execution.cuda_graphs else fn
+        return self._padded_stack
 
     def accept_path(self, prefix_len: int, path_slots: np.ndarray | list[int]) -> int:
         """Move the keys/values in slots ``path_slots`` (the accepted nodes, root first) behind the
@@ -359,35 +480,47 @@ def run_tree(layers: nn.ModuleList, norm: nn.Module, rope: torch.Tensor, cache_l
 
 
 def tree_inputs(rope: torch.Tensor, cache_len: int, parents: np.ndarray, nodes: np.ndarray, prefix_len: int,
-                slots: dict[int, int], pos_offset: int = 0, device: torch.device | str | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                slots: dict[int, int], pos_offset: int = 0, device: torch.device | str | None = None,
+                pad_to: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rotary rows, cache slots and attention mask of ``nodes``; assigns their slots.
 
     Rotary position = pos_offset + prefix_len + depth (the EAGLE head's slot j
-    holds image token j, at position cls_token_num + j).
+    holds image token j, at position cls_token_num + j). With ``pad_to`` every
+    output has ``pad_to`` rows: rows past the nodes take rotary row 0, the pad
+    slot ``cache_len - 1`` (then closed to tree nodes) and a mask that sees only
+    that slot.
     """
     if cache_len == 0:
         raise RuntimeError("no KV cache: call setup_cache first")
     parents = np.asarray(parents, dtype=np.int64)
     nodes = np.asarray(nodes, dtype=np.int64)
+    if pad_to is not None and nodes.size > pad_to:
+        raise ValueError(f"a padded tree forward takes at most max_tree_nodes = {pad_to} nodes (the size "
+                         f"given to setup_cache), got {nodes.size}")
     for v in nodes.tolist():
         if v in slots:
             raise ValueError(f"tree node {v} was already processed in this step")
         slots[v] = len(slots)
-    if prefix_len + len(slots) > cache_len:
-        raise ValueError(f"prefix {prefix_len} + {len(slots)} tree slots exceed the cache length {cache_len}")
+    usable = cache_len if pad_to is None else cache_len - 1
+    if prefix_len + len(slots) > usable:
+        raise ValueError(f"prefix {prefix_len} + {len(slots)} tree slots exceed the cache length {usable}")
     positions = pos_offset + prefix_len + parent_depths(parents)[nodes]
     if positions.max() >= rope.shape[0]:
         raise ValueError(f"position {positions.max()} is past the last grid position {rope.shape[0] - 1}")
-    mask = np.zeros((nodes.size, cache_len), dtype=bool)
-    mask[:, :prefix_len] = True
+    rows = nodes.size if pad_to is None else pad_to
+    mask = np.zeros((rows, cache_len), dtype=bool)
+    mask[: nodes.size, :prefix_len] = True
     for i, v in enumerate(nodes.tolist()):
         while v >= 0:
             if v not in slots:
                 raise ValueError(f"ancestor {v} of a tree node has not been processed")
             mask[i, prefix_len + slots[v]] = True
             v = int(parents[v])
-    slot_idx = torch.as_tensor([prefix_len + slots[v] for v in nodes.tolist()], device=device)
+    mask[nodes.size :, cache_len - 1] = True
+    pad = rows - nodes.size
+    slot_idx = torch.as_tensor([prefix_len + slots[v] for v in nodes.tolist()] + [cache_len - 1] * pad,
+                               device=device)
+    positions = np.concatenate([positions, np.zeros(pad, dtype=np.int64)])
     table = rope[torch.as_tensor(positions, device=rope.device)].to(device)
     return table, slot_idx, torch.from_numpy(mask).to(device)
 
