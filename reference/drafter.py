@@ -34,6 +34,7 @@ from reference.model import (
     Block,
     GPTConfig,
     KVCache,
+    RotaryModule,
     Transformer,
     find_multiple,
     move_accepted,
@@ -120,7 +121,7 @@ class GPTDraftSession(DraftSession):
         self.skip = k - 1  # accepted nodes already in the cache, not fed again
 
 
-class EagleHead(nn.Module):
+class EagleHead(RotaryModule):
     """EAGLE draft head for a target of shape ``target_cfg`` (state: ``fc`` and ``layers.0``)."""
 
     def __init__(self, target_cfg: GPTConfig) -> None:

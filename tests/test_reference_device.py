@@ -256,3 +256,10 @@ def test_cuda_bf16_decoder_with_graphs_and_compile_matches_padded_eager() -> Non
         results[name] = decoder.generate(1, seed=3)
     assert np.array_equal(results["graphs"].tokens, results["static"].tokens)
     assert results["compiled"].tokens.shape == (16,) and results["compiled"].tokens.max() < 8
+
+
+def test_eagle_head_keeps_its_rotary_table_in_float32() -> None:
+    from reference.drafter import EagleHead
+
+    head = EagleHead(tiny_config()).to(torch.bfloat16)
+    assert head.rope.dtype == torch.float32 and next(head.parameters()).dtype == torch.bfloat16
