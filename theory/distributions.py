@@ -98,7 +98,8 @@ def logits_to_probs(
         return out
     z = z / temperature
     if top_k and top_k < vocab:
-        kth = np.take_along_axis(np.sort(z, axis=-1), np.full(z.shape[:-1] + (1,), vocab - top_k), axis=-1)
+        cut = vocab - top_k  # the k-th largest value (a partition finds it without a full sort)
+        kth = np.partition(z, cut, axis=-1)[..., cut:cut + 1]
         z = np.where(z < kth, -np.inf, z)
     probs = _softmax(z)
     if top_p < 1:
