@@ -29,7 +29,7 @@ probabilities (temperature 1, top-k 0 or 2000; rule r2 also turns the draft
 logits of the nodes with children, a second tensor, into q) and one tree
 verification step, by (a) the host path of ``reference.decode`` (guided logits
 to the host, float64 NumPy, ``theory.rule_step.sample_rule_step``) and (b) the
-device verifier ``reference.verify.DeviceVerifier`` (float32), with the bytes
+device verifier ``reference.verify.DeviceVerifier`` (float64, the decoder's default), with the bytes
 each moves to the host per step (``reference.verify_ops.HostLink``) and how
 many of the timed steps both decided alike. Times are medians of the
 repetitions.
@@ -279,7 +279,7 @@ def device_verification(verifier, raw: torch.Tensor, q_logits: torch.Tensor, tre
         if verifier.rule == "r2":
             q = torch.zeros_like(p)
             q[inner] = verifier.probs(q_logits[inner], sampling)
-        path, bonus = verifier.step(tree, p, ua, ud, q=q)
+        path, bonus = verifier.step(tree, p, ua, ud, q=q, checked=True)  # rows made by probs, as the decoder
         out.append((list(path), int(bonus)))
 
     return step
@@ -312,7 +312,7 @@ def verify_rows(dev: torch.device, dtype: torch.dtype, label: str, rules: list[t
                    "host_bytes": link.bytes // calls, "device_ms": None, "device_bytes": None, "agree": None}
             if DeviceVerifier is not None:
                 verifier = DeviceVerifier(rule=rule, relax=relax, variant="principled", boost=NO_BOOST,
-                                          vocab_size=V, neighbours=table, device=dev, dtype=torch.float32)
+                                          vocab_size=V, neighbours=table, device=dev, dtype=torch.float64)
                 verifier.link.reset()
                 device_out: list = []
                 step = device_verification(verifier, raw, q_logits, tree, sampling, uniforms, device_out)

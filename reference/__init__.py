@@ -8,9 +8,15 @@ Modules, one concept each:
   neighbour table;
 - :mod:`reference.drafter`: draft sessions for an independent GPT and an EAGLE head;
 - :mod:`reference.train_drafter`: drafter training (``python -m reference.train_drafter``);
-- :mod:`reference.decode`: AR and speculative decoding verified through ``theory``,
-  with per-step statistics and trace capture; draft trees from a drafter, or SJD's Jacobi
-  windows; rule R2 boosted by GSD or Cool-SD (:func:`reference.decode.gsd_embedding`);
+- :mod:`reference.decode`: AR and speculative decoding verified on the device (or through
+  ``theory``'s oracle: ``verifier="theory"``), with per-step statistics and trace capture;
+  draft trees from a drafter, or SJD's Jacobi windows; rule R2 boosted by GSD or Cool-SD
+  (:func:`reference.decode.gsd_embedding`);
+- :mod:`reference.verify`: the device verifier (R1-R3 with the relaxations, GSD and Cool-SD,
+  Jacobi windows; R4 and the budget through :mod:`reference.verify_traversal`): theory's decisions
+  as batched torch operations, with one host read per step (:mod:`reference.verify_ops`: the
+  primitives and the counted host link);
+- :mod:`reference.cuda_graph`: CUDA graph capture of the padded, fixed-shape tree forward;
 - :mod:`reference.jacobi`: what one Jacobi window leaves to the next (kept drafts and the
   stored logits of their laws), shared by the decoder and replay;
 - :mod:`reference.capture`: trace capture from a decoder held in memory;

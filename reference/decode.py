@@ -1,15 +1,19 @@
 """Autoregressive and speculative decoding of one image (batch 1; CFG doubles it internally).
 
-Every step is a draft tree verified by ``theory.sample_step`` (through
-``theory.rule_step.sample_rule_step``, which sends R4 and the budget to their
-oracles): the root is the
+Every step is a draft tree verified where the logits are, by
+:class:`reference.verify.DeviceVerifier` (``DecodeSettings.verifier = "device"``, the default; float64
+unless ``verify_dtype`` asks for float32): only the accepted path and the bonus token come back to the host
+(``StepStats.host_bytes`` counts what does). ``verifier = "theory"`` is the oracle: the guided logits of
+every node cross to the host and ``theory.rule_step.sample_rule_step`` verifies them in float64 (on CPU in
+float64 both take the same decisions). The root is the
 last committed token (at the first step, the class token, with no drafts: the
 prefill), the target runs the whole tree in one forward, and its guided logits
-at every node (uncond + s (cond - uncond), LlamaGen's formula) are cast to the
-trace dtype and back before ``theory.logits_to_probs`` turns them into p, so
+at every node (uncond + s (cond - uncond), LlamaGen's formula) are rounded to the
+trace dtype before they become p (``theory.logits_to_probs``'s law), so
 a trace replays bit for bit. Drafts come from a tree policy (``simulate``'s
 builders) calling a :class:`~reference.drafter.DraftSession` through a
-callback that does the same for q. Autoregressive sampling is the same loop
+callback that does the same for q on the host (the policies are NumPy; the
+draft rows a step verifies go to the device). Autoregressive sampling is the same loop
 with one-node trees.
 
 Uniforms come from ``numpy.random.default_rng(SeedSequence([seed, sequence]))``,
@@ -68,6 +72,7 @@ from core.trees.policies import TreePolicy
 from reference.drafter import DraftSession
 from reference.jacobi import Kept
 from reference.model import Transformer
+from reference.verify import DeviceVerifier
 from theory.boost import EMBEDDINGS, Boost
 from theory.relax import Relax
 from theory.rule_step import (
@@ -78,6 +83,12 @@ from theory.rule_step import (
 )
 from theory.rules import SAMPLED_DRAFT_RULES, boost_embedding
 from theory.tree import Tree, parent_depths
+
+VERIFIERS = ("device", "theory")
+"""``device``: :class:`reference.verify.DeviceVerifier` where the logits are (the default); ``theory``:
+theory's oracle in float64 on the host (the logits of every node cross to the host)."""
+VERIFY_DTYPES = {"float64": torch.float64, "float32": torch.float32}
+TORCH_LOGITS = {"float16": torch.float16, "float32": torch.float32}
 
 
 def gsd_embedding(choice: str, target: Transformer, codebook: np.ndarray | torch.Tensor | None = None
@@ -128,6 +139,8 @@ class DecodeSettings:
     logits_dtype: str = "float32"
     max_tree_nodes: int = 128
     boost: Boost = field(default_factory=Boost.none)
+    verifier: str = "device"
+    verify_dtype: str = "float64"
 
     def __post_init__(self) -> None:
         check_step_rule(self.rule, self.relax, self.variant, self.boost)
@@ -137,6 +150,10 @@ class DecodeSettings:
             raise ValueError(f"logits_dtype must be one of {LOGIT_DTYPES}, got {self.logits_dtype!r}")
         if self.max_tree_nodes < 1:
             raise ValueError("max_tree_nodes must be >= 1")
+        if self.verifier not in VERIFIERS:
+            raise ValueError(f"verifier must be one of {VERIFIERS}, got {self.verifier!r}")
+        if self.verify_dtype not in VERIFY_DTYPES:
+            raise ValueError(f"verify_dtype must be one of {tuple(VERIFY_DTYPES)}, got {self.verify_dtype!r}")
 
     @property
     def guided(self) -> bool:
@@ -158,6 +175,7 @@ class StepStats:
     t_draft_s: float
     t_target_s: float
     t_verify_s: float
+    host_bytes: int = 0
 
 
 @dataclass
@@ -198,6 +216,7 @@ class Decoder:
         self.vocab = target.cfg.vocab_size
         self.neighbours = step_neighbours(neighbours, self.vocab, settings.relax, settings.variant,
                                           settings.boost)
+        self.device = next(target.parameters()).device
         if embedding is not None and settings.boost.kind != "group":
             raise ValueError(f"an embedding table is read only by the gsd boost, not by {settings.boost}")
         self.embedding = boost_embedding(settings.boost, embedding, self.vocab)
@@ -208,7 +227,9 @@ class Decoder:
         if policy is not None and settings.rule in SAMPLED_DRAFT_RULES and not policy.supports_draws:
             raise ValueError(f"rule {settings.rule} drafts children by draws without replacement: tree "
                              f"policy {policy} ranks by top-k only; use a static tree")
-        self.device = next(target.parameters()).device
+        self._raw_neighbours = neighbours
+        self._verifier: tuple[DecodeSettings, DeviceVerifier | None] | None = None
+        _ = self.verifier  # built now, so that a table it refuses fails here
         batch = 2 if settings.guided else 1
         if self.jacobi is not None and self.jacobi.window + 1 > settings.max_tree_nodes:
             raise ValueError(f"a Jacobi window of {self.jacobi.window} drafts needs max_tree_nodes >= "
@@ -217,11 +238,37 @@ class Decoder:
         if drafter is not None:
             drafter.setup(batch, settings.max_tree_nodes)
 
+    @property
+    def verifier(self) -> DeviceVerifier | None:
+        """The device verifier of the current settings (None with ``verifier="theory"``), rebuilt when
+        the settings are replaced."""
+        st = self.settings
+        if self._verifier is None or self._verifier[0] is not st:
+            ver = None
+            if st.verifier == "device":
+                ver = DeviceVerifier(rule=st.rule, relax=st.relax, variant=st.variant, boost=st.boost,
+                                     vocab_size=self.vocab, neighbours=self._raw_neighbours,
+                                     embedding=self.embedding, device=self.device,
+                                     dtype=VERIFY_DTYPES[st.verify_dtype])
+            self._verifier = (st, ver)
+        return self._verifier[1]
+
     # -- logits -> probabilities through the trace dtype --------------------------------------
+    def _guided(self, raw: torch.Tensor) -> torch.Tensor:
+        """Guided logits (n, V) on the device, rounded to the trace dtype (float32 first: the model's
+        logits are float32 whatever its weights)."""
+        return guide(raw, self.settings.cfg_scale).float().to(TORCH_LOGITS[self.settings.logits_dtype])
+
     def _stored(self, raw: torch.Tensor) -> np.ndarray:
         """Guided logits (n, V) as the trace stores them."""
-        g = guide(raw, self.settings.cfg_scale)
-        return g.float().cpu().numpy().astype(self.settings.logits_dtype)
+        return self._guided(raw).cpu().numpy()
+
+    def _device_probs(self, stored: torch.Tensor, sampling: Sampling, what: str) -> torch.Tensor:
+        """The device verifier's probabilities of stored logits (theory's law, on the device)."""
+        try:
+            return self.verifier.probs(stored, sampling)
+        except ValueError as err:
+            raise ValueError(f"{what} logits are invalid: {err}") from err
 
     def _probs(self, stored: np.ndarray, sampling: Sampling, what: str) -> np.ndarray:
         try:
@@ -286,28 +333,26 @@ class Decoder:
                 x = tgt.embed_tokens(tok)[None].expand(B, -1, -1)
             position = prefix
             hidden = tgt.forward_tree(x, tree.parents, np.arange(n), prefix)
-            target_stored = self._stored(tgt.logits(hidden))
+            guided = self._guided(tgt.logits(hidden))
             t2 = self._sync()
-            p = self._probs(target_stored, st.target_sampling, f"target (step {len(stats)})")
             draft_stored = np.zeros((n, V), dtype=st.logits_dtype)
             for v, row in draft_rows.items():
                 draft_stored[v] = row
-            q = None
-            if st.rule in SAMPLED_DRAFT_RULES and draft_rows:
-                q = np.zeros((n, V))
-                for v in draft_rows:
-                    q[v] = self._probs(draft_stored[v], st.draft_sampling, "draft")
             u_accept, u_draw = rng.random(n), rng.random(n)
-            if self.jacobi is not None and n > 1:
-                accepted, bonus = sample_window_step(p, tree.tokens[1:], q[:-1], u_accept[1:], u_draw,
-                                                     rule=st.rule, boost=st.boost, neighbours=self.neighbours,
-                                                     emb=self.embedding)
-                path = np.arange(accepted + 1, dtype=np.int64)
+            what = f"target (step {len(stats)})"
+            if self.verifier is None:
+                target_stored = guided.cpu().numpy()
+                host_bytes = target_stored.nbytes
+                path, bonus = self._verify_on_host(tree, target_stored, draft_stored, draft_rows, u_accept,
+                                                   u_draw, what)
             else:
-                path, bonus = sample_rule_step(tree, p, u_accept, u_draw, rule=st.rule, relax=st.relax,
-                                               neighbours=self.neighbours, q_dists=q, variant=st.variant,
-                                               **self._boost_args())
-                path = np.asarray(path, dtype=np.int64)
+                self.verifier.link.reset()
+                path, bonus = self._verify_on_device(tree, guided, draft_stored, draft_rows, u_accept,
+                                                     u_draw, what)
+                host_bytes = self.verifier.link.bytes
+                target_stored = guided.cpu().numpy() if trace is not None or self.jacobi is not None else None
+                if self.jacobi is not None:  # the next window's kept samples are drawn on the host
+                    host_bytes += target_stored.nbytes
             t3 = self._sync()
             prefix = tgt.accept_path(prefix, path)
             new = [int(t) for t in tree.tokens[path[1:]]] + [int(bonus)]
@@ -318,16 +363,60 @@ class Decoder:
                                     path=path, bonus=int(bonus), u_fresh=u_fresh))
             if located is not None:
                 self.drafter.accept(located(path))
-            if self.jacobi is not None:
+            if self.jacobi is not None:  # SJD keeps the window's samples: its rows on the host
+                p = self._probs(target_stored, st.target_sampling, what)
                 kept = Kept.after(p, target_stored, len(path) - 1, u_draw, int(bonus))
             chain = new
             chain_features = hidden[:, torch.as_tensor(path, device=self.device)]
             tokens.extend(new)
             stats.append(StepStats(sequence, len(stats), position, n, tree.depth, draft_calls,
-                                   len(path) - 1, len(new), t1 - t0, t2 - t1, t3 - t2))
+                                   len(path) - 1, len(new), t1 - t0, t2 - t1, t3 - t2, int(host_bytes)))
         if trace is not None:
             trace.end_sequence()
         return DecodeResult(np.array(tokens[:N], dtype=np.int64), stats)
+
+    def _verify_on_host(self, tree: Tree, target_stored: np.ndarray, draft_stored: np.ndarray,
+                        draft_rows: dict[int, np.ndarray], u_accept: np.ndarray, u_draw: np.ndarray, what: str
+                        ) -> tuple[np.ndarray, int]:
+        """``--verifier theory``: the step verified by theory's oracle in float64 on the host."""
+        st = self.settings
+        p = self._probs(target_stored, st.target_sampling, what)
+        q = None
+        if st.rule in SAMPLED_DRAFT_RULES and draft_rows:
+            q = np.zeros_like(p)
+            for v in draft_rows:
+                q[v] = self._probs(draft_stored[v], st.draft_sampling, "draft")
+        if self.jacobi is not None and tree.size > 1:
+            accepted, bonus = sample_window_step(p, tree.tokens[1:], q[:-1], u_accept[1:], u_draw,
+                                                 rule=st.rule, boost=st.boost, neighbours=self.neighbours,
+                                                 emb=self.embedding)
+            return np.arange(accepted + 1, dtype=np.int64), int(bonus)
+        path, bonus = sample_rule_step(tree, p, u_accept, u_draw, rule=st.rule, relax=st.relax,
+                                       neighbours=self.neighbours, q_dists=q, variant=st.variant,
+                                       **self._boost_args())
+        return np.asarray(path, dtype=np.int64), int(bonus)
+
+    def _verify_on_device(self, tree: Tree, guided: torch.Tensor, draft_stored: np.ndarray,
+                          draft_rows: dict[int, np.ndarray], u_accept: np.ndarray, u_draw: np.ndarray,
+                          what: str) -> tuple[np.ndarray, int]:
+        """The step verified by :class:`reference.verify.DeviceVerifier` where the logits are; only the
+        accepted path and the bonus token come back (the draft rows, computed on the host by the tree
+        policies, go to the device)."""
+        st, ver = self.settings, self.verifier
+        p = self._device_probs(guided, st.target_sampling, what)
+        q = None
+        if st.rule in SAMPLED_DRAFT_RULES and draft_rows:
+            rows = sorted(draft_rows)
+            q = torch.zeros_like(p)
+            q[rows] = self._device_probs(torch.from_numpy(draft_stored[rows]).to(self.device),
+                                         st.draft_sampling, "draft")
+        ua = torch.from_numpy(u_accept).to(self.device)
+        ud = torch.from_numpy(u_draw).to(self.device)
+        if self.jacobi is not None and tree.size > 1:
+            accepted, bonus = ver.window(p, tree.tokens[1:], q[:-1], ua[1:], ud)
+            return np.arange(accepted + 1, dtype=np.int64), int(bonus)
+        path, bonus = ver.step(tree, p, ua, ud, q, checked=True)  # rows made by ver.probs
+        return np.asarray(path, dtype=np.int64), int(bonus)
 
     def _boost_args(self) -> dict:
         """The boost keywords of ``theory.rule_step.sample_rule_step`` (none without a boost: the unboosted

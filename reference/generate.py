@@ -49,7 +49,7 @@ from core.cost import DEFAULT_TABLE, CostModel
 from core.trace import Sampling, TraceHeader, TraceWriter, array_sha256, file_sha256
 from core.trees.jacobi import JacobiWindow
 from core.trees.spec import check_tree_spec, parse_tree, tree_kind
-from reference.decode import Decoder, DecodeSettings, StepStats, gsd_embedding
+from reference.decode import VERIFIERS, VERIFY_DTYPES, Decoder, DecodeSettings, StepStats, gsd_embedding
 from reference.drafter import EagleDraftSession, EagleHead, GPTDraftSession
 from reference.model import DTYPES, TreeExecution, load_gpt, parse_dtype
 from reference.vq import VQModel, save_png, to_uint8, vq_config
@@ -164,6 +164,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument("--cuda-graphs", action="store_true",
                    help="replay the target's tree forward as CUDA graphs (padded to fixed shapes; needs "
                         "--device cuda)")
+    d.add_argument("--verifier", choices=VERIFIERS, default="device",
+                   help="device: verify where the logits are (reference.verify; only the accepted path and "
+                        "bonus come back); theory: the float64 oracle on the host (all logits cross)")
+    d.add_argument("--verify-dtype", choices=tuple(VERIFY_DTYPES), default="float64",
+                   help="the device verifier's precision (float64: theory's decisions on CPU)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -200,7 +205,8 @@ def run(args: argparse.Namespace) -> int:
     sampling = Sampling(args.temperature, args.top_k, args.top_p)
     settings = DecodeSettings(rule=rule, relax=relax, variant=args.variant, target_sampling=sampling,
                               draft_sampling=sampling, cfg_scale=args.cfg_scale,
-                              logits_dtype=args.logits_dtype, boost=boost)
+                              logits_dtype=args.logits_dtype, boost=boost, verifier=args.verifier,
+                              verify_dtype=args.verify_dtype)
 
     vq = VQModel.load(vq_config(args.vq_model, codebook_size=args.codebook_size,
                                 codebook_embed_dim=args.codebook_embed_dim), args.vq_ckpt)
@@ -259,6 +265,7 @@ def run(args: argparse.Namespace) -> int:
             target_sampling=sampling, draft_sampling=sampling, logits_dtype=args.logits_dtype,
             extra={"cfg_scale": args.cfg_scale, "drafter": draft_name, "drafter_sha256": draft_sha,
                    "image_size": args.image_size, "grid": grid, "seed": args.seed, "dtype": dtype_name,
+                   "verifier": args.verifier, "verify_dtype": args.verify_dtype,
                    "neighbours_normalized": bool(args.neighbours_normalized), **tree_context,
                    "draft_logits_unevaluated": "zero rows at nodes the drafter never ran",
                    **({} if embedding is None else

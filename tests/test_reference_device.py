@@ -263,3 +263,55 @@ def test_eagle_head_keeps_its_rotary_table_in_float32() -> None:
 
     head = EagleHead(tiny_config()).to(torch.bfloat16)
     assert head.rope.dtype == torch.float32 and next(head.parameters()).dtype == torch.bfloat16
+
+
+# ------------------------------------------------------------------ the decoder's verifier (issue 19)
+VERIFY_CASES = [  # rule, relaxation, variant, boost, tree ("jacobi": a window of 3)
+    ("r1", "additive:k=3,delta=0.3", "official", "none", "static"),
+    ("r1", "multiplicative:k=2,lam=3", "principled", "none", "static"),
+    ("r2", "additive:k=2,delta=0.2", "principled", "none", "static"),
+    ("r2", "none", "principled", "gsd:G=3,tau=0.5,dist=4", "static"),
+    ("r2", "none", "principled", "cool:omega=4/2", "static"),
+    ("r3", "additive:k=2,delta=0.2", "principled", "none", "static"),
+    ("r4", "none", "principled", "none", "static"),
+    ("r2", "none", "principled", "budget:delta=0.1,k=3", "static"),
+    ("r4", "none", "principled", "budget:delta=0.1,k=3", "static"),
+    ("r2", "none", "principled", "none", "jacobi"),
+    ("r4", "none", "principled", "cool:omega=4/2", "jacobi"),
+]
+
+
+@pytest.mark.parametrize(("rule", "relax", "variant", "boost", "tree"), VERIFY_CASES)
+def test_the_device_verifier_decodes_what_the_oracle_decodes(rule, relax, variant, boost, tree) -> None:
+    from core.trees.jacobi import JacobiWindow
+    from core.trees.policies import StaticTree
+    from theory.boost import Boost
+    from theory.relax import Relax
+
+    cfg = tiny_config()
+    target, draft = random_model(cfg, 0, std=0.5), random_model(cfg, 1, std=0.5)
+    V = cfg.vocab_size
+    rng = np.random.default_rng(0)
+    table = np.array([np.concatenate([rng.permutation(np.delete(np.arange(V), t))]) for t in range(V)])
+    emb = rng.normal(size=(V, 4)).astype(np.float32).astype(np.float64)
+    b = Boost.parse(boost)
+    out = {}
+    for verifier in ("device", "theory"):
+        st = DecodeSettings(rule=rule, relax=Relax.parse(relax), variant=variant, boost=b, cfg_scale=2.0,
+                            verifier=verifier, target_sampling=Sampling(1.0, 0, 1.0),
+                            draft_sampling=Sampling(1.0, 0, 1.0))
+        if tree == "jacobi":
+            dec = Decoder(target, st, policy=JacobiWindow(3), embedding=emb if b.kind == "group" else None,
+                          neighbours=table)
+        else:
+            dec = Decoder(target, st, drafter=GPTDraftSession(draft),
+                          policy=StaticTree([[0], [1], [0, 0], [0, 1], [1, 0]]), neighbours=table,
+                          embedding=emb if b.kind == "group" else None)
+        results = [dec.generate(label, seed=3, sequence=label) for label in (0, 1)]
+        out[verifier] = (np.concatenate([r.tokens for r in results]),
+                         [s.accepted for r in results for s in r.steps],
+                         [(s.host_bytes, s.nodes) for r in results for s in r.steps if s.nodes > 1])
+    assert np.array_equal(out["device"][0], out["theory"][0]) and out["device"][1] == out["theory"][1]
+    if tree == "static":  # a few hundred bytes (path, bonus, flags) whatever V; theory: every node's logits
+        assert max(b for b, _ in out["device"][2]) <= 512
+        assert all(b == 4 * V * n for b, n in out["theory"][2])

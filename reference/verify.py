@@ -1,0 +1,721 @@
+"""The device verifier (issue 19): one verification step of any rule as batched torch operations.
+
+:class:`DeviceVerifier` takes the guided target rows p (and the draft rows q) of a drawn tree as tensors
+on the decoder's device and returns what ``theory.rule_step.sample_rule_step`` returns (the accepted path
+and the emitted token); a Jacobi window what ``theory.rule_step.sample_window_step`` returns; a batch of
+independent nodes what ``theory.sampler.sample_node`` returns for each. Rules r1, r2 (with GSD's group and
+Cool-SD's depth boosts) and r3 are verified here; rule r4 and the budget boost go to
+``reference.verify_traversal``.
+
+How a step runs (R1, R2): a node's stages (its children tested in rank order, each after every earlier
+sibling was rejected) do not depend on the uniforms, so stage i of every internal node is computed in one
+batched pass (a loop over the child index, never over the vocabulary), giving each child's acceptance
+probability and each node's final residual. The first accepted child of every node is picked on the
+device (``u_accept < a``), the residual (or, at a leaf, the target) draw of every node too, and the path
+is followed on the device (a loop over depth with gathers). R3 marks every acceptable node at once and
+takes the deepest acceptable chain. Host traffic per step: one read (``self.link`` counts it) of the
+path, the emitted token and the validity flags of the inputs; a window verified by r4 or the budget
+boost reads its validity flags once before ``reference.verify_traversal`` runs. The small host -> device
+copies of a step (the tree's layout, the uniforms) are made before its kernels are queued.
+
+Arithmetic: theory's, operation for operation (``theory.stages``, ``theory.relax.merge_count``,
+``theory.boost``), with the sums that decide anything sequential (``torch.cumsum``, left to right on
+CPU), so in float64 on CPU every decision is theory's given the same uniforms, whatever the neighbour
+table holds (repeats included). On a GPU, or in float32, a decision may differ where a comparison lies
+within rounding of its threshold; in float32, R1 re-sums its residual's mass after every rejection
+rather than tracking it by subtraction (which in float32 leaves ~1e-8 of an emptied residual).
+
+Deviations from theory, all on bad input: a neighbour table with ids outside [0, V) is refused when the
+verifier is built (theory would index with them), and non-finite or negative rows and uniforms outside
+[0, 1) raise ``ValueError`` (theory's ``sample_step`` reads them as they are). ``probs`` computes the
+same laws as ``theory.distributions.logits_to_probs`` (the same kept tokens), its values within a few
+ulps: NumPy's SIMD ``exp`` and torch's are not rounded alike.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from core.trace import Sampling
+from reference.verify_ops import HostLink, draw_token, seqsum
+from theory.boost import OFFICIAL_BELOW, Boost, window_extent
+from theory.distributions import SUM_ATOL, TOP_P_TOL
+from theory.jacobi_sampler import check_window_size, window_tree
+from theory.relax import NO_RELAX, Relax
+from theory.rule_step import check_step_rule, own_oracle, step_neighbours
+from theory.rules import SAMPLED_DRAFT_RULES, boost_embedding, rows_read
+from theory.stages import EXHAUSTION_CHECK
+from theory.tree import Tree
+
+DTYPES = (torch.float32, torch.float64)
+"""The dtypes a verifier computes in: float64 (theory's decisions on CPU) or float32."""
+ROW_PROBLEMS = ("", "has a NaN or infinite entry", "has a negative probability", "does not sum to 1")
+"""What a row check reports, by code (0: the row is fine)."""
+
+
+def _device(device: str | torch.device) -> torch.device:
+    """``device`` as a torch.device with its index (``cuda`` -> ``cuda:<current>``)."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"unknown device {device!r}: {err}") from err
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r} asks for CUDA, which this machine does not have")
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+def merge_counts(r: torch.Tensor, total: torch.Tensor | None, x: torch.Tensor, rows: torch.Tensor,
+                 relax: Relax) -> tuple[torch.Tensor, torch.Tensor]:
+    """``theory.relax.merge_count`` for a batch: J (long) and C_J of candidate ``x[i]`` on row ``r[i]``.
+
+    ``total`` is each row's mass (None: 1.0), ``rows`` the candidates' neighbour rows (at least k
+    columns). C_j is a running sum (cumsum) and J the first j whose C_j exceeds the bound, else k.
+    """
+    m = x.shape[0]
+    if relax.is_exact:
+        return x.new_zeros(m), r.new_zeros(m)
+    k = relax.k
+    cum = torch.cumsum(r.gather(1, rows[:, :k]), dim=1)
+    if relax.kind == "additive":
+        bound = relax.delta * (total if total is not None else r.new_ones(m))
+    else:
+        bound = (relax.lam - 1.0) * r.gather(1, x[:, None])[:, 0]
+    over = cum > bound[:, None]
+    J = torch.where(over.any(dim=1), torch.argmax(over.to(torch.uint8), dim=1), torch.full_like(x, k))
+    c = cum.gather(1, (J - 1).clamp(min=0)[:, None])[:, 0]
+    return J, torch.where(J > 0, c, torch.zeros_like(c))
+
+
+def _first_true(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row: whether ``mask`` has a True, and the first True's column (0 when none)."""
+    return mask.any(dim=-1), torch.argmax(mask.to(torch.uint8), dim=-1)
+
+
+def _row_problems(rows: torch.Tensor, check_sum: bool, atol: float) -> torch.Tensor:
+    """Per row: 0 when fine, else the code of its first problem (:data:`ROW_PROBLEMS`), in
+    ``theory.distributions.validate_distribution``'s order."""
+    finite = torch.isfinite(rows).all(dim=-1)
+    negative = (rows < 0).any(dim=-1)
+    code = torch.where(~finite, 1, torch.where(negative, 2, 0))
+    if check_sum:
+        off = (rows.sum(dim=-1) - 1.0).abs() > atol
+        code = torch.where(code == 0, torch.where(off, 3, 0), code)
+    return code
+
+
+def _first_problem(code: torch.Tensor) -> torch.Tensor:
+    """``[row, code]`` of the first row with a problem, ``[-1, 0]`` when none (long, on the device)."""
+    bad, row = _first_true(code > 0)
+    return torch.stack([torch.where(bad, row, -1), code.index_select(0, row.view(1))[0]]).long()
+
+
+class DeviceVerifier:
+    """Verify draft trees and Jacobi windows on the device with theory's decisions (module docstring).
+
+    Parameters
+    ----------
+    rule, relax, variant, boost
+        The rule as ``theory.rule_step.check_step_rule`` takes it.
+    vocab_size
+        V.
+    neighbours
+        The neighbour table (``theory.rule_step.step_neighbours``): (V, K) integers, NumPy or a tensor
+        on ``device``; read only by a LANTERN relaxation or the budget boost.
+    embedding
+        GSD's (V, d) embedding table (``theory.rules.boost_embedding``), NumPy or a tensor on ``device``.
+    device, dtype
+        Where and in what precision (float64 or float32) the verifier computes.
+
+    The constructor validates as theory does and holds the columns of the table the rule reads (long)
+    and the embedding (``dtype``) on ``device``. A tensor table (the columns the rule reads) or embedding
+    is copied once to the host for that validation (through ``self.link``).
+    """
+
+    def __init__(self, *, rule: str, relax: Relax, variant: str, boost: Boost, vocab_size: int,
+                 neighbours: np.ndarray | torch.Tensor | None = None,
+                 embedding: np.ndarray | torch.Tensor | None = None,
+                 device: str | torch.device = "cpu", dtype: torch.dtype = torch.float64) -> None:
+        check_step_rule(rule, relax, variant, boost)
+        if isinstance(vocab_size, bool) or int(vocab_size) != vocab_size or vocab_size < 1:
+            raise ValueError(f"vocab_size must be an integer >= 1, got {vocab_size!r}")
+        if dtype not in DTYPES:
+            raise ValueError(f"the verifier computes in float64 or float32, got dtype {dtype}")
+        self.rule, self.relax, self.variant, self.boost = rule, relax, variant, boost
+        self.vocab_size = V = int(vocab_size)
+        self.device, self.dtype = _device(device), dtype
+        self.link = HostLink()
+        reads_table = boost.kind == "budget" or not relax.is_exact
+        needed = boost.k if boost.kind == "budget" else rows_read(relax, variant)
+        if isinstance(neighbours, torch.Tensor) and neighbours.ndim == 2:
+            neighbours = neighbours[:, :needed]  # the columns the rule reads, all a copy needs
+        host = self._to_host(neighbours, "neighbour table", reads_table)
+        table = step_neighbours(host, V, relax, variant, boost)
+        cols = np.asarray(table[:, :needed], dtype=np.int64)
+        if cols.size and (cols.min() < 0 or cols.max() >= V):
+            raise ValueError(f"the neighbour table holds token ids outside [0, {V}) (from {cols.min()} to "
+                             f"{cols.max()}): it belongs to another codebook, or is corrupt")
+        self.table = torch.as_tensor(cols, device=self.device) if reads_table else None
+        emb = boost_embedding(boost, self._to_host(embedding, "embedding table", boost.kind == "group"), V)
+        self.embedding = None if emb is None else torch.as_tensor(emb, dtype=dtype, device=self.device)
+
+    def _to_host(self, table: np.ndarray | torch.Tensor | None, name: str, read: bool) -> np.ndarray | None:
+        """A table as NumPy for theory's validators; a tensor must be on the verifier's device."""
+        if not isinstance(table, torch.Tensor):
+            return table
+        if table.device != self.device:
+            raise ValueError(f"the {name} is on {table.device} but the verifier runs on {self.device}: "
+                             f"move it with .to({str(self.device)!r})")
+        return self.link.read(table) if read else None
+
+    # -- logits -> probabilities -------------------------------------------------------------------
+    def probs(self, logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+        """Probabilities (n, V) in ``self.dtype`` from logits (n, V) on the device: the laws of
+        ``theory.distributions.logits_to_probs`` (temperature; top-k keeping the ties at the k-th
+        logit; top-p keeping each token whose preceding mass is at most top_p + TOP_P_TOL, ties by
+        lowest id; temperature 0: the point mass on the argmax, lowest id).
+
+        Raises
+        ------
+        ValueError
+            For a NaN or +inf logit, a row that is -inf everywhere (one reduction and one read for all
+            rows), a tensor of another shape or device, or invalid sampling parameters.
+        """
+        V = self.vocab_size
+        z = self._tensor(logits, "logits")
+        if z.ndim != 2 or z.shape[1] != V:
+            raise ValueError(f"logits must have shape (n, V={V}), got {tuple(z.shape)}")
+        temperature, top_k, top_p = sampling.temperature, sampling.top_k, sampling.top_p
+        if not np.isfinite(temperature) or temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature!r}")
+        if not 0 <= int(top_k) <= V or int(top_k) != top_k:
+            raise ValueError(f"top_k must be an integer in [0, {V}], got {top_k!r}")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+        z = z.to(self.dtype)
+        top = torch.amax(z, dim=1)  # NaN if a row has one, +inf if one is +inf, -inf if all are -inf
+        flags = self.link.read(torch.stack([torch.isnan(top).any(), torch.isposinf(top).any(),
+                                            torch.isneginf(top).any()]))
+        for bad, what in zip(flags, ("contain NaN", "contain +inf",
+                                     "are -inf everywhere on some row: no token has mass"), strict=True):
+            if bad:
+                raise ValueError(f"logits {what}")
+        if temperature == 0:
+            return torch.zeros_like(z).scatter_(1, torch.argmax(z, dim=1, keepdim=True), 1.0)
+        z = z / float(temperature)
+        if top_k and top_k < V:
+            kth = torch.kthvalue(z, V - int(top_k) + 1, dim=1, keepdim=True).values  # the k-th largest
+            z = torch.where(z < kth, float("-inf"), z)
+        probs = _softmax(z)
+        if top_p < 1:
+            order = torch.sort(probs, dim=1, descending=True, stable=True).indices
+            cum = torch.cumsum(probs.gather(1, order), dim=1)
+            before = torch.cat([torch.zeros_like(cum[:, :1]), cum[:, :-1]], dim=1)
+            keep = torch.zeros_like(z, dtype=torch.bool).scatter_(1, order, before <= top_p + TOP_P_TOL)
+            probs = _softmax(torch.where(keep, z, float("-inf")))
+        return probs
+
+    # -- one step ----------------------------------------------------------------------------------
+    def step(self, tree: Tree, p: torch.Tensor, u_accept: np.ndarray | torch.Tensor,
+             u_draw: np.ndarray | torch.Tensor, q: torch.Tensor | None = None, *, checked: bool = False
+             ) -> tuple[np.ndarray, int]:
+        """One step on a drawn tree: ``theory.rule_step.sample_rule_step(tree, p, u_accept, u_draw,
+        rule=..., relax=..., neighbours=..., q_dists=q, variant=..., boost=..., emb=...)``.
+
+        ``p`` (and ``q``, needed by r2 and r4 when the tree has drafts) are (n, V) rows on the device,
+        ``u_accept`` and ``u_draw`` n uniforms. Returns the accepted path from the root (int64) and the
+        emitted token. Host traffic: one read (path, token and input flags) for r1-r3; r4 and the budget
+        boost: ``reference.verify_traversal``'s. ``checked=True`` skips the row checks of p and q (two
+        passes over the rows): for rows made by :meth:`probs` (q: zero rows where nothing was drafted).
+
+        Raises
+        ------
+        ValueError
+            For rows of another shape or device, uniforms of another length or outside [0, 1), a tree
+            token outside the vocabulary, a missing q, non-finite or negative rows, and (as theory) a
+            drafted child with zero draft probability that the walk reaches.
+        """
+        if not isinstance(tree, Tree):
+            raise ValueError(f"tree must be a theory.tree.Tree, got {type(tree).__name__}")
+        n = tree.size
+        tree.check_vocab(self.vocab_size)
+        P = self._rows(p, n, "p")
+        ua = self._uniforms(u_accept, n, "u_accept")
+        ud = self._uniforms(u_draw, n, "u_draw")
+        if own_oracle(self.rule, self.boost):
+            Q = self._sampled_rows(q, n)
+            return self._own_oracle_step(tree, P, Q, ua, ud)
+        if self.rule == "r3":
+            return self._greedy_step(tree, P, [*self._uniform_flags(ua, ud)])
+        Q = None
+        if self.rule == "r2" and n > 1:
+            if q is None:
+                raise ValueError("rule r2 needs the draft distribution q (the draft row of every node with "
+                                 "children)")
+            Q = self._rows(q, n, "q")
+        return self._walk_step(tree, P, Q, ua, ud, self.relax, self.variant, self._uniform_flags(ua, ud),
+                               checked=checked)
+
+    def window(self, p: torch.Tensor, drafts: np.ndarray, q: torch.Tensor,
+               u_accept: np.ndarray | torch.Tensor, u_draw: np.ndarray | torch.Tensor) -> tuple[int, int]:
+        """Verify one Jacobi window: ``theory.rule_step.sample_window_step(p, drafts, q, u_accept, u_draw,
+        rule=..., boost=..., neighbours=..., emb=...)``, the number of drafts accepted and the token
+        emitted after them.
+
+        ``p`` is (L + 1, V) (p_1..p_{L+1}), ``drafts`` (L,) the window's tokens, ``q`` (L, V) their draft
+        rows, ``u_accept`` (L,) and ``u_draw`` (L + 1,). The window is rule r2 on its chain
+        (``theory.jacobi_sampler``; no LANTERN relaxation) or, for r4 and the budget boost, that chain
+        sent to ``reference.verify_traversal`` after one read of the inputs' validity flags.
+        """
+        if self.rule not in SAMPLED_DRAFT_RULES:
+            raise ValueError(f"a Jacobi window verifies sampled drafts (SPEC 9.1): it needs rule r2 or r4, "
+                             f"got rule {self.rule!r}")
+        d = np.asarray(drafts)
+        if d.ndim != 1 or d.size < 1 or d.dtype.kind not in "iu":
+            raise ValueError(f"drafts must be a non-empty 1-D integer array, got {d.dtype} of shape "
+                             f"{d.shape}")
+        L = check_window_size(d.size)
+        V = self.vocab_size
+        P = self._rows(p, L + 1, "p_rows")
+        Q = self._rows(q, L, "q_rows")
+        d = d.astype(np.int64)
+        if np.any((d < 0) | (d >= V)):
+            raise ValueError(f"drafts must be tokens in [0, {V}), got {d.tolist()}")
+        ua = self._uniforms(u_accept, L, "u_accept")
+        ud = self._uniforms(u_draw, L + 1, "u_draw")
+        tokens = torch.as_tensor(d, device=self.device)
+        zero, first = _first_true(Q.gather(1, tokens[:, None])[:, 0] <= 0.0)
+        flags = [_first_problem(_row_problems(P, True, self._atol)),
+                 _first_problem(_row_problems(Q, True, self._atol)),
+                 torch.where(zero, first, -1).long()[None]]
+        tree = window_tree(d)
+        Q = torch.cat([Q, torch.full((1, V), 1.0 / V, dtype=self.dtype, device=self.device)])
+        ua = torch.cat([ua.new_zeros(1), ua])
+        if own_oracle(self.rule, self.boost):
+            self._raise_flags(self.link.read(torch.cat(flags)), d, window=True)
+            path, token = self._own_oracle_step(tree, P, Q, ua, ud)
+        else:
+            flags += self._uniform_flags(ua[1:], ud)
+            path, token = self._walk_step(tree, P, Q, ua, ud, NO_RELAX, "principled", flags, drafts=d)
+        return len(path) - 1, int(token)
+
+    def verify_nodes(self, p: torch.Tensor, children: np.ndarray, u_accept: np.ndarray | torch.Tensor,
+                     u_draw: np.ndarray | torch.Tensor, q: torch.Tensor | None = None,
+                     depth: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``theory.sampler.sample_node`` for m independent nodes at once (rules r1, r2, r3), one read.
+
+        ``p`` (m, V) the targets, ``children`` (m, K) each node's children's tokens in rank order
+        padded with -1 at the end, ``u_accept`` (m, K) their uniforms, ``u_draw`` (m,), ``q`` (m, V)
+        the drafts (r2), ``depth`` (m,) the children's depth (Cool-SD's omega index; default 1).
+        Returns ``(index, token)`` (int64): the accepted child's column (-1: none) and the token each
+        node emits.
+        """
+        if own_oracle(self.rule, self.boost):
+            raise ValueError(f"rule {self.rule} with boost {self.boost} verifies a whole step, not node by "
+                             "node: use step")
+        kids = np.asarray(children)
+        if kids.ndim != 2 or kids.dtype.kind not in "iu":
+            raise ValueError(f"children must be an (m, K) integer array, got {kids.dtype} of shape "
+                             f"{kids.shape}")
+        m, K = kids.shape
+        V = self.vocab_size
+        counts = np.count_nonzero(kids >= 0, axis=1)
+        listed = np.arange(K) < counts[:, None]
+        if np.any((kids >= 0) != listed) or np.any(kids >= V):
+            raise ValueError(f"children must list token ids in [0, {V}) first, padded with -1 at the end")
+        P = self._rows(p, m, "p")
+        Q = self._rows(q, m, "q") if self.rule == "r2" and K else None
+        if self.rule == "r2" and K and q is None:
+            raise ValueError("rule r2 needs the draft distribution q")
+        uk = self._uniforms(u_accept, (m, K), "u_accept")
+        ud = self._uniforms(u_draw, m, "u_draw")
+        d = np.ones(m, dtype=np.int64) if depth is None else np.asarray(depth)
+        if d.shape != (m,) or d.dtype.kind not in "iu" or np.any(d < 1):
+            raise ValueError(f"depth must hold m = {m} integers >= 1, got {d!r}")
+        dev = self.device
+        kt = torch.as_tensor(np.where(listed, kids, 0).astype(np.int64), device=dev)
+        listed_t = torch.as_tensor(listed, device=dev)
+        if self.rule == "r3":
+            index, token = self._greedy_nodes(P, kt, listed_t)
+        else:
+            omega = torch.tensor([self.boost.omega_at(int(t)) for t in d], dtype=self.dtype, device=dev)
+            index, token = self._decide(P, Q, kt, counts, uk, ud, omega, self.relax, self.variant)
+        q_code = (torch.where(listed_t.any(dim=1), _row_problems(Q, False, 0.0), 0) if Q is not None
+                  else torch.zeros(m, dtype=torch.long, device=dev))
+        flags = [_first_problem(_row_problems(P, False, 0.0)), _first_problem(q_code),
+                 *self._uniform_flags(torch.where(listed_t, uk, 0.0).flatten(), ud)]
+        out = self.link.read(torch.cat([index, token, *flags]))
+        self._raise_flags(out[2 * m:])
+        index, token = out[:m].astype(np.int64), out[m: 2 * m].astype(np.int64)
+        bad = np.flatnonzero(index <= -2)
+        if bad.size:
+            v = bad[0]
+            raise ValueError(f"drafted token {int(kids[v, -2 - index[v]])} has zero draft probability")
+        return index, token
+
+    def _greedy_nodes(self, P: torch.Tensor, kt: torch.Tensor, listed: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+        """R3 of independent nodes (``theory.sampler.sample_node``): the first acceptable child, else
+        the argmax of p."""
+        m, K = kt.shape
+        best = torch.argmax(P, dim=1)
+        if K == 0:
+            return torch.full((m,), -1, dtype=torch.long, device=P.device), best
+        ok = self._greedy_acceptable(P.repeat_interleave(K, dim=0), kt.flatten()).view(m, K) & listed
+        hit, first = _first_true(ok)
+        return torch.where(hit, first, -1), torch.where(hit, kt.gather(1, first[:, None])[:, 0], best)
+
+    # -- inputs --------------------------------------------------------------------------------------
+    @property
+    def _atol(self) -> float:
+        """The row-sum tolerance of a window's rows: theory's in float64, float32 rounding otherwise."""
+        return SUM_ATOL if self.dtype == torch.float64 else 1e-4
+
+    def _tensor(self, t: torch.Tensor, name: str) -> torch.Tensor:
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch tensor on {self.device}, got {type(t).__name__}")
+        if t.device != self.device:
+            raise ValueError(f"{name} is on {t.device} but the verifier runs on {self.device}")
+        if not t.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point tensor, got {t.dtype}")
+        return t
+
+    def _rows(self, t: torch.Tensor, n: int, name: str) -> torch.Tensor:
+        """(n, V) rows on the device, in ``self.dtype``."""
+        t = self._tensor(t, name)
+        if tuple(t.shape) != (n, self.vocab_size):
+            raise ValueError(f"{name} must have shape (n_nodes={n}, V={self.vocab_size}), got "
+                             f"{tuple(t.shape)}")
+        return t.to(self.dtype)
+
+    def _uniforms(self, u: np.ndarray | torch.Tensor, n: int | tuple[int, ...], name: str) -> torch.Tensor:
+        """Uniforms of shape ``n`` as a float64 tensor on the device (their range is checked with the
+        step's read)."""
+        if isinstance(u, torch.Tensor):
+            if u.device != self.device:
+                raise ValueError(f"{name} is on {u.device} but the verifier runs on {self.device}")
+            t = u.to(torch.float64)
+        else:
+            t = torch.as_tensor(np.asarray(u, dtype=np.float64), device=self.device)
+        shape = (n,) if isinstance(n, int) else n
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
+        return t
+
+    @staticmethod
+    def _uniform_flags(ua: torch.Tensor, ud: torch.Tensor) -> list[torch.Tensor]:
+        """1 for uniforms outside [0, 1) (NaN included), per array."""
+        return [(~((u >= 0.0) & (u < 1.0))).any().long()[None] for u in (ua, ud)]
+
+    def _sampled_rows(self, q: torch.Tensor | None, n: int) -> torch.Tensor:
+        """r4 / budget: the draft rows (a lone root reads none: zeros), as ``theory.rule_step``."""
+        if q is None and n == 1:
+            return torch.zeros((1, self.vocab_size), dtype=self.dtype, device=self.device)
+        if q is None:
+            raise ValueError(f"rule {self.rule} verifies sampled drafts: it needs q (the draft row of every "
+                             "node with children)")
+        return self._rows(q, n, "q")
+
+    def _raise_flags(self, flags: np.ndarray, drafts: np.ndarray | None = None, window: bool = False) -> None:
+        """Raise the first problem the device flagged (layout: :meth:`step`, :meth:`window`)."""
+        i = 0
+        if window:
+            for name in ("p_rows", "q_rows"):
+                row, code = int(flags[i]), int(flags[i + 1])
+                if row >= 0:
+                    raise ValueError(f"{name}[{row}] {ROW_PROBLEMS[code]}")
+                i += 2
+            if flags[i] >= 0:
+                j = int(flags[i])
+                raise ValueError(f"draft d_{j + 1} = {drafts[j]} has zero probability under its q")
+            i += 1
+        else:
+            for name in ("p", "q"):
+                row, code = int(flags[i]), int(flags[i + 1])
+                if row >= 0:
+                    raise ValueError(f"{name}[{row}] {ROW_PROBLEMS[code]}")
+                i += 2
+        for name in ("u_accept", "u_draw")[: flags.size - i]:
+            if flags[i]:
+                raise ValueError(f"{name} must hold uniforms in [0, 1)")
+            i += 1
+
+    # -- r4 and the budget boost ---------------------------------------------------------------------
+    def _own_oracle_step(self, tree: Tree, P: torch.Tensor, Q: torch.Tensor, ua: torch.Tensor,
+                         ud: torch.Tensor) -> tuple[np.ndarray, int]:
+        from reference import verify_traversal  # written alongside; imported when first needed
+
+        table = self.table if self.boost.kind == "budget" else None
+        if self.rule == "r4":
+            path, token = verify_traversal.traversal_step(tree, P, Q, ua, ud, boost=self.boost,
+                                                          neighbours=table, emb=self.embedding,
+                                                          link=self.link)
+        else:
+            path, token = verify_traversal.budget_r2_step(tree, P, Q, ua, ud, boost=self.boost,
+                                                          neighbours=table, link=self.link)
+        return np.asarray(path, dtype=np.int64), int(token)
+
+    # -- R3 --------------------------------------------------------------------------------------------
+    def _greedy_step(self, tree: Tree, P: torch.Tensor, flags: list[torch.Tensor]) -> tuple[np.ndarray, int]:
+        """R3 (``theory.tree.greedy_path``): the deepest chain of acceptable nodes (first in node order),
+        then argmax p at its end."""
+        n, D, dev = tree.size, tree.depth, self.device
+        # host -> device copies first: a copy from pageable memory waits for the work queued before it
+        parents = torch.as_tensor(np.maximum(tree.parents, 0), device=dev)
+        x = torch.tensor(tree.tokens[1:], device=dev)
+        depths = torch.tensor(tree.depths, device=dev)
+        ok = torch.ones(n, dtype=torch.bool, device=dev)
+        if n > 1:
+            ok[1:] = self._greedy_acceptable(P[parents[1:]], x)
+        acceptable = ok.clone()
+        for _ in range(D):
+            ok = acceptable & ok[parents]
+        idx = torch.arange(n, device=dev)
+        best = torch.argmax(torch.where(ok, depths * (n + 1) + (n - idx), -1))[None]
+        up = [best]
+        for _ in range(D):
+            up.append(parents[up[-1]])
+        bonus = torch.argmax(P.index_select(0, best), dim=1)
+        no_q = torch.full((2,), -1, dtype=torch.long, device=dev)
+        checks = [_first_problem(_row_problems(P, False, 0.0)), no_q, *flags]
+        out = self.link.read(torch.cat(up + [bonus] + checks))
+        self._raise_flags(out[D + 2:])
+        chain = out[D::-1]
+        path = chain[int(np.flatnonzero(chain == 0)[-1]):]
+        return path.astype(np.int64), int(out[D + 1])
+
+    def _greedy_acceptable(self, p: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``theory.stages.greedy_acceptable`` for candidate ``x[i]`` on row ``p[i]``."""
+        J, c = merge_counts(p, None, x, self._rows_of(x), self.relax)
+        mx = p.gather(1, x[:, None])[:, 0] + c
+        best = torch.argmax(p, dim=1)
+        others = p.scatter(1, x[:, None], -1.0)
+        top = torch.argmax(others, dim=1)
+        other = others.gather(1, top[:, None])[:, 0]
+        return (best == x) | (mx > other) | ((mx == other) & (x < top))
+
+    def _rows_of(self, x: torch.Tensor) -> torch.Tensor:
+        """The neighbour rows of tokens ``x`` (no columns when the rule reads none)."""
+        if self.table is None:
+            return x.new_zeros((x.shape[0], 0))
+        return self.table[x]
+
+    # -- R1 and R2: stages batched over the internal nodes --------------------------------------------
+    def _walk_step(self, tree: Tree, P: torch.Tensor, Q: torch.Tensor | None, ua: torch.Tensor,
+                   ud: torch.Tensor, relax: Relax, variant: str, flags: list[torch.Tensor],
+                   drafts: np.ndarray | None = None, checked: bool = False) -> tuple[np.ndarray, int]:
+        """R1 or R2 (``theory.tree.sample_step`` with ``theory.sampler.sample_node``): every node decided
+        at once (:meth:`_decide`; a leaf draws from its p), then the path followed on the device; one
+        read. ``drafts``: the window's (its flags' layout)."""
+        dev, n = self.device, tree.size
+        counts = np.bincount(tree.parents[1:], minlength=n)
+        kid_node = np.zeros((n, int(counts.max(initial=0))), dtype=np.int64)
+        for u in np.flatnonzero(counts):
+            ks = np.flatnonzero(tree.parents == u)
+            kid_node[u, : ks.size] = ks
+        kid_token = np.where(np.arange(kid_node.shape[1]) < counts[:, None], tree.tokens[kid_node], 0)
+        # host -> device copies first: a copy from pageable memory waits for the work queued before it
+        kn = torch.as_tensor(kid_node, device=dev)
+        kt = torch.as_tensor(kid_token, device=dev)
+        omega = torch.tensor([self.boost.omega_at(int(d) + 1) for d in tree.depths], dtype=self.dtype,
+                             device=dev)
+        inner = torch.as_tensor(counts > 0, device=dev)
+        index, token = self._decide(P, Q, kt, counts, ua[kn], ud, omega, relax, variant)
+        if kn.shape[1]:
+            index = torch.where(index >= 0, kn.gather(1, index.clamp(min=0)[:, None])[:, 0], index)
+        choice = index  # the accepted child's node, or a negative code
+        if drafts is None and checked:
+            fine = torch.tensor([-1, 0], dtype=torch.long, device=dev)
+            flags = [fine, fine, *flags]
+        elif drafts is None:
+            q_code = (torch.where(inner, _row_problems(Q, False, 0.0), 0) if Q is not None
+                      else torch.zeros(n, dtype=torch.long, device=dev))
+            flags = [_first_problem(_row_problems(P, False, 0.0)), _first_problem(q_code), *flags]
+        D = tree.depth
+        cur = torch.zeros(1, dtype=torch.long, device=dev)
+        entries = [cur]
+        for _ in range(D):
+            c = choice.index_select(0, cur)
+            cur = torch.where(c >= 0, c, cur)
+            entries.append(torch.where(c >= 0, c, -1))
+        out = self.link.read(torch.cat(entries + [token.index_select(0, cur), choice.index_select(0, cur)]
+                                       + flags))
+        self._raise_flags(out[D + 3:], drafts, window=drafts is not None)
+        status = int(out[D + 2])
+        path = out[: D + 1]
+        path = path[path >= 0].astype(np.int64)
+        if status <= -2:
+            child = np.flatnonzero(tree.parents == path[-1])[-2 - status]
+            raise ValueError(f"drafted token {int(tree.tokens[child])} has zero draft probability")
+        return path, int(out[D + 1])
+
+    def _decide(self, P: torch.Tensor, Q: torch.Tensor | None, kt: torch.Tensor, counts: np.ndarray,
+                uk: torch.Tensor, ud: torch.Tensor, omega: torch.Tensor, relax: Relax, variant: str
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``theory.sampler.sample_node`` (R1, R2) of m independent nodes, on the device.
+
+        ``kt`` (m, K): each node's children's tokens (its first ``counts`` columns), ``uk`` (m, K) their
+        uniforms, ``ud`` (m,) the draw uniforms, ``omega`` (m,) Cool-SD's factor. Returns ``(index,
+        token)``: the accepted child's column (-1: none, then the token is the residual draw; -2 - i:
+        draw i has zero draft probability, which theory refuses) and the token the node emits. The
+        stages run in order of the child index over the nodes with that many children (rows sorted
+        by their number of children, so those are a prefix)."""
+        m, K = kt.shape
+        if K == 0:
+            return torch.full((m,), -1, dtype=torch.long, device=P.device), draw_token(P, ud)
+        order = np.argsort(-counts, kind="stable")
+        active = [int(np.count_nonzero(counts > i)) for i in range(K)]
+        o = torch.as_tensor(order, device=P.device)
+        kt, uk = kt[o], uk[o]
+        if self.rule == "r1":
+            event, bad, r = self._r1_stages(P[o], kt, active, uk, relax, variant)
+        else:
+            event, bad, r = self._r2_stages(P[o], Q[o], kt, active, uk, relax, variant, omega[o])
+        hit, first = _first_true(event)
+        at = first[:, None]
+        index = torch.where(hit, torch.where(bad.gather(1, at)[:, 0], -2 - first, first), -1)
+        token = torch.where(hit, kt.gather(1, at)[:, 0], draw_token(r, ud[o]))
+        return (torch.empty_like(index).index_copy_(0, o, index),
+                torch.empty_like(token).index_copy_(0, o, token))
+
+    def _r1_stages(self, r: torch.Tensor, kt: torch.Tensor, active: list[int], uk: torch.Tensor,
+                   relax: Relax, variant: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Every R1 stage (``theory.stages.r1_stage`` / ``r1_reject``) of every node, stage by stage:
+        (accepted events, bad draws (none for R1), final residuals). In float32 the residual's mass is
+        re-summed after every rejection instead of tracked by subtraction."""
+        m, K = kt.shape
+        V = r.shape[1]
+        r = r.clone()
+        Z = r.new_ones(m)
+        event = torch.zeros((m, K), dtype=torch.bool, device=r.device)
+        for i, a_rows in enumerate(active):
+            x = kt[:a_rows, i]
+            ri, Zi = r[:a_rows], Z[:a_rows]
+            rows = self._rows_of(x)
+            J, c = merge_counts(ri, Zi, x, rows, relax)
+            a = torch.where(Zi > 0, torch.clamp((ri.gather(1, x[:, None])[:, 0] + c) / Zi, max=1.0), 1.0)
+            event[:a_rows, i] = uk[:a_rows, i] < a.to(torch.float64)
+            # the tokens a rejection zeroes: x, then its first J neighbours (official: its first k + 1
+            # whenever J >= 1), in order; unused slots point at x, zeroed already
+            if relax.is_exact:
+                nb = rows[:, :0]
+                valid = torch.ones((a_rows, 0), dtype=torch.bool, device=r.device)
+            elif variant == "official":
+                nb = rows
+                valid = (J >= 1)[:, None].expand(-1, nb.shape[1])
+            else:
+                nb = rows[:, : relax.k]
+                valid = torch.arange(nb.shape[1], device=r.device)[None] < J[:, None]
+            zeroed = torch.cat([x[:, None], torch.where(valid, nb, x[:, None])], dim=1)
+            valid = torch.cat([valid.new_ones((a_rows, 1)), valid], dim=1)
+            slot = torch.arange(zeroed.shape[1], device=r.device).expand(a_rows, -1)
+            seen = torch.full((a_rows, V), zeroed.shape[1], dtype=torch.long, device=r.device)
+            seen.scatter_reduce_(1, zeroed, slot, reduce="amin")
+            first = seen.gather(1, zeroed) == slot  # a repeated token adds 0: theory zeroed it already
+            removed = seqsum(torch.where(valid & first, ri.gather(1, zeroed), 0.0))
+            ri = ri.scatter(1, zeroed, 0.0)
+            if r.dtype == torch.float64:
+                Zi = Zi - removed
+                Zi = torch.where(Zi <= EXHAUSTION_CHECK, seqsum(ri), Zi)
+            else:  # float32 subtraction can leave ~1e-8 of an empty residual: always re-sum
+                Zi = seqsum(ri)
+            empty = Zi <= 0.0
+            r[:a_rows] = torch.where(empty[:, None], 1.0, ri)
+            Z[:a_rows] = torch.where(empty, float(V), Zi)
+        return event, torch.zeros_like(event), r
+
+    def _r2_stages(self, r: torch.Tensor, q: torch.Tensor, kt: torch.Tensor, active: list[int],
+                   uk: torch.Tensor, relax: Relax, variant: str, omega: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Every R2 stage (``theory.boost.sampled_draft_stage`` on ``theory.stages.draft_residual``) of
+        every node, stage by stage: (tested-and-accepted or zero-q events, zero-q draws, final
+        residuals). A node stops testing when its draft residual has no mass left."""
+        m, K = kt.shape
+        V = r.shape[1]
+        r, qr = r.clone(), q.clone()
+        alive = torch.ones(m, dtype=torch.bool, device=r.device)
+        event = torch.zeros((m, K), dtype=torch.bool, device=r.device)
+        bad = torch.zeros((m, K), dtype=torch.bool, device=r.device)
+        uniform = 1.0 / V
+        for i, a_rows in enumerate(active):
+            x = kt[:a_rows, i]
+            if i:
+                qr[:a_rows] = qr[:a_rows].scatter(1, kt[:a_rows, i - 1 : i], 0.0)
+            s = seqsum(qr[:a_rows])
+            alive[:a_rows] &= s > 0.0
+            qp = qr[:a_rows] / s[:, None]
+            ri = r[:a_rows]
+            rx = ri.gather(1, x[:, None])[:, 0]
+            qx = qp.gather(1, x[:, None])[:, 0]
+            if self.boost.kind == "group":
+                a = torch.clamp(self._group_ratio(ri, qp, x), max=1.0)
+                res = torch.clamp(ri - qp, min=0.0)
+            elif self.boost.kind == "depth":
+                a = torch.clamp(omega[:a_rows] * rx / qx, max=1.0)
+                res = torch.clamp(ri - qp, min=0.0)
+            else:
+                a, res = self._r2_relaxed(ri, qp, x, rx, qx, relax, variant)
+            total = seqsum(res)
+            r_next = torch.where(total[:, None] > 0.0, res / total[:, None], uniform)
+            live = alive[:a_rows]
+            bad[:a_rows, i] = live & (qx <= 0.0)
+            event[:a_rows, i] = live & (bad[:a_rows, i] | (uk[:a_rows, i] < a.to(torch.float64)))
+            r[:a_rows] = torch.where(live[:, None], r_next, ri)
+        return event, bad, r
+
+    def _r2_relaxed(self, r: torch.Tensor, qp: torch.Tensor, x: torch.Tensor, rx: torch.Tensor,
+                    qx: torch.Tensor, relax: Relax, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """``theory.stages.r2_stage``: the acceptance and the unnormalised residual after a rejection."""
+        m, V = r.shape
+        rows = self._rows_of(x)
+        J, c = merge_counts(r, None, x, rows, relax)
+        a = torch.clamp((rx + c) / qx, max=1.0)
+        if relax.is_exact:
+            return a, torch.clamp(r.scatter(1, x[:, None], (rx + c)[:, None]) - qp, min=0.0)
+        pad = torch.full_like(rows, V)  # column V of the mask: a write that zeroes nothing
+        mask = torch.zeros((m, V + 1), dtype=torch.bool, device=r.device)
+        if variant == "official":
+            mask.scatter_(1, torch.where((J >= 1)[:, None], rows, pad), True)
+            return a, torch.clamp(r - torch.where(mask[:, :V], 0.0, qp), min=0.0)
+        nb = rows[:, : relax.k]
+        valid = torch.arange(nb.shape[1], device=r.device)[None] < J[:, None]
+        mask.scatter_(1, torch.where(valid, nb, pad[:, : relax.k]), True)
+        rt = torch.where(mask[:, :V], 0.0, r).scatter(1, x[:, None], (rx + c)[:, None])
+        return a, torch.clamp(rt - qp, min=0.0)
+
+    def _group_ratio(self, r: torch.Tensor, qp: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """GSD's p(C)/q(C) for draft ``x[i]`` on residual ``r[i]`` (``theory.boost.group_members``: the
+        window of ranks around x in r, ties by lower id; |r(y) - r(x)| < tau and squared embedding
+        distance < dist; official window: x alone when fewer than 7 tokens rank below it), the sums
+        sequential in rank order."""
+        m, V = r.shape
+        boost, dev = self.boost, r.device
+        order = torch.sort(r + 0.0, dim=1, descending=True, stable=True).indices  # + 0.0: no -0.0 keys
+        rank = torch.empty_like(order).scatter_(1, order, torch.arange(V, device=dev).expand(m, -1))
+        rx_rank = rank.gather(1, x[:, None])
+        before, after = window_extent(boost.group_size, boost.window)
+        offset = torch.arange(-before, after + 1, device=dev)[None]
+        at = rx_rank + offset
+        inside = (at >= 0) & (at < V)
+        if boost.window == "official":
+            alone = V - 1 - rx_rank < OFFICIAL_BELOW
+            inside &= ~alone | (offset == 0)
+        cand = order.gather(1, at.clamp(0, V - 1))
+        rc = r.gather(1, cand)
+        close = (rc - r.gather(1, x[:, None])).abs() < boost.tau
+        diff = self.embedding[cand] - self.embedding[x][:, None, :]
+        d2 = torch.cumsum(diff * diff, dim=2)[..., -1]
+        keep = inside & ((close & (d2 < boost.dist)) | (cand == x[:, None]))
+        return seqsum(torch.where(keep, rc, 0.0)) / seqsum(torch.where(keep, qp.gather(1, cand), 0.0))
+
+
+def _softmax(z: torch.Tensor) -> torch.Tensor:
+    """``theory.distributions._softmax``: exp(z - max) / sum."""
+    e = torch.exp(z - torch.amax(z, dim=-1, keepdim=True))
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+__all__ = ["DTYPES", "DeviceVerifier", "merge_counts"]
