@@ -113,6 +113,9 @@ def _first_problem(code: torch.Tensor) -> torch.Tensor:
     return torch.stack([torch.where(bad, row, -1), code.index_select(0, row.view(1))[0]]).long()
 
 
+WALKS = ("auto", "batched", "per-node")
+
+
 class DeviceVerifier:
     """Verify draft trees and Jacobi windows on the device with theory's decisions (module docstring).
 
@@ -129,6 +132,11 @@ class DeviceVerifier:
         GSD's (V, d) embedding table (``theory.rules.boost_embedding``), NumPy or a tensor on ``device``.
     device, dtype
         Where and in what precision (float64 or float32) the verifier computes.
+    walk
+        How R1 and R2 walk a tree: ``batched`` verifies every node with children at once and follows
+        the path on the device (one read per step); ``per-node`` verifies only the nodes the path
+        visits, one read each; ``auto`` (default): per-node on a CPU (there the reads cross no bus and
+        the batched walk costs every node's work), batched elsewhere. Decisions are the same.
 
     The constructor validates as theory does and holds the columns of the table the rule reads (long)
     and the embedding (``dtype``) on ``device``. A tensor table (the columns the rule reads) or embedding
@@ -138,8 +146,11 @@ class DeviceVerifier:
     def __init__(self, *, rule: str, relax: Relax, variant: str, boost: Boost, vocab_size: int,
                  neighbours: np.ndarray | torch.Tensor | None = None,
                  embedding: np.ndarray | torch.Tensor | None = None,
-                 device: str | torch.device = "cpu", dtype: torch.dtype = torch.float64) -> None:
+                 device: str | torch.device = "cpu", dtype: torch.dtype = torch.float64,
+                 walk: str = "auto") -> None:
         check_step_rule(rule, relax, variant, boost)
+        if walk not in WALKS:
+            raise ValueError(f"walk must be one of {WALKS}, got {walk!r}")
         if isinstance(vocab_size, bool) or int(vocab_size) != vocab_size or vocab_size < 1:
             raise ValueError(f"vocab_size must be an integer >= 1, got {vocab_size!r}")
         if dtype not in DTYPES:
@@ -147,6 +158,7 @@ class DeviceVerifier:
         self.rule, self.relax, self.variant, self.boost = rule, relax, variant, boost
         self.vocab_size = V = int(vocab_size)
         self.device, self.dtype = _device(device), dtype
+        self.walk = walk if walk != "auto" else ("per-node" if self.device.type == "cpu" else "batched")
         self.link = HostLink()
         reads_table = boost.kind == "budget" or not relax.is_exact
         needed = boost.k if boost.kind == "budget" else rows_read(relax, variant)
@@ -195,7 +207,7 @@ class DeviceVerifier:
             raise ValueError(f"top_k must be an integer in [0, {V}], got {top_k!r}")
         if not 0 < top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
-        z = z.to(self.dtype)
+        raw, z = z, z.to(self.dtype)
         top = torch.amax(z, dim=1)  # NaN if a row has one, +inf if one is +inf, -inf if all are -inf
         flags = self.link.read(torch.stack([torch.isnan(top).any(), torch.isposinf(top).any(),
                                             torch.isneginf(top).any()]))
@@ -205,9 +217,13 @@ class DeviceVerifier:
                 raise ValueError(f"logits {what}")
         if temperature == 0:
             return torch.zeros_like(z).scatter_(1, torch.argmax(z, dim=1, keepdim=True), 1.0)
-        z = z / float(temperature)
+        if temperature != 1.0:  # x / 1 is x: one pass over the rows saved
+            z = z / float(temperature)
         if top_k and top_k < V:
-            kth = torch.kthvalue(z, V - int(top_k) + 1, dim=1, keepdim=True).values  # the k-th largest
+            # the k-th largest; found on the stored logits when they are z itself (temperature 1): float32
+            # holds them exactly and halves the pass
+            src = raw.float() if temperature == 1.0 and raw.dtype in (torch.float16, torch.float32) else z
+            kth = torch.kthvalue(src, V - int(top_k) + 1, dim=1, keepdim=True).values.to(z.dtype)
             z = torch.where(z < kth, float("-inf"), z)
         probs = _softmax(z)
         if top_p < 1:
@@ -508,8 +524,10 @@ class DeviceVerifier:
                    ud: torch.Tensor, relax: Relax, variant: str, flags: list[torch.Tensor],
                    drafts: np.ndarray | None = None, checked: bool = False) -> tuple[np.ndarray, int]:
         """R1 or R2 (``theory.tree.sample_step`` with ``theory.sampler.sample_node``): every node decided
-        at once (:meth:`_decide`; a leaf draws from its p), then the path followed on the device; one
-        read. ``drafts``: the window's (its flags' layout)."""
+        at once (:meth:`_stages`), then the path followed on the device and its end node's draw; one
+        read. ``drafts``: the window's (its flags' layout). On a CPU: :meth:`_walk_on_host`."""
+        if self.walk == "per-node":
+            return self._walk_on_host(tree, P, Q, ua, ud, relax, variant, flags, drafts, checked)
         dev, n = self.device, tree.size
         counts = np.bincount(tree.parents[1:], minlength=n)
         kid_node = np.zeros((n, int(counts.max(initial=0))), dtype=np.int64)
@@ -522,18 +540,11 @@ class DeviceVerifier:
         kt = torch.as_tensor(kid_token, device=dev)
         omega = torch.tensor([self.boost.omega_at(int(d) + 1) for d in tree.depths], dtype=self.dtype,
                              device=dev)
-        inner = torch.as_tensor(counts > 0, device=dev)
-        index, token = self._decide(P, Q, kt, counts, ua[kn], ud, omega, relax, variant)
+        index, _, rows, slot = self._stages(P, Q, kt, counts, ua[kn], omega, relax, variant)
         if kn.shape[1]:
             index = torch.where(index >= 0, kn.gather(1, index.clamp(min=0)[:, None])[:, 0], index)
         choice = index  # the accepted child's node, or a negative code
-        if drafts is None and checked:
-            fine = torch.tensor([-1, 0], dtype=torch.long, device=dev)
-            flags = [fine, fine, *flags]
-        elif drafts is None:
-            q_code = (torch.where(inner, _row_problems(Q, False, 0.0), 0) if Q is not None
-                      else torch.zeros(n, dtype=torch.long, device=dev))
-            flags = [_first_problem(_row_problems(P, False, 0.0)), _first_problem(q_code), *flags]
+        flags = self._step_flags(P, Q, counts, flags, drafts, checked)
         D = tree.depth
         cur = torch.zeros(1, dtype=torch.long, device=dev)
         entries = [cur]
@@ -541,8 +552,9 @@ class DeviceVerifier:
             c = choice.index_select(0, cur)
             cur = torch.where(c >= 0, c, cur)
             entries.append(torch.where(c >= 0, c, -1))
-        out = self.link.read(torch.cat(entries + [token.index_select(0, cur), choice.index_select(0, cur)]
-                                       + flags))
+        # the end node emits: a draw from its residual (or p at a leaf); only that one row is drawn from
+        drawn = draw_token(self._end_rows(P, rows, slot, cur), ud.index_select(0, cur))
+        out = self.link.read(torch.cat(entries + [drawn, choice.index_select(0, cur)] + flags))
         self._raise_flags(out[D + 3:], drafts, window=drafts is not None)
         status = int(out[D + 2])
         path = out[: D + 1]
@@ -552,34 +564,107 @@ class DeviceVerifier:
             raise ValueError(f"drafted token {int(tree.tokens[child])} has zero draft probability")
         return path, int(out[D + 1])
 
+    def _walk_on_host(self, tree: Tree, P: torch.Tensor, Q: torch.Tensor | None, ua: torch.Tensor,
+                      ud: torch.Tensor, relax: Relax, variant: str, flags: list[torch.Tensor],
+                      drafts: np.ndarray | None, checked: bool) -> tuple[np.ndarray, int]:
+        """:meth:`_walk_step` on a CPU, node by node in theory's order: only the nodes the path visits
+        are verified (the batched walk verifies every node with children: on a GPU that costs no more
+        time, on a CPU it costs the nodes' work). One read of the flags, then one per node visited;
+        the reads cross no bus here."""
+        dev = self.device
+        counts = np.bincount(tree.parents[1:], minlength=tree.size)
+        self._raise_flags(self.link.read(torch.cat(self._step_flags(P, Q, counts, flags, drafts, checked))),
+                          drafts, window=drafts is not None)
+        u, path, row = 0, [0], None
+        while counts[u]:
+            kids = np.flatnonzero(tree.parents == u)
+            omega = torch.tensor([self.boost.omega_at(int(tree.depths[u]) + 1)], dtype=self.dtype, device=dev)
+            index, _, rows, _ = self._stages(P[u:u + 1], None if Q is None else Q[u:u + 1],
+                                             torch.as_tensor(tree.tokens[kids][None], device=dev),
+                                             counts[u:u + 1], ua[torch.as_tensor(kids, device=dev)][None],
+                                             omega, relax, variant)
+            i = int(self.link.item(index))
+            if i <= -2:
+                raise ValueError(f"drafted token {int(tree.tokens[kids[-2 - i]])} has zero draft probability")
+            if i < 0:
+                row = rows
+                break
+            u = int(kids[i])
+            path.append(u)
+        row = P[u:u + 1] if row is None else row
+        return np.array(path, dtype=np.int64), int(self.link.item(draw_token(row, ud[u:u + 1])))
+
+    def _step_flags(self, P: torch.Tensor, Q: torch.Tensor | None, counts: np.ndarray,
+                    flags: list[torch.Tensor], drafts: np.ndarray | None, checked: bool
+                    ) -> list[torch.Tensor]:
+        """The flags a step reads (layout: :meth:`_raise_flags`): a window's as given; a tree's p rows and
+        the q rows of its nodes with children (skipped when ``checked``), then ``flags``."""
+        if drafts is not None:
+            return flags
+        dev, n = self.device, counts.size
+        if checked:
+            fine = torch.tensor([-1, 0], dtype=torch.long, device=dev)
+            return [fine, fine, *flags]
+        q_code = (torch.where(torch.as_tensor(counts > 0, device=dev), _row_problems(Q, False, 0.0), 0)
+                  if Q is not None else torch.zeros(n, dtype=torch.long, device=dev))
+        return [_first_problem(_row_problems(P, False, 0.0)), _first_problem(q_code), *flags]
+
     def _decide(self, P: torch.Tensor, Q: torch.Tensor | None, kt: torch.Tensor, counts: np.ndarray,
                 uk: torch.Tensor, ud: torch.Tensor, omega: torch.Tensor, relax: Relax, variant: str
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``theory.sampler.sample_node`` (R1, R2) of m independent nodes, on the device.
+        """``theory.sampler.sample_node`` (R1, R2) of m independent nodes, on the device: :meth:`_stages`,
+        then every node's draw. Returns ``(index, token)``: the accepted child's column (-1: none, then
+        the token is the residual draw; -2 - i: draw i has zero draft probability, which theory
+        refuses) and the token the node emits."""
+        index, token, rows, slot = self._stages(P, Q, kt, counts, uk, omega, relax, variant)
+        drawn = draw_token(self._end_rows(P, rows, slot, torch.arange(P.shape[0], device=P.device)), ud)
+        return index, torch.where(index >= 0, token, drawn)
+
+    @staticmethod
+    def _end_rows(P: torch.Tensor, rows: torch.Tensor, slot: torch.Tensor, nodes: torch.Tensor
+                  ) -> torch.Tensor:
+        """The rows ``nodes`` draw from when they emit: the residual left by their rejected children
+        (``rows[slot]``), or p for a node without children (``slot`` -1)."""
+        at = slot.index_select(0, nodes)
+        if rows.shape[0] == 0:
+            return P.index_select(0, nodes)
+        own = rows.index_select(0, at.clamp(min=0))
+        return torch.where((at >= 0)[:, None], own, P.index_select(0, nodes))
+
+    def _stages(self, P: torch.Tensor, Q: torch.Tensor | None, kt: torch.Tensor, counts: np.ndarray,
+                uk: torch.Tensor, omega: torch.Tensor, relax: Relax, variant: str
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The stages of the m nodes' children (R1 or R2), without the draws.
 
         ``kt`` (m, K): each node's children's tokens (its first ``counts`` columns), ``uk`` (m, K) their
-        uniforms, ``ud`` (m,) the draw uniforms, ``omega`` (m,) Cool-SD's factor. Returns ``(index,
-        token)``: the accepted child's column (-1: none, then the token is the residual draw; -2 - i:
-        draw i has zero draft probability, which theory refuses) and the token the node emits. The
-        stages run in order of the child index over the nodes with that many children (rows sorted
-        by their number of children, so those are a prefix)."""
+        uniforms, ``omega`` (m,) Cool-SD's factor. Returns ``(index, token, rows, slot)``: per node the
+        accepted child's column (as :meth:`_decide`) and token (meaningful where index >= 0), the
+        residual rows of the nodes with children (a rejection of all of them leaves it) and each node's
+        row in them (-1 without children). The stages run in order of the child index over the nodes
+        with that many children (rows sorted by their number of children, so those are a prefix); only
+        the nodes with children are copied."""
         m, K = kt.shape
-        if K == 0:
-            return torch.full((m,), -1, dtype=torch.long, device=P.device), draw_token(P, ud)
-        order = np.argsort(-counts, kind="stable")
+        dev = P.device
+        inner = int(np.count_nonzero(counts))
+        if K == 0 or inner == 0:
+            none = torch.full((m,), -1, dtype=torch.long, device=dev)
+            return none, none.clone(), P[:0], none.clone()
+        order = np.argsort(-counts, kind="stable")[:inner]
         active = [int(np.count_nonzero(counts > i)) for i in range(K)]
-        o = torch.as_tensor(order, device=P.device)
-        kt, uk = kt[o], uk[o]
+        o = torch.as_tensor(order, device=dev)
+        kt_o, uk_o = kt[o], uk[o]
         if self.rule == "r1":
-            event, bad, r = self._r1_stages(P[o], kt, active, uk, relax, variant)
+            event, bad, r = self._r1_stages(P[o], kt_o, active, uk_o, relax, variant)
         else:
-            event, bad, r = self._r2_stages(P[o], Q[o], kt, active, uk, relax, variant, omega[o])
+            event, bad, r = self._r2_stages(P[o], Q[o], kt_o, active, uk_o, relax, variant, omega[o])
         hit, first = _first_true(event)
         at = first[:, None]
-        index = torch.where(hit, torch.where(bad.gather(1, at)[:, 0], -2 - first, first), -1)
-        token = torch.where(hit, kt.gather(1, at)[:, 0], draw_token(r, ud[o]))
-        return (torch.empty_like(index).index_copy_(0, o, index),
-                torch.empty_like(token).index_copy_(0, o, token))
+        index_o = torch.where(hit, torch.where(bad.gather(1, at)[:, 0], -2 - first, first), -1)
+        index = torch.full((m,), -1, dtype=torch.long, device=dev).index_copy_(0, o, index_o)
+        token = torch.zeros(m, dtype=torch.long, device=dev).index_copy_(0, o, kt_o.gather(1, at)[:, 0])
+        slot = torch.full((m,), -1, dtype=torch.long, device=dev).index_copy_(
+            0, o, torch.arange(inner, device=dev))
+        return index, token, r, slot
 
     def _r1_stages(self, r: torch.Tensor, kt: torch.Tensor, active: list[int], uk: torch.Tensor,
                    relax: Relax, variant: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -588,7 +673,6 @@ class DeviceVerifier:
         re-summed after every rejection instead of tracked by subtraction."""
         m, K = kt.shape
         V = r.shape[1]
-        r = r.clone()
         Z = r.new_ones(m)
         event = torch.zeros((m, K), dtype=torch.bool, device=r.device)
         for i, a_rows in enumerate(active):
@@ -635,7 +719,7 @@ class DeviceVerifier:
         residuals). A node stops testing when its draft residual has no mass left."""
         m, K = kt.shape
         V = r.shape[1]
-        r, qr = r.clone(), q.clone()
+        qr = q  # r and q are the caller's copies (P[o], Q[o]): updated in place
         alive = torch.ones(m, dtype=torch.bool, device=r.device)
         event = torch.zeros((m, K), dtype=torch.bool, device=r.device)
         bad = torch.zeros((m, K), dtype=torch.bool, device=r.device)
@@ -713,9 +797,9 @@ class DeviceVerifier:
 
 
 def _softmax(z: torch.Tensor) -> torch.Tensor:
-    """``theory.distributions._softmax``: exp(z - max) / sum."""
-    e = torch.exp(z - torch.amax(z, dim=-1, keepdim=True))
-    return e / e.sum(dim=-1, keepdim=True)
+    """``theory.distributions._softmax``, exp(z - max) / sum, as torch's fused kernel (one pass where the
+    three operations take five; values within a few ulps of theory's, as any two exp implementations)."""
+    return torch.softmax(z, dim=-1)
 
 
 __all__ = ["DTYPES", "DeviceVerifier", "merge_counts"]
