@@ -40,7 +40,7 @@ import torch
 from core.trace import Sampling
 from reference.verify_ops import HostLink, draw_token, seqsum
 from theory.boost import OFFICIAL_BELOW, Boost, window_extent
-from theory.distributions import SUM_ATOL, TOP_P_TOL
+from theory.distributions import SUM_ATOL, TOP_P_TOL, logits_to_probs
 from theory.jacobi_sampler import check_window_size, window_tree
 from theory.relax import NO_RELAX, Relax
 from theory.rule_step import check_step_rule, own_oracle, step_neighbours
@@ -113,7 +113,7 @@ def _first_problem(code: torch.Tensor) -> torch.Tensor:
     return torch.stack([torch.where(bad, row, -1), code.index_select(0, row.view(1))[0]]).long()
 
 
-WALKS = ("auto", "batched", "per-node")
+MODES = ("auto", "device", "host")
 
 
 class DeviceVerifier:
@@ -132,11 +132,13 @@ class DeviceVerifier:
         GSD's (V, d) embedding table (``theory.rules.boost_embedding``), NumPy or a tensor on ``device``.
     device, dtype
         Where and in what precision (float64 or float32) the verifier computes.
-    walk
-        How R1 and R2 walk a tree: ``batched`` verifies every node with children at once and follows
-        the path on the device (one read per step); ``per-node`` verifies only the nodes the path
-        visits, one read each; ``auto`` (default): per-node on a CPU (there the reads cross no bus and
-        the batched walk costs every node's work), batched elsewhere. Decisions are the same.
+    mode
+        ``device``: R1 and R2 verify every node with children at once and follow the path on the
+        device (one read per step), all in torch's kernels; ``host``: only the nodes the path visits are
+        verified, one read each, and :meth:`probs` runs NumPy's kernels on the tensors' memory (theory's
+        values exactly; on a CPU they are faster than torch's); ``auto`` (default): ``host`` on a CPU,
+        where the reads cross no bus and the batched walk would cost every node's work, ``device``
+        elsewhere. Decisions are the same.
 
     The constructor validates as theory does and holds the columns of the table the rule reads (long)
     and the embedding (``dtype``) on ``device``. A tensor table (the columns the rule reads) or embedding
@@ -147,10 +149,10 @@ class DeviceVerifier:
                  neighbours: np.ndarray | torch.Tensor | None = None,
                  embedding: np.ndarray | torch.Tensor | None = None,
                  device: str | torch.device = "cpu", dtype: torch.dtype = torch.float64,
-                 walk: str = "auto") -> None:
+                 mode: str = "auto") -> None:
         check_step_rule(rule, relax, variant, boost)
-        if walk not in WALKS:
-            raise ValueError(f"walk must be one of {WALKS}, got {walk!r}")
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if isinstance(vocab_size, bool) or int(vocab_size) != vocab_size or vocab_size < 1:
             raise ValueError(f"vocab_size must be an integer >= 1, got {vocab_size!r}")
         if dtype not in DTYPES:
@@ -158,7 +160,10 @@ class DeviceVerifier:
         self.rule, self.relax, self.variant, self.boost = rule, relax, variant, boost
         self.vocab_size = V = int(vocab_size)
         self.device, self.dtype = _device(device), dtype
-        self.walk = walk if walk != "auto" else ("per-node" if self.device.type == "cpu" else "batched")
+        self.mode = mode if mode != "auto" else ("host" if self.device.type == "cpu" else "device")
+        if self.mode == "host" and self.device.type != "cpu":
+            raise ValueError(f"mode 'host' runs NumPy's kernels on the tensors: it needs a CPU device, not "
+                             f"{self.device}")
         self.link = HostLink()
         reads_table = boost.kind == "budget" or not relax.is_exact
         needed = boost.k if boost.kind == "budget" else rows_read(relax, variant)
@@ -207,6 +212,10 @@ class DeviceVerifier:
             raise ValueError(f"top_k must be an integer in [0, {V}], got {top_k!r}")
         if not 0 < top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+        if self.mode == "host":  # theory's own function on the tensor's memory (its errors name the problem)
+            host = (z.float() if z.dtype == torch.bfloat16 else z).detach().numpy().astype(np.float64)
+            probs = logits_to_probs(host, temperature=temperature, top_k=top_k, top_p=top_p)
+            return torch.from_numpy(probs).to(self.dtype)
         raw, z = z, z.to(self.dtype)
         top = torch.amax(z, dim=1)  # NaN if a row has one, +inf if one is +inf, -inf if all are -inf
         flags = self.link.read(torch.stack([torch.isnan(top).any(), torch.isposinf(top).any(),
@@ -223,7 +232,7 @@ class DeviceVerifier:
             # the k-th largest; found on the stored logits when they are z itself (temperature 1): float32
             # holds them exactly and halves the pass
             src = raw.float() if temperature == 1.0 and raw.dtype in (torch.float16, torch.float32) else z
-            kth = torch.kthvalue(src, V - int(top_k) + 1, dim=1, keepdim=True).values.to(z.dtype)
+            kth = _kth_largest(src, int(top_k)).to(z.dtype)
             z = torch.where(z < kth, float("-inf"), z)
         probs = _softmax(z)
         if top_p < 1:
@@ -526,7 +535,7 @@ class DeviceVerifier:
         """R1 or R2 (``theory.tree.sample_step`` with ``theory.sampler.sample_node``): every node decided
         at once (:meth:`_stages`), then the path followed on the device and its end node's draw; one
         read. ``drafts``: the window's (its flags' layout). On a CPU: :meth:`_walk_on_host`."""
-        if self.walk == "per-node":
+        if self.mode == "host":
             return self._walk_on_host(tree, P, Q, ua, ud, relax, variant, flags, drafts, checked)
         dev, n = self.device, tree.size
         counts = np.bincount(tree.parents[1:], minlength=n)
@@ -794,6 +803,11 @@ class DeviceVerifier:
         d2 = torch.cumsum(diff * diff, dim=2)[..., -1]
         keep = inside & ((close & (d2 < boost.dist)) | (cand == x[:, None]))
         return seqsum(torch.where(keep, rc, 0.0)) / seqsum(torch.where(keep, qp.gather(1, cand), 0.0))
+
+
+def _kth_largest(z: torch.Tensor, k: int) -> torch.Tensor:
+    """Each row's k-th largest value (n, 1): the smallest of its unsorted top k."""
+    return torch.topk(z, k, dim=1, sorted=False).values.amin(dim=1, keepdim=True)
 
 
 def _softmax(z: torch.Tensor) -> torch.Tensor:

@@ -49,17 +49,17 @@ def outcome(run) -> tuple:
 
 def verifier(rule: str, relax: Relax = Relax.none(), variant: str = "principled", boost: Boost = NO_BOOST, *,
              V: int, nb: np.ndarray | None = None, emb: np.ndarray | None = None,
-             device: str = "cpu", dtype: torch.dtype = torch.float64, walk: str = "batched"
+             device: str = "cpu", dtype: torch.dtype = torch.float64, mode: str = "device"
              ) -> DeviceVerifier:
-    """The verifier under test; ``walk="batched"`` by default: the GPU's walk, whose one read per step the
-    tests count (``auto`` would walk per node on this CPU)."""
+    """The verifier under test; ``mode="device"`` by default: the GPU's torch kernels and batched walk, whose
+    one read per step the tests count (``auto`` would pick ``host`` on this CPU)."""
     return DeviceVerifier(rule=rule, relax=relax, variant=variant, boost=boost, vocab_size=V, neighbours=nb,
-                          embedding=emb, device=device, dtype=dtype, walk=walk)
+                          embedding=emb, device=device, dtype=dtype, mode=mode)
 
 
 def reads_ok(ver: DeviceVerifier, depth: int) -> bool:
     """One read per step for the batched walk; per node: the flags, one per node visited, the draw."""
-    return ver.link.syncs == 1 if ver.walk == "batched" else 1 <= ver.link.syncs <= depth + 3
+    return ver.link.syncs == 1 if ver.mode == "device" else 1 <= ver.link.syncs <= depth + 3
 
 
 # ----------------------------------------------------------------------------- steps, windows, nodes
@@ -76,7 +76,7 @@ def test_step_takes_theorys_decisions(case, rule, boost, seed, data):
                                                 neighbours=case.nb, q_dists=case.q, variant=case.variant,
                                                 boost=boost, emb=emb))
     ver = verifier(rule, relax, case.variant, boost, V=V, nb=case.nb, emb=emb,
-                   walk=data.draw(st.sampled_from(["batched", "per-node"])))
+                   mode=data.draw(st.sampled_from(["device", "host"])))
     if data.draw(st.booleans()):
         ua, ud = torch.from_numpy(ua), torch.from_numpy(ud)
     got = outcome(lambda: ver.step(case.tree, torch.from_numpy(case.p), ua, ud, q=torch.from_numpy(case.q)))
@@ -105,7 +105,7 @@ def test_window_takes_theorys_decisions(window, boost, seed, data):
     emb = np.random.default_rng(seed).standard_normal((V, 2))
     ua, ud = data.draw(uniforms(L)), data.draw(uniforms(L + 1))
     expected = outcome(lambda: sample_window_step(p, drafts, q, ua, ud, rule="r2", boost=boost, emb=emb))
-    ver = verifier("r2", boost=boost, V=V, emb=emb, walk=data.draw(st.sampled_from(["batched", "per-node"])))
+    ver = verifier("r2", boost=boost, V=V, emb=emb, mode=data.draw(st.sampled_from(["device", "host"])))
     got = outcome(lambda: ver.window(torch.from_numpy(p), drafts, torch.from_numpy(q), ua, ud))
     assert got == expected
     assert reads_ok(ver, L)
@@ -572,3 +572,23 @@ def test_steps_refuse_bad_input():
         verifier("r2", V=5).window(p, np.array([1, 2]), q[:2] * 2, u[:2], u)
     with pytest.raises(ValueError, match="needs rule r2 or r4"):
         r1.window(p, np.array([1, 2]), p[:2], u[:2], u)
+
+
+def test_host_mode_is_theory_on_the_tensors_memory():
+    """mode="host" (the default on a CPU): theory's probabilities bit for bit, its error messages; a GPU
+    verifier cannot run NumPy's kernels."""
+    from theory.distributions import logits_to_probs
+
+    z = np.random.default_rng(3).normal(size=(4, 32)).astype(np.float32)
+    ver = DeviceVerifier(rule="r1", relax=Relax.none(), variant="principled", boost=NO_BOOST, vocab_size=32)
+    assert ver.mode == "host"
+    for sampling in (Sampling(1.0, 0, 1.0), Sampling(0.7, 5, 0.9), Sampling(0.0, 0, 1.0)):
+        expected = logits_to_probs(z.astype(np.float64), temperature=sampling.temperature,
+                                   top_k=sampling.top_k, top_p=sampling.top_p)
+        assert np.array_equal(ver.probs(torch.from_numpy(z), sampling).numpy(), expected)
+    z[1, 3] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        ver.probs(torch.from_numpy(z), Sampling())
+    with pytest.raises(ValueError, match="mode 'host'.*needs a CPU"):
+        DeviceVerifier(rule="r1", relax=Relax.none(), variant="principled", boost=NO_BOOST, vocab_size=32,
+                       device="meta", mode="host")
