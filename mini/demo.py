@@ -21,6 +21,7 @@ from mini.figures import sample_grid
 from mini.quality import BOOTSTRAP, QUALITY_CONFIGS, generate_config, summarise
 from mini.shipped import load_mini
 from mini.tokenizer import decode_tokens
+from mini.weights import MODEL_DIRS
 
 DEMO_NAMES = ("AR", "exact EAGLE-2", "LANTERN delta=0.2", "exact static", "LANTERN++ lam=5")
 DEMO_IMAGES = 10
@@ -30,12 +31,14 @@ QUALITY_COMMAND = "relaxspec mini quality --n-images 1000 --workers 2"
 FD_COLUMN = "FD ± bootstrap sd"
 
 
-def mini_section(out: Path, n_images: int = DEMO_IMAGES, progress: bool = True) -> list[str]:
-    """Generate the demo images into ``out`` (resumable) and return the report's markdown lines."""
+def mini_section(out: Path, n_images: int = DEMO_IMAGES, progress: bool = True, model: str = "mini"
+                 ) -> list[str]:
+    """Generate the demo images of the shipped ``model`` (``mini`` or ``ambiguous``) into ``out``
+    (resumable) and return the report's markdown lines."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        mini = load_mini()
+        mini = load_mini(MODEL_DIRS[model])
         configs = [c for c in QUALITY_CONFIGS if c.name in DEMO_NAMES]
         rows, grid = [], []
         for c in configs:
@@ -44,10 +47,12 @@ def mini_section(out: Path, n_images: int = DEMO_IMAGES, progress: bool = True) 
             grid.append((c.name, decode_tokens(mini.tokenizer, np.array([r["tokens"] for r in records]))))
     finally:
         torch.set_num_threads(threads)
+    name = "Mini model" if model == "mini" else f"The {model} model"
     png = sample_grid(grid, np.arange(n_images) % 10, out / "samples.png",
-                      "Mini model (Fashion-MNIST): same class and seed per column")
+                      f"{name} (Fashion-MNIST, V = {mini.vocab_size}): same class and seed per column")
     n_tokens = len(records[0]["tokens"])
-    lines = ["", "## The same comparison on a real visual AR model (the shipped Fashion-MNIST model)", "",
+    lines = ["", "## The same comparison on a real visual AR model (the shipped Fashion-MNIST model, "
+             f"{model})", "",
              f"Sample size: {n_images} images x {n_tokens} tokens per row (one per class, same uniforms in "
              "every row): a demonstration, not a measurement (1,000-image figures are quoted below); target "
              f"{mini.cards['target']['config']['n_layer']} layers x {mini.cards['target']['config']['dim']}, "
@@ -60,7 +65,7 @@ def mini_section(out: Path, n_images: int = DEMO_IMAGES, progress: bool = True) 
                      f"{r['target_forwards_per_image']:.1f} | {r['tv_bound_per_sequence']:.3f} | "
                      f"{r['class_accuracy']:.2f} |")
     lines += fd_lines(configs, [r["fd"] for r in rows], n_images, mini.evaluator.fc.out_features,
-                      committed_quality())
+                      committed_quality() if model == "mini" else {})  # the 1,000-image table is mini's
     lines += ["", f"![samples]({png.relative_to(out.parent)})", ""]
     return lines
 

@@ -381,8 +381,10 @@ def demo_configs(threads: int | None = None) -> list[SweepConfig]:
             SweepConfig.from_dict({**R2_CONFIG, **extra}, source="demo (R2)")]
 
 
-def main(out: str | Path = "demo-output", threads: int | None = None, progress: bool = True) -> int:
-    """Run the demo grids (resumable) and write results.csv, figures and report.md into ``out``."""
+def main(out: str | Path = "demo-output", threads: int | None = None, progress: bool = True,
+         model: str = "mini") -> int:
+    """Run the demo grids (resumable) and write results.csv, figures and report.md into ``out``; the
+    real-model section decodes on the shipped ``model`` (``mini.weights.MODEL_DIRS``)."""
     clock = Clock()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -395,7 +397,8 @@ def main(out: str | Path = "demo-output", threads: int | None = None, progress: 
     from mini.demo import mini_section  # the same comparison on the shipped real model (issue 5)
 
     mini_start = clock.wall()
-    mini_lines = mini_section(out / "mini", progress=progress)
+    mini_lines = mini_section(out / ("mini" if model == "mini" else f"mini-{model}"), progress=progress,
+                              model=model)
     run = DemoRun(clock.wall(), sweep_seconds, clock.wall() - mini_start, clock.cpu(),
                   len(os.sched_getaffinity(0)), clock.load_at_start, load_average(), new_rows,
                   *numba_cache_counts())

@@ -35,6 +35,9 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                                     "in the confident and ambiguous worlds (results.csv, figures, report.md)")
     p.add_argument("--out", default="demo-output", help="output folder (default: demo-output)")
     p.add_argument("--threads", type=int, default=None, help="Numba threads (default: all cores)")
+    p.add_argument("--model", default="mini", metavar="mini|ambiguous",
+                   help="the shipped model of the real-model section: mini (512 codes, the default) or "
+                        "ambiguous (8,192 codes, weights/ambiguous)")
     p.set_defaults(func=_demo)
     return p
 
@@ -118,7 +121,11 @@ def _demo(args: argparse.Namespace) -> int:
     top = numba.config.NUMBA_NUM_THREADS
     if args.threads is not None and not 1 <= args.threads <= top:
         raise ValueError(f"--threads must be in [1, {top}], got {args.threads}")
-    return main(args.out, threads=args.threads)
+    from mini.weights import MODEL_DIRS
+
+    if args.model not in MODEL_DIRS:
+        raise ValueError(f"--model must be one of {', '.join(MODEL_DIRS)}, got {args.model!r}")
+    return main(args.out, threads=args.threads, model=args.model)
 
 
 def _world_stats(args: argparse.Namespace) -> int:

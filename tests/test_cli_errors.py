@@ -114,6 +114,7 @@ def test_world_stats_lists_the_presets(capsys) -> None:
 @pytest.mark.parametrize("argv, named", [
     (["theory", "demo", "--seed", "-1"], "--seed must be >= 0"),
     (["demo", "--threads", "0"], "--threads must be in [1,"),
+    (["demo", "--model", "llamagen"], "--model must be one of mini, ambiguous"),
     (["mini", "--seed", "-1", "ambiguity"], "--seed must be >= 0"),
     (["mini", "quality", "--n-images", "1"], "--n-images must be >= 2"),
     (["mini", "validate", "--n-sequences", "0"], "--n-sequences must be >= 1"),
