@@ -8,6 +8,8 @@
   ``figures/`` at the repository root).
 - ``RELAXSPEC_ROOT``: the repository root, when the notebook cannot find it
   (it looks beside the installed package, then upwards from the working folder).
+- ``RELAXSPEC_MODEL`` = ``mini`` | ``ambiguous`` (default ``mini``): the shipped model the notebooks'
+  real-model cells load (:func:`shipped_model`, :func:`load_shipped`).
 
 Prose that quotes numbers is printed from code with :func:`say` (Markdown),
 so that every number in a notebook's text is computed by the notebook.
@@ -22,6 +24,8 @@ from typing import TypeVar
 SIZE_VAR = "RELAXSPEC_NB_SIZE"
 FIGURES_VAR = "RELAXSPEC_FIGURES"
 ROOT_VAR = "RELAXSPEC_ROOT"
+MODEL_VAR = "RELAXSPEC_MODEL"
+MODELS = {"mini": "weights", "ambiguous": "weights/ambiguous"}  # mini.weights.MODEL_DIRS, as folders
 SIZES = ("small", "full")
 DEFAULT_SIZE = "full"
 
@@ -99,15 +103,34 @@ def say(text: str) -> None:
 SHIPPED_COMPONENTS = ("tokenizer", "target", "eagle_head", "draft_gpt", "evaluator")
 
 
+def shipped_model() -> str:
+    """The shipped model the notebook uses: ``RELAXSPEC_MODEL`` (``mini`` or ``ambiguous``, default
+    ``mini``); ValueError naming a bad value."""
+    value = os.environ.get(MODEL_VAR, "mini").strip().lower() or "mini"
+    if value not in MODELS:
+        raise ValueError(f"{MODEL_VAR} must be one of {', '.join(MODELS)}, got {value!r}")
+    return value
+
+
 def shipped_model_missing() -> str | None:
-    """None when the shipped mini model can be loaded (``mini.shipped``); otherwise what is missing."""
+    """None when the shipped model (:func:`shipped_model`) can be loaded (``mini.shipped``); otherwise what
+    is missing. The ``ambiguous`` model shares the first one's evaluator."""
     import importlib.util
 
     if importlib.util.find_spec("mini") is None or importlib.util.find_spec("mini.shipped") is None:
         return "the `mini` package (issue 5, the Fashion-MNIST model) is not in this checkout yet"
-    weights = repo_root() / "weights"
-    absent = [c for c in SHIPPED_COMPONENTS
+    folder = MODELS[shipped_model()]
+    weights = repo_root() / folder
+    needed = [c for c in SHIPPED_COMPONENTS if folder == "weights" or c != "evaluator"]
+    absent = [c for c in needed
               if not ((weights / f"{c}.safetensors").is_file() and (weights / f"{c}.json").is_file())]
     if absent:
-        return f"`weights/` lacks the trained component(s) {', '.join(absent)}"
+        return f"`{folder}/` lacks the trained component(s) {', '.join(absent)}"
     return None
+
+
+def load_shipped():
+    """``mini.shipped.load_mini`` on the folder of :func:`shipped_model`."""
+    from mini.shipped import load_mini
+
+    return load_mini(repo_root() / MODELS[shipped_model()])

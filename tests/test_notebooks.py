@@ -72,3 +72,22 @@ def test_a_small_figures_run_never_overwrites_the_readme_figures(tmp_path, monke
     assert figures_output("small", None) == tmp_path / "figs" / "small"
     assert figures_output("small", str(tmp_path / "mine")) == tmp_path / "mine"
     assert (tmp_path / "figs" / "small").is_dir()
+
+
+def test_the_notebooks_model_switch(tmp_path, monkeypatch) -> None:
+    """RELAXSPEC_MODEL picks the shipped model the notebooks load; a bad value is named; a model whose
+    folder lacks its components says which."""
+    from relaxspec import nbenv
+
+    monkeypatch.delenv(nbenv.MODEL_VAR, raising=False)
+    assert nbenv.shipped_model() == "mini"
+    monkeypatch.setenv(nbenv.MODEL_VAR, "llamagen")
+    with pytest.raises(ValueError, match="RELAXSPEC_MODEL must be one of mini, ambiguous"):
+        nbenv.shipped_model()
+    monkeypatch.setenv(nbenv.MODEL_VAR, "ambiguous")
+    monkeypatch.setenv(nbenv.ROOT_VAR, str(tmp_path))
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "relaxspec").mkdir()
+    (tmp_path / "weights" / "ambiguous").mkdir(parents=True)
+    missing = nbenv.shipped_model_missing()
+    assert missing is not None and "`weights/ambiguous/` lacks" in missing and "evaluator" not in missing
