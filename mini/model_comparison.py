@@ -35,7 +35,7 @@ def measure_model(name: str, weights: Path, out: Path, n_images: int, seed: int 
                   progress: bool = True) -> dict[str, Any]:
     """Ambiguity (all / object / background positions), class accuracy and FD of ``n_images`` AR
     samples of the model in ``weights`` (generated into ``out/name``, resuming)."""
-    mini = load_mini(weights, drafters=False)  # AR samples: no drafter
+    mini = load_mini(weights)
     records = generate_config(mini, AR, n_images, Path(out) / name, seed, progress)
     tokens = np.array([r["tokens"] for r in records])
     labels = np.array([r["label"] for r in records])
