@@ -9,15 +9,16 @@ import functools
 
 import numpy as np
 import pytest
+import test_reference_cli
 import torch
-from reference_helpers import official_state, random_model, tiny_config
+from reference_helpers import random_model, tiny_config
+from test_reference_cli import gen_args
 
 from core.trace import Sampling, read_trace
 from core.trees.policies import Eagle2Tree
 from reference.decode import Decoder, DecodeSettings
 from reference.drafter import GPTDraftSession
 from reference.model import Transformer, TreeExecution, rope_table_2d, tree_inputs
-from reference.vq import VQModel, vq_config
 from relaxspec.cli import main
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(),
@@ -53,6 +54,9 @@ def tree_step(model: Transformer, tokens: np.ndarray, parents: np.ndarray, prefi
               batch: int) -> torch.Tensor:
     x = model.embed_tokens(torch.as_tensor(tokens))[None].expand(batch, -1, -1)
     return model.logits(model.forward_tree(x, parents, np.arange(len(parents)), prefix))
+
+
+ckpts = test_reference_cli.ckpts  # the CLI tests' checkpoint files (a module fixture)
 
 
 @torch.no_grad()
@@ -173,20 +177,6 @@ def test_bf16_weights_give_float32_logits_close_to_float32() -> None:
     assert 0.5 * (p - q).abs().sum(-1).max() < 0.05  # total variation, measured 0.015
 
 
-@pytest.fixture(scope="module")
-def ckpts(tmp_path_factory):
-    d = tmp_path_factory.mktemp("ckpt")
-    torch.save({"model": official_state(tiny_config(), seed=0, std=0.5)}, d / "c2i_tiny.pt")
-    torch.manual_seed(0)
-    torch.save({"model": VQModel(vq_config("VQ-tiny")).state_dict()}, d / "vq_tiny.pt")
-    return d
-
-
-def gen_args(ckpts, out, *extra: str) -> list[str]:
-    return ["generate", "--gpt-ckpt", str(ckpts / "c2i_tiny.pt"), "--vq-ckpt", str(ckpts / "vq_tiny.pt"),
-            "--gpt-model", "GPT-tiny", "--vq-model", "VQ-tiny", "--codebook-size", "8",
-            "--codebook-embed-dim", "4", "--image-size", "4", "--num-classes", "3", "--out", str(out),
-            "--device", "cpu", *extra]
 
 
 def test_generate_device_flags(tmp_path, ckpts, capsys) -> None:
