@@ -367,7 +367,7 @@ def shipped_optimality_rows(out: Path, quick: bool = False) -> list[dict]:
 
 
 def optimality_table(rows: list[dict]) -> list[str]:
-    lines = ["| world | nodes | drafts | R1 / p(top-k) | R2 / optimum w/o repl. | R4 | GSD G=10 (TV) | "
+    lines = ["| setting | nodes | drafts | R1 / p(top-k) | R2 / optimum w/o repl. | R4 | GSD G=10 (TV) | "
              "optimum, i.i.d. drafts |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['world']} | {r['nodes']} | {r['drafts']} | {r['r1']:.3f} / "
