@@ -51,10 +51,11 @@ def mini_section(out: Path, n_images: int = DEMO_IMAGES, progress: bool = True, 
     png = sample_grid(grid, np.arange(n_images) % 10, out / "samples.png",
                       f"{name} (Fashion-MNIST, V = {mini.vocab_size}): same class and seed per column")
     n_tokens = len(records[0]["tokens"])
+    quoted = " (1,000-image figures are quoted below)" if model == "mini" else ""
     lines = ["", "## The same comparison on a real visual AR model (the shipped Fashion-MNIST model, "
              f"{model})", "",
              f"Sample size: {n_images} images x {n_tokens} tokens per row (one per class, same uniforms in "
-             "every row): a demonstration, not a measurement (1,000-image figures are quoted below); target "
+             f"every row): a demonstration, not a measurement{quoted}; target "
              f"{mini.cards['target']['config']['n_layer']} layers x {mini.cards['target']['config']['dim']}, "
              f"V = {mini.vocab_size}, EAGLE head drafter, R1, CFG 2.0. The TV bound is the sum of the exact "
              "per-step TVs (vacuous above 1).", "",

@@ -207,3 +207,16 @@ def test_report_renders_the_training_table_without_an_evaluator(uninterrupted):
     out, _ = uninterrupted
     text = "\n".join(training_table(out))
     assert all(f"| {name} |" in text for name in COMPONENTS) and "| evaluator |" not in text
+
+
+def test_the_shipped_ambiguous_model_loads_and_decodes_in_the_demo(tmp_path):
+    """`relaxspec demo --model ambiguous`'s real-model section on the committed weights (2 images per row):
+    8,192 codes, every demo configuration decodes, the speculative rows emit more than one token per step."""
+    from mini.demo import mini_section
+
+    lines = mini_section(tmp_path / "mini-ambiguous", n_images=2, progress=False, model="ambiguous")
+    text = "\n".join(lines)
+    assert "V = 8192" in text and "shipped Fashion-MNIST model, ambiguous" in text
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in lines if line.startswith("| ")}
+    assert float(rows["exact EAGLE-2"].split(" | ")[1]) > 1.0
+    assert (tmp_path / "mini-ambiguous" / "samples.png").is_file()
