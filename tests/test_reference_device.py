@@ -198,6 +198,24 @@ def test_generate_device_flags(tmp_path, ckpts, capsys) -> None:
     assert exc.value.code == 2 and "argument --dtype: invalid choice: 'float64'" in capsys.readouterr().err
 
 
+def test_generate_verifies_on_the_device_or_with_the_oracle_alike(tmp_path, ckpts) -> None:
+    """`relaxspec generate` verifies with the device verifier by default and with theory's oracle under
+    --verifier theory: the same tokens; steps.csv says what crossed to the host; the header names it."""
+    import csv
+
+    args = ("--classes", "0,2", "--tree", "static:[[0],[1],[0,0]]", "--rule", "r2", "--trace")
+    assert main(gen_args(ckpts, tmp_path / "dev", *args)) == 0
+    assert main(gen_args(ckpts, tmp_path / "theory", *args, "--verifier", "theory")) == 0
+    for i in range(2):
+        a, b = (np.load(next((tmp_path / d / "tokens").glob(f"{i:06d}*.npy"))) for d in ("dev", "theory"))
+        assert np.array_equal(a, b)
+    assert read_trace(tmp_path / "dev" / "trace").header.extra["verifier"] == "device"
+    assert read_trace(tmp_path / "theory" / "trace").header.extra["verifier"] == "theory"
+    with open(tmp_path / "theory" / "steps.csv", newline="") as f:
+        theory_bytes = [int(r["host_bytes"]) for r in csv.DictReader(f)]
+    assert all(b > 0 for b in theory_bytes)  # every node's logits
+
+
 # -- on a GPU ------------------------------------------------------------------------------------------------
 def cuda_model(seed: int, dtype: torch.dtype) -> Transformer:
     return random_model(tiny_config(block_size=16, n_kv_head=1), seed=seed).to("cuda", dtype)
