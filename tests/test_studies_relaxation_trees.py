@@ -4,6 +4,8 @@ cannot rot between its (long) runs."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -61,3 +63,20 @@ def test_shipped_rows_decode_every_policy(bench, tmp_path, monkeypatch):
     assert all(r["n_images"] == 2 and np.isfinite(r["fd"]) for r in rows)
     lines, verdicts = bench.shipped_table(rows)
     assert len(lines) == 2 + len(rows) and len(verdicts) == 2
+
+
+def test_the_studies_share_one_command_line(tmp_path, monkeypatch):
+    """`--quick` shrinks the world and the study's own options; the output folder is named after the study."""
+    from relaxspec.studies.study_options import QUICK_WORLD, study_parser, study_setup
+
+    ap = study_parser("demo_study", None, quick_images=3)
+    ap.add_argument("--shipped-images", type=int, default=100)
+    args = ap.parse_args(["--quick", "--out", str(tmp_path / "q")])
+    overrides, out = study_setup(args, "demo_study", shipped_images=3)
+    assert overrides == QUICK_WORLD and out == tmp_path / "q" and out.is_dir()
+    assert (args.sequences, args.seq_len, args.shipped_images) == (4, 64, 3)
+    monkeypatch.chdir(tmp_path)
+    args = ap.parse_args([])
+    overrides, out = study_setup(args, "demo_study", shipped_images=3)
+    assert overrides == {} and out == Path("results/demo_study") and (tmp_path / out).is_dir()
+    assert (args.sequences, args.seq_len, args.shipped_images) == (32, 256, 100)

@@ -18,7 +18,6 @@ records, resumable), ``shipped.csv``, ``table.md``, ``verdicts.json`` and the fi
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ import numpy as np
 from tqdm import tqdm
 
 from relaxspec.results import read_results
+from relaxspec.studies.study_options import study_parser, study_setup
 from relaxspec.sweep import SweepConfig, run_sweep
 from theory.boost import Boost
 
@@ -439,24 +439,15 @@ def figure(world: list[dict], shipped: list[dict], out: Path, name: str = "front
 
 def main(argv: list[str] | None = None) -> tuple[list[str], Path]:
     """Run the comparison; returns the report's lines and the output folder."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=None, help="output folder (default results/frontier[-quick])")
-    ap.add_argument("--sequences", type=int, default=32, help="sequences per world configuration")
-    ap.add_argument("--seq-len", type=int, default=256, help="tokens per sequence (a 16 x 16 image)")
+    ap = study_parser("frontier", __doc__, quick_images=10)
     ap.add_argument("--shipped-images", type=int, default=200, help="images per shipped-model method")
-    ap.add_argument("--skip-shipped", action="store_true", help="no shipped-model rows")
     ap.add_argument("--report-only", action="store_true",
                     help="generate no shipped image: score the images already generated")
     ap.add_argument("--skip-worlds", action="store_true",
                     help="run no world configuration (report the rows already in OUT/worlds.csv)")
-    ap.add_argument("--quick", action="store_true", help="V = 2048, 4 x 64 tokens, 10 shipped images")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    overrides = {"vocab_size": 2048, "n_clusters": 64} if args.quick else {}
-    if args.quick:
-        args.sequences, args.seq_len, args.shipped_images = 4, 64, 10
-    out = Path(args.out or ("results/frontier-quick" if args.quick else "results/frontier"))
-    out.mkdir(parents=True, exist_ok=True)
+    overrides, out = study_setup(args, "frontier", shipped_images=10)
     if args.skip_worlds:
         done = read_results(out / "worlds.csv") if (out / "worlds.csv").exists() else []
         world = world_table([r for r in done if r["n_sequences"] == args.sequences

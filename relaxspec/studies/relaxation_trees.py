@@ -25,7 +25,6 @@ kept in one file so that a reader can audit the whole measurement.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import time
@@ -40,6 +39,7 @@ from core.trees.selection import ChildSelector, top_ranked
 from core.trees.sequoia import SequoiaTree
 from relaxspec.figstyle import relax_label
 from relaxspec.results import read_results
+from relaxspec.studies.study_options import study_parser, study_setup
 from relaxspec.sweep import SweepConfig, run_sweep
 from simulate.acceptance import measure_positional_acceptance
 from simulate.engine import run
@@ -345,27 +345,18 @@ def write_csv(path: Path, rows: list[dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=None, help="output folder (default results/relaxation_trees[-quick])")
-    ap.add_argument("--sequences", type=int, default=32, help="sequences per world configuration")
-    ap.add_argument("--seq-len", type=int, default=256, help="tokens per sequence (a 16 x 16 image)")
+    ap = study_parser("relaxation_trees", __doc__, quick_images=4)
     ap.add_argument("--cost-table", default=str(DEFAULT_TABLE),
                     help="latency CSV (benchmarks/decoder_bench.py)")
     ap.add_argument("--cost-model", default="GPT-B", help="model rows for the worlds (V = 16384)")
     ap.add_argument("--shipped-cost-model", default="GPT-S", help="model rows for the shipped model")
     ap.add_argument("--shipped-images", type=int, default=100, help="images per shipped-model configuration")
     ap.add_argument("--trace-images", type=int, default=20, help="images of the trace Sequoia is measured on")
-    ap.add_argument("--skip-shipped", action="store_true", help="no shipped-model rows")
     ap.add_argument("--skip-worlds", action="store_true",
                     help="only generate the shipped-model images (run beside a --skip-shipped run)")
-    ap.add_argument("--quick", action="store_true", help="V = 2048, 4 x 64 tokens, 4 shipped images")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    overrides = {"vocab_size": 2048, "n_clusters": 64} if args.quick else {}
-    if args.quick:
-        args.sequences, args.seq_len, args.shipped_images, args.trace_images = 4, 64, 4, 2
-    out = Path(args.out or ("results/relaxation_trees-quick" if args.quick else "results/relaxation_trees"))
-    out.mkdir(parents=True, exist_ok=True)
+    overrides, out = study_setup(args, "relaxation_trees", shipped_images=4, trace_images=2)
     cost = {"table": args.cost_table, "model": args.cost_model}
     table = CostModel.from_table(args.cost_table, args.cost_model)
     shipped_lines: list[str] = []

@@ -1,0 +1,37 @@
+"""The command line every study shares: where results go, the world sample, and ``--quick``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+QUICK_WORLD = {"vocab_size": 2048, "n_clusters": 64}
+"""World overrides of a ``--quick`` run (V = 16384 otherwise)."""
+QUICK_SEQUENCES, QUICK_SEQ_LEN = 4, 64
+
+
+def study_parser(name: str, doc: str | None, quick_images: int) -> argparse.ArgumentParser:
+    """A study's parser with ``--out``, ``--sequences``, ``--seq-len``, ``--skip-shipped`` and ``--quick``
+    (whose run makes ``quick_images`` shipped-model images); the study adds its own options."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=None, help=f"output folder (default results/{name}[-quick])")
+    ap.add_argument("--sequences", type=int, default=32, help="sequences per world configuration")
+    ap.add_argument("--seq-len", type=int, default=256, help="tokens per sequence (a 16 x 16 image)")
+    ap.add_argument("--skip-shipped", action="store_true", help="no shipped-model rows")
+    ap.add_argument("--quick", action="store_true",
+                    help=f"V = {QUICK_WORLD['vocab_size']}, {QUICK_SEQUENCES} x {QUICK_SEQ_LEN} tokens, "
+                         f"{quick_images} shipped images")
+    return ap
+
+
+def study_setup(args: argparse.Namespace, name: str, **quick: int) -> tuple[dict, Path]:
+    """The world overrides and the (created) output folder of a run; ``--quick`` also sets the world
+    sample to its size and the study's options ``quick`` (e.g. ``shipped_images=10``)."""
+    overrides = dict(QUICK_WORLD) if args.quick else {}
+    if args.quick:
+        args.sequences, args.seq_len = QUICK_SEQUENCES, QUICK_SEQ_LEN
+        for option, value in quick.items():
+            setattr(args, option, value)
+    out = Path(args.out or f"results/{name}{'-quick' if args.quick else ''}")
+    out.mkdir(parents=True, exist_ok=True)
+    return overrides, out
