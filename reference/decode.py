@@ -227,9 +227,10 @@ class Decoder:
         if policy is not None and settings.rule in SAMPLED_DRAFT_RULES and not policy.supports_draws:
             raise ValueError(f"rule {settings.rule} drafts children by draws without replacement: tree "
                              f"policy {policy} ranks by top-k only; use a static tree")
-        self._raw_neighbours = neighbours
-        self._verifier: tuple[DecodeSettings, DeviceVerifier | None] | None = None
-        _ = self.verifier  # built now, so that a table it refuses fails here
+        self.verifier = None if settings.verifier == "theory" else DeviceVerifier(
+            rule=settings.rule, relax=settings.relax, variant=settings.variant, boost=settings.boost,
+            vocab_size=self.vocab, neighbours=neighbours, embedding=self.embedding, device=self.device,
+            dtype=VERIFY_DTYPES[settings.verify_dtype])
         batch = 2 if settings.guided else 1
         if self.jacobi is not None and self.jacobi.window + 1 > settings.max_tree_nodes:
             raise ValueError(f"a Jacobi window of {self.jacobi.window} drafts needs max_tree_nodes >= "
@@ -237,21 +238,6 @@ class Decoder:
         target.setup_cache(batch, settings.max_tree_nodes)
         if drafter is not None:
             drafter.setup(batch, settings.max_tree_nodes)
-
-    @property
-    def verifier(self) -> DeviceVerifier | None:
-        """The device verifier of the current settings (None with ``verifier="theory"``), rebuilt when
-        the settings are replaced."""
-        st = self.settings
-        if self._verifier is None or self._verifier[0] is not st:
-            ver = None
-            if st.verifier == "device":
-                ver = DeviceVerifier(rule=st.rule, relax=st.relax, variant=st.variant, boost=st.boost,
-                                     vocab_size=self.vocab, neighbours=self._raw_neighbours,
-                                     embedding=self.embedding, device=self.device,
-                                     dtype=VERIFY_DTYPES[st.verify_dtype])
-            self._verifier = (st, ver)
-        return self._verifier[1]
 
     # -- logits -> probabilities through the trace dtype --------------------------------------
     def _guided(self, raw: torch.Tensor) -> torch.Tensor:
@@ -340,11 +326,12 @@ class Decoder:
                 draft_stored[v] = row
             u_accept, u_draw = rng.random(n), rng.random(n)
             what = f"target (step {len(stats)})"
+            p = None
             if self.verifier is None:
                 target_stored = guided.cpu().numpy()
                 host_bytes = target_stored.nbytes
-                path, bonus = self._verify_on_host(tree, target_stored, draft_stored, draft_rows, u_accept,
-                                                   u_draw, what)
+                p = self._probs(target_stored, st.target_sampling, what)
+                path, bonus = self._verify_on_host(tree, p, draft_stored, draft_rows, u_accept, u_draw)
             else:
                 self.verifier.link.reset()
                 path, bonus = self._verify_on_device(tree, guided, draft_stored, draft_rows, u_accept,
@@ -364,7 +351,7 @@ class Decoder:
             if located is not None:
                 self.drafter.accept(located(path))
             if self.jacobi is not None:  # SJD keeps the window's samples: its rows on the host
-                p = self._probs(target_stored, st.target_sampling, what)
+                p = self._probs(target_stored, st.target_sampling, what) if p is None else p
                 kept = Kept.after(p, target_stored, len(path) - 1, u_draw, int(bonus))
             chain = new
             chain_features = hidden[:, torch.as_tensor(path, device=self.device)]
@@ -375,12 +362,12 @@ class Decoder:
             trace.end_sequence()
         return DecodeResult(np.array(tokens[:N], dtype=np.int64), stats)
 
-    def _verify_on_host(self, tree: Tree, target_stored: np.ndarray, draft_stored: np.ndarray,
-                        draft_rows: dict[int, np.ndarray], u_accept: np.ndarray, u_draw: np.ndarray, what: str
+    def _verify_on_host(self, tree: Tree, p: np.ndarray, draft_stored: np.ndarray,
+                        draft_rows: dict[int, np.ndarray], u_accept: np.ndarray, u_draw: np.ndarray
                         ) -> tuple[np.ndarray, int]:
-        """``--verifier theory``: the step verified by theory's oracle in float64 on the host."""
+        """``--verifier theory``: the step verified by theory's oracle in float64 on the host (``p``: the
+        target's probabilities)."""
         st = self.settings
-        p = self._probs(target_stored, st.target_sampling, what)
         q = None
         if st.rule in SAMPLED_DRAFT_RULES and draft_rows:
             q = np.zeros_like(p)

@@ -71,12 +71,13 @@ def chi_square_ok(samples: np.ndarray, seqs: np.ndarray, probs: np.ndarray) -> t
 
 
 def make_decoder(models, rule: str, drafter: str, relax: Relax = Relax.none(), neighbours=None,
-                 policy=None) -> Decoder:
+                 policy=None, **settings: object) -> Decoder:
+    """A decoder of the tiny models; ``settings``: more DecodeSettings fields (variant, logits_dtype)."""
     target, small, head = models
     session = GPTDraftSession(small) if drafter == "gpt" else EagleDraftSession(head, target)
     policy = policy or StaticTree(CHOICES)
     st = DecodeSettings(rule=rule, relax=relax, cfg_scale=CFG, target_sampling=SAMPLING,
-                        draft_sampling=SAMPLING)
+                        draft_sampling=SAMPLING, **settings)
     return Decoder(target, st, drafter=session, policy=policy, neighbours=neighbours)
 
 
@@ -157,9 +158,8 @@ def test_nan_logits_are_an_error(models) -> None:
 def test_trace_replays_exactly_and_rescores(tmp_path, models, rule: str, variant: str) -> None:
     table = neighbour_table(np.random.default_rng(0).normal(size=(8, 4)), k_max=7)
     relax = Relax.additive(3, 0.2)
-    dec = make_decoder(models, rule, "gpt", relax=relax, neighbours=table)
-    dec.settings = DecodeSettings(rule=rule, relax=relax, variant=variant, cfg_scale=CFG,
-                                  target_sampling=SAMPLING, draft_sampling=SAMPLING, logits_dtype="float16")
+    dec = make_decoder(models, rule, "gpt", relax=relax, neighbours=table, variant=variant,
+                       logits_dtype="float16")
     header = TraceHeader(model="tiny", checkpoint_sha256="0" * 64, vocab_size=8, codebook_sha256="0" * 64,
                          rule=rule, relax=str(relax), variant=variant, tree="static",
                          target_sampling=SAMPLING, draft_sampling=SAMPLING, logits_dtype="float16")
@@ -181,7 +181,6 @@ def test_trace_replays_exactly_and_rescores(tmp_path, models, rule: str, variant
 
 def test_rescoring_none_matches_the_tree_expectation(tmp_path, models) -> None:
     dec = make_decoder(models, "r1", "gpt")
-    dec.settings = DecodeSettings(rule="r1", cfg_scale=CFG, target_sampling=SAMPLING, draft_sampling=SAMPLING)
     header = TraceHeader(model="tiny", checkpoint_sha256="0" * 64, vocab_size=8, codebook_sha256="0" * 64,
                          rule="r1", relax="none", variant="principled", tree="static",
                          target_sampling=SAMPLING, draft_sampling=SAMPLING, logits_dtype="float32")
