@@ -111,9 +111,10 @@ def feature_stats(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"need a (N >= 2, D) feature matrix, got shape {features.shape}")
     with _one_thread():
         x = torch.from_numpy(features)
-        centred = x - x.mean(0)
+        mean = x.mean(0)
+        centred = x - mean
         cov = centred.T @ centred / (x.shape[0] - 1)
-    return features.mean(0), cov.numpy()
+    return mean.numpy(), cov.numpy()
 
 
 def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma2: np.ndarray) -> float:

@@ -135,19 +135,23 @@ def decoded_images(mini: MiniModel, records: list[dict[str, Any]]) -> np.ndarray
         return decode_tokens(mini.tokenizer, np.array([r["tokens"] for r in records], dtype=np.int64))
 
 
+def table_quality(mini: MiniModel, images: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """A table row's image metrics, rounded: FD, its bootstrap sd (:data:`BOOTSTRAP` resamples; NaN under
+    :data:`MIN_BOOTSTRAP_IMAGES` images, where resampling a handful says nothing) and class accuracy."""
+    q = image_quality(mini.evaluator, images, labels,
+                      bootstrap=BOOTSTRAP if len(images) >= MIN_BOOTSTRAP_IMAGES else 0)
+    return {"fd": round(q["fd"], 3), "fd_bootstrap_sd": round(q.get("fd_bootstrap_sd", float("nan")), 3),
+            "class_accuracy": round(q["class_accuracy"], 4)}
+
+
 def summarise(mini: MiniModel, config: DecodeConfig, records: list[dict[str, Any]]) -> dict[str, Any]:
-    """One table row: FD (and its bootstrap sd: NaN under :data:`MIN_BOOTSTRAP_IMAGES` images, where
-    resampling a handful says nothing) and class accuracy of the decoded images, tokens per step, TV
-    bound, time."""
+    """One table row: :func:`table_quality` of the decoded images, tokens per step, TV bound, time."""
     labels = np.array([r["label"] for r in records])
-    q = image_quality(mini.evaluator, decoded_images(mini, records), labels,
-                      bootstrap=BOOTSTRAP if len(records) >= MIN_BOOTSTRAP_IMAGES else 0)
+    q = table_quality(mini, decoded_images(mini, records), labels)
     emitted = [e for r in records for e in r["emitted"]]
     expected = [e for r in records for e in r["expected"]]
     return {
-        "config": config.name, "decoding": config.describe(), "n_images": len(records),
-        "fd": round(q["fd"], 3), "fd_bootstrap_sd": round(q.get("fd_bootstrap_sd", float("nan")), 3),
-        "class_accuracy": round(q["class_accuracy"], 4),
+        "config": config.name, "decoding": config.describe(), "n_images": len(records), **q,
         "tokens_per_step": round(float(np.mean(emitted)), 4) if emitted else 1.0,
         "expected_tokens_per_step": round(float(np.mean(expected)), 4) if expected else 1.0,
         "target_forwards_per_image": round(float(np.mean([r["steps"] for r in records])), 2),
@@ -242,11 +246,8 @@ def real_halves(images: np.ndarray, labels: np.ndarray, n: int) -> list[tuple[np
 def real_baseline(mini: MiniModel, images: np.ndarray, labels: np.ndarray,
                   name: str = "real test images") -> dict[str, Any]:
     """A reference row: the same metrics on real test images."""
-    q = image_quality(mini.evaluator, images, labels,
-                      bootstrap=BOOTSTRAP if len(images) >= MIN_BOOTSTRAP_IMAGES else 0)
     return {"config": name, "decoding": "Fashion-MNIST test sample", "n_images": len(images),
-            "fd": round(q["fd"], 3), "fd_bootstrap_sd": round(q.get("fd_bootstrap_sd", float("nan")), 3),
-            "class_accuracy": round(q["class_accuracy"], 4)}
+            **table_quality(mini, images, labels)}
 
 
 def noise_floor(mini: MiniModel, real: tuple[np.ndarray, np.ndarray], out: Path) -> dict[str, Any]:
