@@ -7,16 +7,20 @@ independent nodes what ``theory.sampler.sample_node`` returns for each. Rules r1
 Cool-SD's depth boosts) and r3 are verified here; rule r4 and the budget boost go to
 ``reference.verify_traversal``.
 
-How a step runs (R1, R2): a node's stages (its children tested in rank order, each after every earlier
-sibling was rejected) do not depend on the uniforms, so stage i of every internal node is computed in one
-batched pass (a loop over the child index, never over the vocabulary), giving each child's acceptance
-probability and each node's final residual. The first accepted child of every node is picked on the
-device (``u_accept < a``), the residual (or, at a leaf, the target) draw of every node too, and the path
-is followed on the device (a loop over depth with gathers). R3 marks every acceptable node at once and
-takes the deepest acceptable chain. Host traffic per step: one read (``self.link`` counts it) of the
-path, the emitted token and the validity flags of the inputs; a window verified by r4 or the budget
-boost reads its validity flags once before ``reference.verify_traversal`` runs. The small host -> device
-copies of a step (the tree's layout, the uniforms) are made before its kernels are queued.
+How a step runs (R1, R2), in the ``device`` mode (the default off a CPU): a node's stages (its children
+tested in rank order, each after every earlier sibling was rejected) do not depend on the uniforms, so
+stage i of every internal node is computed in one batched pass (a loop over the child index, never over
+the vocabulary), giving each child's acceptance probability and each node's final residual. The first
+accepted child of every node is picked on the device (``u_accept < a``), the path is followed on the
+device (a loop over depth with gathers), and the node where it ends draws the emitted token from its
+residual (or, at a leaf, its target row). Host traffic per step: one read (``self.link`` counts it) of
+the path, the emitted token and the validity flags of the inputs. In the ``host`` mode (the default on a
+CPU, where reads cross no bus) the same stages run node by node along the path, one read per node
+visited, and :meth:`DeviceVerifier.probs` is theory's own NumPy function on the tensors' memory. R3
+marks every acceptable node at once and takes the deepest acceptable chain; a window verified by r4 or
+the budget boost reads its validity flags once before ``reference.verify_traversal`` runs. The small
+host -> device copies of a step (the tree's layout, the uniforms) are made before its kernels are
+queued.
 
 Arithmetic: theory's, operation for operation (``theory.stages``, ``theory.relax.merge_count``,
 ``theory.boost``), with the sums that decide anything sequential (``torch.cumsum``, left to right on
@@ -29,7 +33,8 @@ Deviations from theory, all on bad input: a neighbour table with ids outside [0,
 verifier is built (theory would index with them), and non-finite or negative rows and uniforms outside
 [0, 1) raise ``ValueError`` (theory's ``sample_step`` reads them as they are). ``probs`` computes the
 same laws as ``theory.distributions.logits_to_probs`` (the same kept tokens), its values within a few
-ulps: NumPy's SIMD ``exp`` and torch's are not rounded alike.
+ulps in the ``device`` mode (NumPy's SIMD ``exp`` and torch's are not rounded alike), exactly in the
+``host`` mode.
 """
 
 from __future__ import annotations
@@ -534,14 +539,14 @@ class DeviceVerifier:
                    drafts: np.ndarray | None = None, checked: bool = False) -> tuple[np.ndarray, int]:
         """R1 or R2 (``theory.tree.sample_step`` with ``theory.sampler.sample_node``): every node decided
         at once (:meth:`_stages`), then the path followed on the device and its end node's draw; one
-        read. ``drafts``: the window's (its flags' layout). On a CPU: :meth:`_walk_on_host`."""
+        read. ``drafts``: the window's (its flags' layout). In the ``host`` mode: :meth:`_walk_on_host`."""
         if self.mode == "host":
             return self._walk_on_host(tree, P, Q, ua, ud, relax, variant, flags, drafts, checked)
         dev, n = self.device, tree.size
         counts = np.bincount(tree.parents[1:], minlength=n)
         kid_node = np.zeros((n, int(counts.max(initial=0))), dtype=np.int64)
         for u in np.flatnonzero(counts):
-            ks = np.flatnonzero(tree.parents == u)
+            ks = tree.children(u)
             kid_node[u, : ks.size] = ks
         kid_token = np.where(np.arange(kid_node.shape[1]) < counts[:, None], tree.tokens[kid_node], 0)
         # host -> device copies first: a copy from pageable memory waits for the work queued before it
@@ -569,24 +574,24 @@ class DeviceVerifier:
         path = out[: D + 1]
         path = path[path >= 0].astype(np.int64)
         if status <= -2:
-            child = np.flatnonzero(tree.parents == path[-1])[-2 - status]
+            child = tree.children(int(path[-1]))[-2 - status]
             raise ValueError(f"drafted token {int(tree.tokens[child])} has zero draft probability")
         return path, int(out[D + 1])
 
     def _walk_on_host(self, tree: Tree, P: torch.Tensor, Q: torch.Tensor | None, ua: torch.Tensor,
                       ud: torch.Tensor, relax: Relax, variant: str, flags: list[torch.Tensor],
                       drafts: np.ndarray | None, checked: bool) -> tuple[np.ndarray, int]:
-        """:meth:`_walk_step` on a CPU, node by node in theory's order: only the nodes the path visits
-        are verified (the batched walk verifies every node with children: on a GPU that costs no more
-        time, on a CPU it costs the nodes' work). One read of the flags, then one per node visited;
-        the reads cross no bus here."""
+        """:meth:`_walk_step` in the ``host`` mode, node by node in theory's order: only the nodes the
+        path visits are verified (the batched walk verifies every node with children: on a GPU that
+        costs no more time, on a CPU it costs the nodes' work). One read of the flags, then one per node
+        visited; the reads cross no bus here."""
         dev = self.device
         counts = np.bincount(tree.parents[1:], minlength=tree.size)
         self._raise_flags(self.link.read(torch.cat(self._step_flags(P, Q, counts, flags, drafts, checked))),
                           drafts, window=drafts is not None)
         u, path, row = 0, [0], None
         while counts[u]:
-            kids = np.flatnonzero(tree.parents == u)
+            kids = tree.children(u)
             omega = torch.tensor([self.boost.omega_at(int(tree.depths[u]) + 1)], dtype=self.dtype, device=dev)
             index, _, rows, _ = self._stages(P[u:u + 1], None if Q is None else Q[u:u + 1],
                                              torch.as_tensor(tree.tokens[kids][None], device=dev),
