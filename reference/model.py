@@ -446,12 +446,11 @@ class Transformer(RotaryModule):
         table, slot_idx, mask = tree_inputs(self.rope, self.cache_len, parents, nodes, prefix_len, slots, 0,
                                             x.device, pad_to=rows)
         padded = torch.cat([x, x.new_zeros(x.shape[0], rows - n, x.shape[2])], dim=1)
-        return self._stack(x.device)(padded, table, slot_idx, mask)[:, :n]
+        return self._stack()(padded, table, slot_idx, mask)[:, :n]
 
-    def _stack(self, device: torch.device) -> Callable[..., torch.Tensor]:
-        """The padded layer stack as :attr:`execution` asks (compiled, graphed), built on first use."""
-        if self.execution.cuda_graphs and device.type != "cuda":
-            raise ValueError(f"CUDA graphs replay device work on a GPU: the tree inputs are on {device}")
+    def _stack(self) -> Callable[..., torch.Tensor]:
+        """The padded layer stack as :attr:`execution` asks (compiled, graphed), built on first use (a
+        graph runner refuses inputs off the GPU)."""
         if self._padded_stack is None:
             layers, norm = self.layers, self.norm
 
