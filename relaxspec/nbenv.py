@@ -25,7 +25,6 @@ SIZE_VAR = "RELAXSPEC_NB_SIZE"
 FIGURES_VAR = "RELAXSPEC_FIGURES"
 ROOT_VAR = "RELAXSPEC_ROOT"
 MODEL_VAR = "RELAXSPEC_MODEL"
-MODELS = {"mini": "weights", "ambiguous": "weights/ambiguous"}  # mini.weights.MODEL_DIRS, as folders
 SIZES = ("small", "full")
 DEFAULT_SIZE = "full"
 
@@ -103,12 +102,20 @@ def say(text: str) -> None:
 SHIPPED_COMPONENTS = ("tokenizer", "target", "eagle_head", "draft_gpt", "evaluator")
 
 
+def _model_folders() -> dict[str, str]:
+    """``mini.weights.MODEL_DIRS`` as folders of the repository (imported when asked for: it loads torch)."""
+    from mini.weights import MODEL_DIRS, WEIGHTS_DIR
+
+    return {name: path.relative_to(WEIGHTS_DIR.parent).as_posix() for name, path in MODEL_DIRS.items()}
+
+
 def shipped_model() -> str:
     """The shipped model the notebook uses: ``RELAXSPEC_MODEL`` (``mini`` or ``ambiguous``, default
     ``mini``); ValueError naming a bad value."""
     value = os.environ.get(MODEL_VAR, "mini").strip().lower() or "mini"
-    if value not in MODELS:
-        raise ValueError(f"{MODEL_VAR} must be one of {', '.join(MODELS)}, got {value!r}")
+    models = _model_folders()
+    if value not in models:
+        raise ValueError(f"{MODEL_VAR} must be one of {', '.join(models)}, got {value!r}")
     return value
 
 
@@ -119,7 +126,7 @@ def shipped_model_missing() -> str | None:
 
     if importlib.util.find_spec("mini") is None or importlib.util.find_spec("mini.shipped") is None:
         return "the `mini` package (issue 5, the Fashion-MNIST model) is not in this checkout yet"
-    folder = MODELS[shipped_model()]
+    folder = _model_folders()[shipped_model()]
     weights = repo_root() / folder
     needed = [c for c in SHIPPED_COMPONENTS if folder == "weights" or c != "evaluator"]
     absent = [c for c in needed
@@ -133,4 +140,4 @@ def load_shipped():
     """``mini.shipped.load_mini`` on the folder of :func:`shipped_model`."""
     from mini.shipped import load_mini
 
-    return load_mini(repo_root() / MODELS[shipped_model()])
+    return load_mini(repo_root() / _model_folders()[shipped_model()])
