@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from core.trace import Sampling
-from reference.verify_ops import HostLink, draw_token, seqsum
+from reference.verify_ops import HostLink, draw_token, normalise_residual, seqsum
 from theory.boost import OFFICIAL_BELOW, Boost, window_extent
 from theory.distributions import SUM_ATOL, TOP_P_TOL, logits_to_probs
 from theory.jacobi_sampler import check_window_size, window_tree
@@ -731,20 +731,17 @@ class DeviceVerifier:
         """Every R2 stage (``theory.boost.sampled_draft_stage`` on ``theory.stages.draft_residual``) of
         every node, stage by stage: (tested-and-accepted or zero-q events, zero-q draws, final
         residuals). A node stops testing when its draft residual has no mass left."""
-        m, K = kt.shape
-        V = r.shape[1]
-        qr = q  # r and q are the caller's copies (P[o], Q[o]): updated in place
+        m, K = kt.shape  # r and q are the caller's copies (P[o], Q[o]): updated in place
         alive = torch.ones(m, dtype=torch.bool, device=r.device)
         event = torch.zeros((m, K), dtype=torch.bool, device=r.device)
         bad = torch.zeros((m, K), dtype=torch.bool, device=r.device)
-        uniform = 1.0 / V
         for i, a_rows in enumerate(active):
             x = kt[:a_rows, i]
             if i:
-                qr[:a_rows] = qr[:a_rows].scatter(1, kt[:a_rows, i - 1 : i], 0.0)
-            s = seqsum(qr[:a_rows])
+                q[:a_rows] = q[:a_rows].scatter(1, kt[:a_rows, i - 1 : i], 0.0)
+            s = seqsum(q[:a_rows])
             alive[:a_rows] &= s > 0.0
-            qp = qr[:a_rows] / s[:, None]
+            qp = q[:a_rows] / s[:, None]
             ri = r[:a_rows]
             rx = ri.gather(1, x[:, None])[:, 0]
             qx = qp.gather(1, x[:, None])[:, 0]
@@ -756,8 +753,7 @@ class DeviceVerifier:
                 res = torch.clamp(ri - qp, min=0.0)
             else:
                 a, res = self._r2_relaxed(ri, qp, x, rx, qx, relax, variant)
-            total = seqsum(res)
-            r_next = torch.where(total[:, None] > 0.0, res / total[:, None], uniform)
+            r_next = normalise_residual(res)
             live = alive[:a_rows]
             bad[:a_rows, i] = live & (qx <= 0.0)
             event[:a_rows, i] = live & (bad[:a_rows, i] | (uk[:a_rows, i] < a.to(torch.float64)))

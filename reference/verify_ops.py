@@ -24,6 +24,13 @@ def seqsum(a: torch.Tensor) -> torch.Tensor:
     return torch.cumsum(a, dim=-1)[..., -1]
 
 
+def normalise_residual(res: torch.Tensor) -> torch.Tensor:
+    """Rows of an unnormalised residual divided by their sequential sums, uniform over V where a row has
+    no mass (``simulate.verify_kernels.normalise_residual_kernel``; theory's R2 and boosted stages)."""
+    total = seqsum(res).unsqueeze(-1)
+    return torch.where(total > 0.0, res / total, 1.0 / res.shape[-1])
+
+
 def draw_token(r: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF draws (``theory.sampler.draw_token``) from unnormalised rows ``r`` (..., V) with
     uniforms ``u`` (...): the smallest x with cumsum[x] > u * total; ``floor(u * V)`` (at most V - 1)
@@ -67,4 +74,4 @@ class HostLink:
         return out
 
 
-__all__ = ["HostLink", "draw_token", "seqsum"]
+__all__ = ["HostLink", "draw_token", "normalise_residual", "seqsum"]

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from reference.verify_ops import HostLink, draw_token, seqsum
+from reference.verify_ops import HostLink, draw_token, normalise_residual, seqsum
 from theory.boost import OFFICIAL_BELOW, Boost, window_extent
 from theory.tree import Tree
 
@@ -441,9 +441,7 @@ def _path(tree: Tree, v: int) -> np.ndarray:
 # ------------------------------------------------------------------ budgeted R2
 def _standard_residual(r: torch.Tensor, qp: torch.Tensor) -> torch.Tensor:
     """``theory.boost.standard_residual`` of each row."""
-    res = torch.clamp(r - qp, min=0.0)
-    s = seqsum(res).unsqueeze(-1)
-    return torch.where(s > 0.0, res / s, torch.full_like(res, 1.0 / r.shape[-1]))
+    return normalise_residual(torch.clamp(r - qp, min=0.0))
 
 
 def budget_r2_step(tree: Tree, p: torch.Tensor, q: torch.Tensor, u_accept: torch.Tensor, u_draw: torch.Tensor,
