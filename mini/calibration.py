@@ -1,36 +1,130 @@
-"""Fitting a latent-field world (``simulate.worlds.LatentParams``) to a real model's ambiguity.
+"""Fitting a latent-field world (``simulate.worlds.LatentParams``) to a real model and its drafter.
 
-Two one-dimensional searches, alternated: the target's inverse temperature
-``beta`` (with ``draft_beta = beta``) sets the mean top-1 probability; a
-common factor on the drafter's errors (its state noise ``draft_sigma`` and its
-per-token error ``draft_token_noise``, from the base world's values) sets the
-mean single-draft acceptance 1 - TV(p, q) (factor 0: the drafter is the
-target). Both figures are monotone in their knob, so each search is a
-bisection (on log beta). Entropy and top-10 mass are not fitted:
-they are reported next to the model's to show how far the world's shape is
-from the model's.
+The fit matches *figures* measured the same way on the model (teacher-forced
+along its own samples, :func:`model_figures`) and on the world (along
+sequences sampled from its target, :func:`world_figures`):
+
+- ``top1``: mean top-1 probability of p;
+- ``top1_sd``: its standard deviation over positions (a real image has easy
+  and hard stretches, and tree decoding skips through the easy ones and stops
+  at the hard ones, so the mean alone mispredicts tokens per step);
+- ``top1_lag1``: the lag-1 autocorrelation of top-1 along a sequence (how
+  long a stretch lasts);
+- ``accept_ranked``: mean p-mass of q's 10 most likely tokens (the root
+  acceptance of R1 with 10 ranked drafts: EAGLE-2's first layer);
+- ``draft_entropy``: mean entropy of q in nats (how flat the drafter is,
+  which with its ranking sets R2's sampled-draft acceptance);
+- ``accept_ranked_deep`` (a drafter that drifts below the root, the EAGLE
+  head): ``accept_ranked`` of the drafter one level below a tree's root
+  (``mini.ambiguity.eagle_below_root``; the world's ``draft_drift``).
+
+One knob per figure: the target's ``beta`` (bisection on log beta),
+``beta_spread`` and ``rho``; the drafter's error scale (a common factor on
+``draft_sigma`` and ``draft_token_noise`` from the base world's values), its
+``draft_beta / beta`` and its ``draft_drift``. Each figure is monotone in its
+knob, so each knob is a bisection; the knobs are visited in rounds, the
+target's first (its figures do not depend on the drafter), each round ending
+with the knob of the figure that matters most (top-1, the ranked acceptance). Figures that are not fitted (entropy,
+top-10 mass, 1 - TV(p, q)) are reported beside the model's to show how far
+the world's shape is from it. ``fit_two_figures`` is the earlier fit (top-1
+and 1 - TV only) that produced the ``mini`` preset.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, replace
+from pathlib import Path
 
-from simulate.worlds import PRESETS, LatentParams, LatentWorld, world_stats
+import numpy as np
 
-# The world preset fitted to the shipped model (the "calibrated world" of the simulator validation).
-MODEL_PRESET = "mini"
+from simulate.worlds import PRESETS, LatentParams, LatentWorld, ambiguity, sampled_nodes, world_stats
+from theory.distributions import total_variation
+
+# The world presets fitted to the shipped models, per weights folder name and drafter (the
+# "calibrated world" of the simulator validation, `relaxspec mini validate`).
+FITTED_PRESETS = {
+    "weights": {"eagle": "mini", "draft_gpt": "mini"},
+    "ambiguous": {"eagle": "mini-ambiguous", "draft_gpt": "mini-ambiguous-draft-gpt"},
+}
+MODEL_PRESET = FITTED_PRESETS["weights"]["eagle"]
 STAT_NAMES = {"top1": "mean_top1", "entropy": "mean_entropy", "top10_mass": "mean_top10_mass",
               "acceptance": "mean_acceptance"}
+FIT_FIGURES = ("top1", "top1_sd", "top1_lag1", "accept_ranked", "draft_entropy")
+DEEP_FIGURE = "accept_ranked_deep"
+REPORTED_FIGURES = ("entropy", "top10_mass", "accept_sampled")
+RANKED_DRAFTS = 10
 
 
-def stats_of(params: LatentParams, n_sequences: int = 8, seq_len: int = 64) -> dict[str, float]:
-    """world-stats figures of a world with ``params`` (same keys as the model's)."""
-    s = world_stats(LatentWorld(params), n_sequences=n_sequences, seq_len=seq_len)
-    return {k: float(getattr(s, v)) for k, v in STAT_NAMES.items()}
+def fitted_preset(weights_dir: str, drafter: str) -> str:
+    """The preset fitted to the model in folder ``weights_dir`` (its last component) and ``drafter``."""
+    name = Path(weights_dir).resolve().name
+    if name not in FITTED_PRESETS:
+        raise ValueError(f"no world is fitted to the model in {weights_dir}; fitted models: "
+                         f"{', '.join(FITTED_PRESETS)} (relaxspec mini ambiguity --fit fits one)")
+    return FITTED_PRESETS[name][drafter]
 
 
-def _bisect(f, lo: float, hi: float, goal: float, increasing: bool, iters: int) -> float:
+def ranked_mass(p: np.ndarray, q: np.ndarray) -> float:
+    """p-mass of q's ``RANKED_DRAFTS`` most likely tokens."""
+    return float(p[np.argpartition(-q, RANKED_DRAFTS - 1)[:RANKED_DRAFTS]].sum())
+
+
+def node_figures(p: np.ndarray, q: np.ndarray) -> tuple[float, float, float, float, float, float]:
+    """(top-1, entropy, top-10 mass, p-mass of q's top 10, entropy of q, 1 - TV) at one node."""
+    top1, entropy, top10 = ambiguity(p)
+    return (top1, entropy, top10, ranked_mass(p, q), ambiguity(q)[1], 1.0 - total_variation(p, q))
+
+
+def summarise(per_node: np.ndarray) -> dict[str, float]:
+    """Figures of an (S sequences, L positions, 6) array of :func:`node_figures` in sequence order."""
+    per_node = np.asarray(per_node, dtype=np.float64)
+    if per_node.ndim != 3 or per_node.shape[1] < 2 or per_node.shape[2] != 6:
+        raise ValueError(f"need (sequences, positions >= 2, 6) node figures, got shape {per_node.shape}")
+    top1 = per_node[..., 0]
+    dev = top1 - top1.mean()
+    lag1 = float((dev[:, 1:] * dev[:, :-1]).mean() / dev.var()) if dev.var() > 0 else 0.0
+    means = per_node.reshape(-1, 6).mean(axis=0)
+    return {"top1": float(means[0]), "top1_sd": float(top1.std()), "top1_lag1": lag1,
+            "accept_ranked": float(means[3]), "draft_entropy": float(means[4]),
+            "entropy": float(means[1]), "top10_mass": float(means[2]), "accept_sampled": float(means[5])}
+
+
+def world_figures(params: LatentParams, n_sequences: int = 32, seq_len: int = 64,
+                  deep: bool = False) -> dict[str, float]:
+    """Figures of the world with ``params`` along ``n_sequences`` sampled sequences (``deep``: also
+    ``accept_ranked_deep``, the drafter at depth 1 at the same nodes)."""
+    world = LatentWorld(params)
+    rows = [node_figures(p, q) for p, q in sampled_nodes(world, n_sequences=n_sequences, seq_len=seq_len)]
+    out = summarise(np.array(rows).reshape(n_sequences, seq_len, 6))
+    if deep:
+        out[DEEP_FIGURE] = float(np.mean([ranked_mass(p, q) for p, q in sampled_nodes(
+            world, n_sequences=n_sequences, seq_len=seq_len, draft_depth=1)]))
+    return out
+
+
+def model_figures(p: np.ndarray, q: np.ndarray, positions: int, q_deep: np.ndarray | None = None
+                  ) -> dict[str, float]:
+    """Figures of a model from its p and a drafter's q (rows in sequence order, ``positions`` per
+    sequence), e.g. ``mini.ambiguity.teacher_forced``'s; ``q_deep``: the drafter one level below a
+    root at positions 2.. of each sequence (``positions - 1`` rows per sequence), for
+    ``accept_ranked_deep``."""
+    if p.shape != q.shape or p.ndim != 2 or p.shape[0] % positions:
+        raise ValueError(f"p and q must be (sequences x {positions}, V) alike, got {p.shape}, {q.shape}")
+    rows = [node_figures(a, b) for a, b in zip(p, q, strict=True)]
+    out = summarise(np.array(rows).reshape(-1, positions, 6))
+    if q_deep is not None:
+        later = p.reshape(-1, positions, p.shape[1])[:, 1:].reshape(-1, p.shape[1])
+        if q_deep.shape != later.shape:
+            raise ValueError(f"q_deep must hold {positions - 1} rows per sequence, shape {later.shape}, got "
+                             f"{q_deep.shape}")
+        out[DEEP_FIGURE] = float(np.mean([ranked_mass(a, b) for a, b in zip(later, q_deep, strict=True)]))
+    return out
+
+
+def _bisect(f: Callable[[float], float], lo: float, hi: float, goal: float, increasing: bool,
+            iters: int) -> float:
     for _ in range(iters):
         mid = 0.5 * (lo + hi)
         if (f(mid) < goal) == increasing:
@@ -40,10 +134,84 @@ def _bisect(f, lo: float, hi: float, goal: float, increasing: bool, iters: int) 
     return 0.5 * (lo + hi)
 
 
-def fit_world(top1: float, acceptance: float, base: LatentParams | None = None, rounds: int = 2,
-              iters: int = 12, n_sequences: int = 8,
-              seq_len: int = 64) -> tuple[LatentParams, dict[str, float]]:
-    """Parameters whose world matches ``top1`` and ``acceptance``; also the fitted world's stats."""
+def _check_goals(goals: dict[str, float], names: tuple[str, ...]) -> None:
+    for name in names:
+        v = goals.get(name)
+        if v is None or not np.isfinite(v):
+            raise ValueError(f"the fit needs a finite figure {name!r}, got {v!r}")
+
+
+def fit_world(goals: dict[str, float], base: LatentParams | None = None, rounds: int = 3, iters: int = 12,
+              n_sequences: int = 32, seq_len: int = 64, target: LatentParams | None = None,
+              progress: Callable[[str], None] | None = None) -> tuple[LatentParams, dict[str, float]]:
+    """Parameters whose world matches the :data:`FIT_FIGURES` in ``goals`` (and ``accept_ranked_deep``
+    when ``goals`` has it: the drafter drifts below the root); also the world's figures.
+
+    ``target``: parameters whose target side (beta, beta_spread, rho) is kept, fitting only the
+    drafter (a second drafter of the same model). ``base`` (default the ``ambiguous`` preset)
+    gives everything that is not fitted.
+    """
+    _check_goals(goals, FIT_FIGURES)
+    deep = DEEP_FIGURE in goals
+    if deep:
+        _check_goals(goals, (DEEP_FIGURE,))
+    params = replace(target or base or PRESETS["ambiguous"], draft_drift=0.0)
+    base_sigma, base_noise = params.draft_sigma, params.draft_token_noise
+    if base_sigma == 0 and base_noise == 0:
+        raise ValueError("the base world's drafter is exact: no error to scale")
+    ratio = params.draft_beta / params.beta
+
+    def figure(name: str, p: LatentParams) -> float:
+        value = world_figures(p, n_sequences, seq_len, deep=name == DEEP_FIGURE)[name]
+        if progress is not None:
+            progress(f"{name} {value:.4f} (goal {goals[name]:.4f})")
+        return value
+
+    def fit(value: float, name: str, make: Callable[[float], LatentParams], lo: float, hi: float,
+            increasing: bool, log: bool = False) -> float:
+        if log:
+            return math.exp(_bisect(lambda v: figure(name, make(math.exp(v))), math.log(lo), math.log(hi),
+                                    goals[name], increasing, iters))
+        return _bisect(lambda v: figure(name, make(v)), lo, hi, goals[name], increasing, iters)
+
+    def with_target(beta: float, spread: float, rho: float) -> LatentParams:
+        return replace(params, beta=round(beta, 3), draft_beta=round(beta * ratio, 3), beta_spread=round(spread, 4),
+                       rho=round(rho, 4))
+
+    if target is None:
+        b, s, r = params.beta, params.beta_spread, params.rho
+        for _ in range(rounds):
+            s = fit(s, "top1_sd", lambda v: with_target(b, v, r), 0.0, 4.0, True)
+            r = fit(r, "top1_lag1", lambda v: with_target(b, s, v), 0.0, 0.95, True)
+            b = fit(b, "top1", lambda v: with_target(v, s, r), 1.0, 1000.0, True, log=True)
+        params = with_target(b, s, r)
+
+    def drafter(factor: float, ratio: float, drift: float) -> LatentParams:
+        return replace(params, draft_sigma=round(factor * base_sigma, 5),
+                       draft_token_noise=round(factor * base_noise, 5), draft_beta=round(ratio * params.beta, 3),
+                       draft_drift=round(drift, 5))
+
+    factor, drift = 1.0, 0.0
+    for _ in range(rounds):
+        ratio = fit(ratio, "draft_entropy", lambda v: drafter(factor, v, drift), 0.05, 2.0, False)
+        if deep:
+            drift = fit(drift, DEEP_FIGURE, lambda v: drafter(factor, ratio, v), 0.0, 2.0, False)
+        factor = fit(factor, "accept_ranked", lambda v: drafter(v, ratio, drift), 0.0, 4.0, False)
+    params = drafter(factor, ratio, drift)
+    return params, world_figures(params, n_sequences, seq_len, deep=deep)
+
+
+def stats_of(params: LatentParams, n_sequences: int = 8, seq_len: int = 64) -> dict[str, float]:
+    """world-stats figures of a world with ``params`` (same keys as the model's)."""
+    s = world_stats(LatentWorld(params), n_sequences=n_sequences, seq_len=seq_len)
+    return {k: float(getattr(s, v)) for k, v in STAT_NAMES.items()}
+
+
+def fit_two_figures(top1: float, acceptance: float, base: LatentParams | None = None, rounds: int = 2,
+                    iters: int = 12, n_sequences: int = 8,
+                    seq_len: int = 64) -> tuple[LatentParams, dict[str, float]]:
+    """The earlier fit (it made the ``mini`` preset): beta for the mean top-1 probability, the drafter's
+    error scale for 1 - TV(p, q); the world stays equally ambiguous everywhere."""
     if not (0 < top1 < 1 and 0 < acceptance < 1):
         raise ValueError(f"top1 and acceptance must lie in (0, 1), got {top1}, {acceptance}")
     params = base or PRESETS["ambiguous"]

@@ -76,8 +76,10 @@ def _load(args: argparse.Namespace, drafters: bool = True):
 
 
 def _ambiguity(args: argparse.Namespace) -> int:
-    from mini.ambiguity import model_ambiguity
-    from mini.calibration import fit_world, params_literal, stats_of
+    from dataclasses import replace
+
+    from mini.ambiguity import model_ambiguity, teacher_forced
+    from mini.calibration import fit_world, model_figures, params_literal, stats_of
     from mini.decoding import CFG_SCALE
     from mini.quality import QUALITY_CONFIGS, generate_config
     from simulate.worlds import PRESETS
@@ -88,13 +90,22 @@ def _ambiguity(args: argparse.Namespace) -> int:
                               not args.no_progress)
     tokens = np.array([r["tokens"] for r in records])
     labels = np.array([r["label"] for r in records])
-    result = {"model": model_ambiguity(mini, tokens, labels, CFG_SCALE), "cfg_scale": CFG_SCALE,
+    tf = teacher_forced(mini, tokens, labels, CFG_SCALE, below_root=args.fit)
+    result = {"model": model_ambiguity(mini, tokens, labels, CFG_SCALE, tf), "cfg_scale": CFG_SCALE,
               "n_images": len(records), "target_sha256": mini.checkpoint_sha256("target"),
               "worlds": {name: stats_of(PRESETS[name]) for name in PRESETS}}
     if args.fit:
-        m = result["model"]
-        params, fitted = fit_world(m["top1"], m["accept_eagle"])
-        result["fitted"] = {"params": params_literal(params), "stats": fitted}
+        base = replace(PRESETS["ambiguous"], vocab_size=tf.p.shape[1])
+        positions = tokens.shape[1] - 1
+        fitted, target = {}, None
+        # the draft GPT reads tokens only: below the root it sees what it sees at the root (no drift)
+        for drafter, q, deep in (("eagle", tf.q_eagle, tf.q_eagle_deep), ("draft_gpt", tf.q_gpt, None)):
+            goals = model_figures(tf.p, q, positions, deep)
+            params, figures = fit_world(goals, base, target=target)
+            target = target or params
+            fitted[drafter] = {"params": params_literal(params), "model": goals, "world": figures}
+            print(f"{drafter}: {params_literal(params)}", flush=True)
+        result["fitted"] = fitted
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ambiguity.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
@@ -153,13 +164,14 @@ def _quality(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from mini.calibration import MODEL_PRESET
+    from mini.calibration import FITTED_PRESETS, fitted_preset
     from mini.validation import run_validation
-    from simulate.worlds import PRESETS
+    from mini.weights import WEIGHTS_DIR
 
     _at_least(args, seed=0, n_sequences=1)
     mini = _load(args)
-    rows = run_validation(mini, args.out / "validation", PRESETS[MODEL_PRESET], args.n_sequences,
+    worlds = {d: fitted_preset(args.weights or WEIGHTS_DIR, d) for d in FITTED_PRESETS["weights"]}
+    rows = run_validation(mini, args.out / "validation", worlds, args.n_sequences,
                           seed=args.seed, progress=not args.no_progress)
     for r in rows:
         print(r)

@@ -9,8 +9,8 @@ the mini model and writes a trace. Then:
   :class:`~simulate.worlds.TraceWorld`: the exact expected tokens per step on
   the recorded trees and logits, averaged over the speculative steps;
 - the *calibrated-world* prediction is ``simulate.run`` in a latent-field
-  world fitted to the model's ambiguity (:mod:`mini.calibration`), with the
-  same tree policy, rule and relaxation;
+  world fitted to the model and the configuration's drafter
+  (:mod:`mini.calibration`), with the same tree policy, rule and relaxation;
 
 each against the decoder's measured mean tokens per speculative step, with
 the relative error.
@@ -33,7 +33,7 @@ from mini.shipped import MiniModel
 from reference.capture import capture_trace
 from reference.replay import replay
 from simulate import run
-from simulate.worlds import LatentParams, LatentWorld, TraceWorld
+from simulate.worlds import LatentWorld, TraceWorld
 
 DDD = "ddd:10,11,5/7/9,-0.3,60"
 VALIDATION_CONFIGS: list[DecodeConfig] = [
@@ -49,7 +49,8 @@ VALIDATION_CONFIGS: list[DecodeConfig] = [
     DecodeConfig("static r2 exact, draft GPT", tree=STATIC, rule="r2",
                  drafter="draft_gpt"),
 ]
-COLUMNS = ("config", "decoding", "sequences", "speculative_steps", "replayed_steps", "replay_mismatches",
+WORLD_SEQUENCES = 64  # the world's prediction: its standard error stays below the decoder's
+COLUMNS = ("config", "decoding", "world", "sequences", "speculative_steps", "replayed_steps", "replay_mismatches",
            "measured_tokens_per_step", "trace_driven_prediction", "trace_driven_rel_error",
            "world_prediction", "world_se", "world_rel_error", "seconds")
 
@@ -68,9 +69,10 @@ def capture(mini: MiniModel, config: DecodeConfig, n_sequences: int, out: Path, 
     return path
 
 
-def validate_config(mini: MiniModel, config: DecodeConfig, world: LatentParams | None, n_sequences: int,
+def validate_config(mini: MiniModel, config: DecodeConfig, world: str | None, n_sequences: int,
                     out: Path, seed: int = 0, progress: bool = True) -> dict[str, Any]:
-    """Capture, replay and predict one configuration; one row of the validation table."""
+    """Capture, replay and predict one configuration; one row of the validation table (``world``: the
+    preset fitted to the model and the configuration's drafter, or None for no world column)."""
     start = time.perf_counter()
     path = capture(mini, config, n_sequences, out, seed, progress)
     report = replay(path, require_simulate=True)
@@ -87,23 +89,25 @@ def validate_config(mini: MiniModel, config: DecodeConfig, world: LatentParams |
     }
     if world is not None:
         policy = parse_tree(config.tree)
-        sim = run(LatentWorld(world, name="fitted"), policy, rule=config.rule, relax=config.relaxation,
-                  n_sequences=max(n_sequences, 16), seq_len=64, seed=seed)
-        row.update(world_prediction=round(sim.mean_tokens_per_step, 4),
+        sim = run(LatentWorld.preset(world), policy, rule=config.rule, relax=config.relaxation,
+                  n_sequences=WORLD_SEQUENCES, seq_len=64, seed=seed)
+        row.update(world=world, world_prediction=round(sim.mean_tokens_per_step, 4),
                    world_se=round(sim.se_tokens_per_step, 4),
                    world_rel_error=round(abs(sim.mean_tokens_per_step - measured) / measured, 4))
     row["seconds"] = round(time.perf_counter() - start, 1)
     return row
 
 
-def run_validation(mini: MiniModel, out: Path, world: LatentParams | None, n_sequences: int = 20,
+def run_validation(mini: MiniModel, out: Path, worlds: dict[str, str] | None, n_sequences: int = 20,
                    configs: list[DecodeConfig] | None = None, seed: int = 0,
                    progress: bool = True) -> list[dict[str, Any]]:
-    """Every configuration; ``OUT/validation.csv`` is rewritten after each one."""
+    """Every configuration; ``OUT/validation.csv`` is rewritten after each one. ``worlds``: the fitted
+    world preset per drafter name (``eagle``, ``draft_gpt``); None: no world column."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for config in configs or VALIDATION_CONFIGS:
+        world = None if worlds is None else worlds[config.drafter]
         rows.append(validate_config(mini, config, world, n_sequences, out, seed, progress))
         tmp = out / "validation.csv.tmp"
         with open(tmp, "w", newline="") as f:

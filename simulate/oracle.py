@@ -65,8 +65,8 @@ def world_draft(world, states: States, temperature: float):
     """The ``draft(parents, tokens, nodes)`` callback of ``policy.build``: the world's q after each node."""
 
     def draft(parents, tokens, nodes):
-        return np.array([world.draft_probs(*states.at(_token_path(parents, tokens, int(v))), temperature)
-                         for v in nodes])
+        paths = [_token_path(parents, tokens, int(v)) for v in nodes]
+        return np.array([world.draft_probs(*states.at(path), temperature, depth=len(path)) for path in paths])
 
     return draft
 

@@ -69,12 +69,12 @@ def draw_without_replacement_kernel(q, u, m, qr, cum, out):
 
 
 @njit(cache=True, error_model="numpy")
-def _expand(W, nodes, bparent, btoken, zs, hs, have, es, cmaxs, invs):
+def _expand(W, nodes, bparent, btoken, bdepth, zs, hs, have, es, cmaxs, invs):
     """Drafter rows after the buffer nodes ``nodes``, in one pass over the codebook (row i of
     ``es`` / ``cmaxs`` / ``invs`` for ``nodes[i]``; see ``draft_exps``)."""
     for i in range(nodes.shape[0]):
         ensure_state(W, nodes[i], bparent, btoken, zs, hs, have)
-    draft_exps(W, zs, hs, nodes, es, cmaxs, invs)
+    draft_exps(W, zs, hs, nodes, bdepth, es, cmaxs, invs)
 
 
 @njit(cache=True, error_model="numpy")
@@ -106,7 +106,7 @@ def build_static(W, tparents, tranks, tdepths, draws, keep_q, utree, S, smark, b
         maxdepth = max(maxdepth, tdepths[w])
     level = np.zeros(nt, dtype=np.int64)
     invs = np.empty(es.shape[0])
-    _expand(W, level[:1], bparent, btoken, zs, hs, have, es, cmaxs, invs)  # the root
+    _expand(W, level[:1], bparent, btoken, bdepth, zs, hs, have, es, cmaxs, invs)  # the root
     nq = 0
     calls = 1
     kids = np.empty(nt, dtype=np.int64)
@@ -126,7 +126,7 @@ def build_static(W, tparents, tranks, tdepths, draws, keep_q, utree, S, smark, b
         for b0 in range(0, nl, es.shape[0]):
             cnt = min(es.shape[0], nl - b0)
             if d > 0:
-                _expand(W, level[b0:b0 + cnt], bparent, btoken, zs, hs, have, es, cmaxs, invs)
+                _expand(W, level[b0:b0 + cnt], bparent, btoken, bdepth, zs, hs, have, es, cmaxs, invs)
             for i in range(cnt):
                 v = level[b0 + i]
                 m = 0
@@ -196,7 +196,7 @@ def build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, S, 
     score[0] = 0.0
     beam = np.zeros(max(K, 1), dtype=np.int64)
     invs = np.empty(es.shape[0])
-    _expand(W, beam[:1], bparent, btoken, zs, hs, have, es, cmaxs, invs)  # the root
+    _expand(W, beam[:1], bparent, btoken, bdepth, zs, hs, have, es, cmaxs, invs)  # the root
     calls = 1
     nq = 0
     sel = np.empty(max(K, total_tokens), dtype=np.int64)
@@ -225,7 +225,7 @@ def build_dynamic(W, top_k, max_calls, total_tokens, check_steps, threshold, S, 
         start = nb
         for b0 in range(0, nbeam, es.shape[0]):
             cnt = min(es.shape[0], nbeam - b0)
-            _expand(W, beam[b0:b0 + cnt], bparent, btoken, zs, hs, have, es, cmaxs, invs)
+            _expand(W, beam[b0:b0 + cnt], bparent, btoken, bdepth, zs, hs, have, es, cmaxs, invs)
             for i in range(cnt):
                 b = beam[b0 + i]
                 nb = _propose(W, es, cmaxs, invs, i, K, S, smark, b, nb, sel, vals, bparent, btoken, bdepth,

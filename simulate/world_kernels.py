@@ -7,7 +7,10 @@ p_stat, q_stat, T)``:
 - ``ET``: (d, V) float64 codebook, transposed (unit rows of E): the state transitions;
 - ``b`` / ``bq``: float32 target / draft per-token biases, already divided by the temperature,
   padded to a multiple of LANES tokens (:func:`pad_bias`);
-- ``fp``: float64 [beta/T, rho, sigma, beta_q/T, sigma_q, bmax, bqmax];
+- ``fp``: float64 [beta/T, rho, sigma, beta_q/T, sigma_q, bmax, bqmax, beta_spread, drift, a_1..a_d]:
+  a state z's inverse temperatures are beta·exp(beta_spread <a, z>) (target) and
+  beta_q·exp(beta_spread <a, z_q>) (drafter, on its own view z_q), a the unit difficulty axis;
+  the drafter's view at depth d below a step's root has noise sqrt(sigma_q^2 + d drift^2);
 - ``keys``: uint64 [transition-noise key, drafter-noise key];
 - ``T``: the codebook as padded float32 (:func:`pad_codebook`): the rows' logits.
 
@@ -31,8 +34,8 @@ from numba import njit
 
 from simulate.rng import combine, normals
 
-F_BETA, F_RHO, F_SIGMA, F_BETA_Q, F_SIGMA_Q, F_BMAX, F_BQMAX = range(7)
-N_FPARAMS = 7
+F_BETA, F_RHO, F_SIGMA, F_BETA_Q, F_SIGMA_Q, F_BMAX, F_BQMAX, F_SPREAD, F_DRIFT = range(9)
+N_FPARAMS = 9  # then the d entries of the difficulty axis (latent worlds)
 KIND_LATENT = 0
 KIND_STATIONARY = 1
 
@@ -240,6 +243,19 @@ def chunk_maxima(row, cmax):
 
 
 @njit(cache=True, error_model="numpy")
+def state_beta(fp, beta, z):
+    """Inverse temperature at unit state z: ``beta`` times exp(beta_spread <a, z>) (``beta`` itself,
+    bit for bit, when beta_spread is 0)."""
+    spread = fp[F_SPREAD]
+    if spread == 0.0:
+        return beta
+    dot = 0.0
+    for j in range(z.shape[0]):
+        dot += fp[N_FPARAMS + j] * z[j]
+    return beta * math.exp(spread * dot)
+
+
+@njit(cache=True, error_model="numpy")
 def transition(ET, fp, noise_key, z, h, x, z_out):
     """State after token x: normalise(rho z + (1 - rho) E_x + sigma xi); returns the new prefix hash.
 
@@ -299,20 +315,22 @@ def target_row(W, z, out, e, cmax):
         return scale_into(out, 1.0, out)  # times 1.0: unchanged
     d = z.shape[0]
     zb = np.empty(d)
+    beta = state_beta(W[4], W[4][F_BETA], z)
     for j in range(d):
-        zb[j] = W[4][F_BETA] * z[j]
+        zb[j] = beta * z[j]
     return scale_into(e, 1.0 / row_exp(W[8], W[2], W[4][F_BMAX], zb, e, cmax), out)
 
 
 @njit(cache=True, error_model="numpy")
-def draft_exps(W, zs, hs, nodes, es, cmaxs, invs):
-    """q after each of the buffer nodes ``nodes`` (states ``zs[v]``, prefix hashes ``hs[v]``),
-    unnormalised, in one pass over the codebook.
+def draft_exps(W, zs, hs, nodes, depths, es, cmaxs, invs):
+    """q after each of the buffer nodes ``nodes`` (states ``zs[v]``, prefix hashes ``hs[v]``, depths
+    below the step's root ``depths[v]``), unnormalised, in one pass over the codebook.
 
     Latent world: q_i = ``es[i] * invs[i]`` (float32 rows, padded,
     :func:`rows_exp`); stationary world: q_i = q_stat (``W[7]``), invs[i] = 1.
     ``cmaxs[i]`` gets the chunk maxima of q_i's values. The drafter sees
-    normalise(z + sigma_q xi_q), xi_q keyed by (drafter key, h)."""
+    normalise(z + sigma_q(d) xi_q), xi_q keyed by (drafter key, h), sigma_q(d) = sqrt(sigma_q^2 +
+    d drift^2) (sigma_q itself when drift is 0)."""
     cnt = nodes.shape[0]
     if W[0] == KIND_STATIONARY:
         for i in range(cnt):
@@ -324,11 +342,15 @@ def draft_exps(W, zs, hs, nodes, es, cmaxs, invs):
     for i in range(cnt):
         v = nodes[i]
         normals(combine(W[5][1], np.int64(hs[v] & np.uint64(0x7FFFFFFFFFFFFFFF))), zq[i])
+        sigma_q = W[4][F_SIGMA_Q]
+        if W[4][F_DRIFT] != 0.0:
+            sigma_q = math.sqrt(sigma_q * sigma_q + depths[v] * W[4][F_DRIFT] * W[4][F_DRIFT])
         for j in range(d):
-            zq[i, j] = zs[v, j] + W[4][F_SIGMA_Q] * zq[i, j]
+            zq[i, j] = zs[v, j] + sigma_q * zq[i, j]
         normalise(zq[i])
+        beta_q = state_beta(W[4], W[4][F_BETA_Q], zq[i])
         for j in range(d):
-            zq[i, j] *= W[4][F_BETA_Q]
+            zq[i, j] *= beta_q
     sums = np.empty(cnt)
     rows_exp(W[8], W[3], W[4][F_BQMAX], zq, es[:cnt], cmaxs[:cnt], sums)
     for i in range(cnt):
@@ -336,15 +358,16 @@ def draft_exps(W, zs, hs, nodes, es, cmaxs, invs):
 
 
 @njit(cache=True, error_model="numpy")
-def draft_row(W, z, h, row, e, cmax):
-    """q at a node with state z and prefix hash h, normalised, into the float64 ``row``
+def draft_row(W, z, h, depth, row, e, cmax):
+    """q at a node with state z, prefix hash h and depth below the step's root ``depth``, normalised,
+    into the float64 ``row``
     (:func:`draft_exps` then the scaling; ``e`` / ``cmax``: one row of :func:`row_scratch`)."""
     if W[0] == KIND_STATIONARY:
         row[:] = W[7]
         return
     inv = np.empty(1)
     draft_exps(W, z.reshape((1, z.shape[0])), np.full(1, h, dtype=np.uint64), np.zeros(1, dtype=np.int64),
-               e.reshape((1, e.shape[0])), cmax.reshape((1, cmax.shape[0])), inv)
+               np.full(1, depth, dtype=np.int64), e.reshape((1, e.shape[0])), cmax.reshape((1, cmax.shape[0])), inv)
     scale_into(e, inv[0], row)
 
 

@@ -9,10 +9,12 @@
 - :class:`StationaryWorld`: the same p and q at every node.
 - :class:`TraceWorld`: logits captured from a real model (``core.trace``).
 
-Target logits at state z: ``beta <E_x, z> + b_x``. After token x the state
+Target logits at state z: ``beta(z) <E_x, z> + b_x`` with
+``beta(z) = beta exp(beta_spread <a, z>)`` (``beta`` itself in the presets,
+whose beta_spread is 0; a fitted world uses it for easy and hard stretches). After token x the state
 moves to ``normalise(rho z + (1 - rho) E_x + sigma xi)`` with xi keyed by
 (world seed, prefix hash), so every branch of a draft tree sees one world.
-The drafter's logits are ``beta_q <E_x, z_q> + b_x + tau g_x`` with
+The drafter's logits are ``beta_q(z_q) <E_x, z_q> + b_x + tau g_x`` with
 ``z_q = normalise(z + sigma_q xi_q)`` (xi_q keyed by the drafter's seed and
 the prefix) and g a fixed per-token error: sigma_q, beta_q and tau control
 1 - TV(p, q). Rows are computed by one implementation, the kernels of
@@ -42,7 +44,9 @@ from simulate.world_kernels import (
     F_BQMAX,
     F_RHO,
     F_SIGMA,
+    F_DRIFT,
     F_SIGMA_Q,
+    F_SPREAD,
     KIND_LATENT,
     KIND_STATIONARY,
     N_FPARAMS,
@@ -75,6 +79,15 @@ class LatentParams:
     rho, sigma : state memory and state noise of the transition.
     draft_beta, draft_sigma, draft_token_noise : the drafter's beta, the
         noise of its view of z, and the std of its fixed per-token error.
+    beta_spread : how ambiguity varies across states: at state z both
+        inverse temperatures are multiplied by exp(beta_spread <a, z>), a a
+        fixed unit "difficulty axis" (0: every state equally ambiguous; a
+        real image model has easy and hard stretches, which tree decoding
+        skips through or stops at).
+    draft_drift : how the drafter's view degrades below a step's root: at
+        depth d its noise is sqrt(draft_sigma^2 + d draft_drift^2) (an EAGLE
+        head reads the target's features at the root and its own predicted
+        features below it; 0: every depth alike).
     seed : seed of the codebook, prior and noise keys.
     """
 
@@ -90,6 +103,8 @@ class LatentParams:
     draft_beta: float = 10.0
     draft_sigma: float = 0.2
     draft_token_noise: float = 0.2
+    beta_spread: float = 0.0
+    draft_drift: float = 0.0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -102,7 +117,7 @@ class LatentParams:
         if int(self.n_clusters) != self.n_clusters or self.n_clusters < 1:
             raise ValueError(f"n_clusters must be a positive integer, got {self.n_clusters!r}")
         for name in ("cluster_spread", "prior_scale", "beta", "sigma", "draft_beta", "draft_sigma",
-                     "draft_token_noise"):
+                     "draft_token_noise", "beta_spread", "draft_drift"):
             v = getattr(self, name)
             if not (np.isfinite(v) and v >= 0):
                 raise ValueError(f"{name} must be finite and >= 0, got {v!r}")
@@ -129,6 +144,18 @@ PRESETS: dict[str, LatentParams] = {
     "mini": LatentParams(codebook="clustered", n_clusters=512, cluster_spread=0.08, prior_scale=0.3,
                          beta=100.479, rho=0.6, sigma=0.3, draft_beta=100.479, draft_sigma=0.03669,
                          draft_token_noise=0.22017, seed=2),
+    # Fitted to the shipped `ambiguous` model (weights/ambiguous, V = 8192) by `relaxspec mini --weights
+    # weights/ambiguous ambiguity --fit` (mini/calibration.py: top-1's mean, spread and persistence; each
+    # drafter's ranked acceptance, flatness and, for the EAGLE head, its drift below the root), one world
+    # per drafter; docs/mini_model.md has the figures of both.
+    "mini-ambiguous": LatentParams(vocab_size=8192, codebook="clustered", n_clusters=512, cluster_spread=0.08,
+                                   prior_scale=0.3, beta=38.101, rho=0.9499, sigma=0.3, draft_beta=23.79,
+                                   draft_sigma=0.08005, draft_token_noise=0.48032, beta_spread=1.1567,
+                                   draft_drift=0.06323, seed=2),
+    "mini-ambiguous-draft-gpt": LatentParams(vocab_size=8192, codebook="clustered", n_clusters=512,
+                                             cluster_spread=0.08, prior_scale=0.3, beta=38.101, rho=0.9499,
+                                             sigma=0.3, draft_beta=17.568, draft_sigma=0.09393,
+                                             draft_token_noise=0.56358, beta_spread=1.1567, seed=2),
 }
 
 
@@ -178,6 +205,8 @@ class LatentWorld(World):
         self.ET = np.ascontiguousarray(E.T)
         self.prior = params.prior_scale * rng.standard_normal(V)
         self.draft_prior = self.prior + params.draft_token_noise * rng.standard_normal(V)
+        axis = np.random.default_rng([params.seed, 0xA515]).standard_normal(d)  # own stream: E, b unchanged
+        self.difficulty_axis = axis / np.linalg.norm(axis)
         self.keys = np.array([fmix(np.uint64(params.seed) * np.uint64(2) + np.uint64(1)),
                               fmix(np.uint64(params.seed) * np.uint64(2) + np.uint64(2))], dtype=np.uint64)
         self._tables: dict[int, np.ndarray] = {}
@@ -234,7 +263,7 @@ class LatentWorld(World):
             p = self.params
             b = pad_bias(self.prior / temperature)
             bq = pad_bias(self.draft_prior / temperature)
-            fp = np.zeros(N_FPARAMS)
+            fp = np.zeros(N_FPARAMS + p.dim)
             fp[F_BETA] = p.beta / temperature
             fp[F_RHO] = p.rho
             fp[F_SIGMA] = p.sigma
@@ -242,6 +271,9 @@ class LatentWorld(World):
             fp[F_SIGMA_Q] = p.draft_sigma
             fp[F_BMAX] = float(b.max())
             fp[F_BQMAX] = float(bq.max())
+            fp[F_SPREAD] = p.beta_spread
+            fp[F_DRIFT] = p.draft_drift
+            fp[N_FPARAMS:] = self.difficulty_axis
             dummy = np.zeros(1)
             self._kernel_worlds[key] = (KIND_LATENT, self.ET, b, bq, fp, self.keys, dummy, dummy, self._T)
         return self._kernel_worlds[key]
@@ -267,12 +299,13 @@ class LatentWorld(World):
         target_row(W, z, out, es[0], cmaxs[0])
         return out
 
-    def draft_probs(self, z: np.ndarray, h: np.uint64, temperature: float = 1.0) -> np.ndarray:
-        """q at state z with prefix hash h (the kernel's row: ``simulate.world_kernels.draft_row``)."""
+    def draft_probs(self, z: np.ndarray, h: np.uint64, temperature: float = 1.0, depth: int = 0) -> np.ndarray:
+        """q at state z with prefix hash h, ``depth`` below a step's root (the kernel's row:
+        ``simulate.world_kernels.draft_row``)."""
         W = self.kernel_world(temperature)
         out = np.empty(self.vocab_size)
         es, cmaxs = row_scratch(W, 1)
-        draft_row(W, z, np.uint64(h), out, es[0], cmaxs[0])
+        draft_row(W, z, np.uint64(h), int(depth), out, es[0], cmaxs[0])
         return out
 
     def __repr__(self) -> str:
@@ -321,8 +354,8 @@ class StationaryWorld(World):
         """p (at any node)."""
         return self._tempered(self.p, temperature)
 
-    def draft_probs(self, z=None, h=None, temperature: float = 1.0) -> np.ndarray:
-        """q (at any node)."""
+    def draft_probs(self, z=None, h=None, temperature: float = 1.0, depth: int = 0) -> np.ndarray:
+        """q (at any node and depth)."""
         return self._tempered(self.q, temperature)
 
 
@@ -395,9 +428,11 @@ def trace_stats(world: TraceWorld) -> WorldStats:
 
 
 def sampled_nodes(world: LatentWorld | StationaryWorld, *, n_sequences: int = 8, seq_len: int = 64,
-                  seed: int = 0, temperature: float = 1.0) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+                  seed: int = 0, temperature: float = 1.0,
+                  draft_depth: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(p, q) at every position of ``n_sequences`` sequences of ``seq_len`` tokens sampled from the
-    world's target (sequence s keyed by (seed, s)): the nodes a lossless decoder visits."""
+    world's target (sequence s keyed by (seed, s)): the nodes a lossless decoder visits; q as the
+    drafter sees a node ``draft_depth`` below a tree's root (0: at the root)."""
     if n_sequences < 1 or seq_len < 1:
         raise ValueError("n_sequences and seq_len must be >= 1")
     for s in range(n_sequences):
@@ -408,7 +443,7 @@ def sampled_nodes(world: LatentWorld | StationaryWorld, *, n_sequences: int = 8,
             z, h = None, np.uint64(0)
         for t in range(seq_len):
             p = world.target_probs(z, temperature)
-            yield p, world.draft_probs(z, h, temperature)
+            yield p, world.draft_probs(z, h, temperature, depth=draft_depth)
             x = int(np.searchsorted(np.cumsum(p), uniform(key, t) * p.sum(), side="right"))
             x = min(x, p.size - 1)
             if isinstance(world, LatentWorld):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from mini.ambiguity import position_stats
-from mini.calibration import params_literal
+from mini.calibration import fit_world, fitted_preset, node_figures, params_literal, summarise, world_figures
 from mini.decoding import DecodeConfig
 from mini.quality import QUALITY_CONFIGS, read_records, slug
 from simulate.worlds import PRESETS, LatentParams
@@ -49,3 +50,56 @@ def test_configurations_are_named_and_validated():
 def test_params_literal_round_trips():
     text = params_literal(PRESETS["ambiguous"])
     assert eval(text, {"LatentParams": LatentParams}) == PRESETS["ambiguous"]
+
+
+def test_fit_figures_by_hand():
+    V = 20
+    uniform = np.full(V, 1 / V)
+    point = np.zeros(V)
+    point[4] = 1.0
+    top1, entropy, top10, ranked, q_entropy, accept = node_figures(uniform, point)
+    assert (top1, top10, ranked, accept) == pytest.approx((1 / V, 0.5, 0.5, 1 / V))
+    assert entropy == pytest.approx(np.log(V)) and q_entropy == 0.0
+    # two sequences of three positions; top-1 0.1, 0.3, 0.5 and 0.5, 0.3, 0.1
+    rows = np.zeros((2, 3, 6))
+    rows[0, :, 0] = [0.1, 0.3, 0.5]
+    rows[1, :, 0] = [0.5, 0.3, 0.1]
+    f = summarise(rows)
+    # deviations -0.2, 0, 0.2 and 0.2, 0, -0.2: variance 0.08 / 3, lag-1 products all 0
+    assert f["top1"] == pytest.approx(0.3) and f["top1_sd"] == pytest.approx(np.sqrt(0.08 / 3))
+    assert f["top1_lag1"] == pytest.approx(0.0, abs=1e-12)
+    rows[1, :, 0] = [0.1, 0.5, 0.3]  # deviations -0.2, 0.2, 0: lag-1 products 0, 0, -0.04, 0
+    f = summarise(rows)
+    assert f["top1_lag1"] == pytest.approx(-0.01 / (0.16 / 6))
+    with pytest.raises(ValueError, match="positions"):
+        summarise(rows[:, :1])
+
+
+def test_fit_world_recovers_a_known_worlds_figures():
+    """Figures measured on a world with known parameters are matched by the fit started elsewhere."""
+    small = {"vocab_size": 512, "n_clusters": 32}
+    known = replace(PRESETS["ambiguous"], **small, beta=20.0, draft_beta=14.0, beta_spread=0.8, rho=0.75,
+                    draft_sigma=0.1, draft_token_noise=0.5)
+    goals = world_figures(known, n_sequences=8, seq_len=32)
+    params, figures = fit_world(goals, replace(PRESETS["ambiguous"], **small), rounds=2, iters=10, n_sequences=8,
+                                seq_len=32)
+    assert figures == world_figures(params, n_sequences=8, seq_len=32)
+    assert figures["top1"] == pytest.approx(goals["top1"], rel=0.05)
+    assert figures["top1_sd"] == pytest.approx(goals["top1_sd"], rel=0.1)
+    assert figures["top1_lag1"] == pytest.approx(goals["top1_lag1"], abs=0.05)
+    assert figures["accept_ranked"] == pytest.approx(goals["accept_ranked"], abs=0.02)
+    assert figures["draft_entropy"] == pytest.approx(goals["draft_entropy"], abs=0.05)
+    # a second drafter keeps the target side
+    other, _ = fit_world({**goals, "accept_ranked": goals["accept_ranked"] - 0.1}, target=params, rounds=1, iters=8,
+                         n_sequences=8, seq_len=32)
+    assert (other.beta, other.beta_spread, other.rho) == (params.beta, params.beta_spread, params.rho)
+    assert other.draft_sigma > params.draft_sigma
+    with pytest.raises(ValueError, match="top1_lag1"):
+        fit_world({k: v for k, v in goals.items() if k != "top1_lag1"})
+
+
+def test_fitted_presets_by_weights_folder(tmp_path):
+    assert fitted_preset("weights", "eagle") == "mini"
+    assert fitted_preset("weights/ambiguous", "draft_gpt") == "mini-ambiguous-draft-gpt"
+    with pytest.raises(ValueError, match="no world is fitted"):
+        fitted_preset(tmp_path / "mine", "eagle")

@@ -114,3 +114,24 @@ def test_quality_runs_of_different_sizes_share_one_table(tmp_path):
     noise = json.loads((tmp_path / "noise.json").read_text())
     assert noise["n_images"] == 20 and noise["fd_between"]["real A vs real B"] > 0
     assert (tmp_path / "samples.png").stat().st_size > 0
+
+
+def test_eagle_below_root_is_the_depth_one_draft(mini):
+    """The comb tree gives each position's depth-1 draft over the real prefix: with the real features
+    in the leaves it is the head's ordinary teacher-forced output; a leaf does not see later tokens."""
+    from mini.ambiguity import comb_parents, eagle_below_root
+
+    np.testing.assert_array_equal(comb_parents(4), [-1, 0, 1, 2, 0, 1, 2])
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, mini.target.cfg.vocab_size, (2, 12), generator=g)
+    label = torch.tensor([3, 7])
+    with torch.no_grad():
+        _, hidden = mini.target(tokens, label, return_hidden=True)
+        hidden = hidden[:, :-1]
+        pred = mini.eagle_head(mini.target.embed_tokens(tokens), hidden)
+        real = eagle_below_root(mini.eagle_head, mini.target, tokens, hidden, leaf_features=hidden[:, 1:])
+        torch.testing.assert_close(real, mini.target.logits(pred[:, 1:]), rtol=1e-4, atol=1e-4)
+        deep = eagle_below_root(mini.eagle_head, mini.target, tokens, hidden)
+        short = eagle_below_root(mini.eagle_head, mini.target, tokens[:, :6], hidden[:, :6])
+        torch.testing.assert_close(short, deep[:, :5], rtol=1e-4, atol=1e-4)
+        assert not torch.allclose(deep, real, atol=1e-3)  # its own features: another draft

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -18,7 +20,17 @@ from simulate.world_kernels import (
     rows_exp,
     target_row,
 )
-from simulate.worlds import PRESETS, LatentParams, LatentWorld, StationaryWorld, TraceWorld, world_stats
+from mini.calibration import FITTED_PRESETS
+from simulate.worlds import (
+    PRESETS,
+    LatentParams,
+    LatentWorld,
+    StationaryWorld,
+    TraceWorld,
+    ambiguity,
+    sampled_nodes,
+    world_stats,
+)
 from theory import Relax, Tree, neighbour_table, sample_step
 
 # Rows are float32 exps shifted by a bound at most 19.4 nats above the row's max, so a token
@@ -27,9 +39,13 @@ UNDERFLOW = 3.5e-30
 
 
 def test_presets_are_llamagen_sized_and_calibrated():
+    fitted = {name for by_drafter in FITTED_PRESETS.values() for name in by_drafter.values()}
+    assert fitted <= set(PRESETS)
     for name in PRESETS:
         w = LatentWorld.preset(name)
-        assert w.vocab_size == 16384 and w.params.dim == 8
+        # the generic presets are LlamaGen-sized; a world fitted to a shipped model has its vocabulary
+        assert w.vocab_size == (16384 if name in ("confident", "ambiguous", "mini") else 8192)
+        assert w.params.dim == 8
         np.testing.assert_allclose(np.linalg.norm(w.codebook, axis=1), 1.0)
     conf = world_stats(LatentWorld.preset("confident"), n_sequences=2, seq_len=32)
     amb = world_stats(LatentWorld.preset("ambiguous"), n_sequences=2, seq_len=32)
@@ -59,7 +75,7 @@ def test_prefix_keyed_states_and_rows():
         np.testing.assert_allclose(p, softmax64(w.prior + w.params.beta * (w.codebook @ a[0]), T), rtol=1e-4,
                                    atol=UNDERFLOW)
         q = np.empty(w.vocab_size)
-        draft_row(W, a[0], np.uint64(a[1]), q, es[0], cmaxs[0])
+        draft_row(W, a[0], np.uint64(a[1]), 0, q, es[0], cmaxs[0])
         np.testing.assert_array_equal(q, w.draft_probs(a[0], a[1], T))
         xi = np.empty(w.params.dim)
         normals(np.uint64(combine(w.keys[1], np.int64(np.uint64(a[1]) & np.uint64(0x7FFFFFFFFFFFFFFF)))), xi)
@@ -67,6 +83,67 @@ def test_prefix_keyed_states_and_rows():
         zq /= np.linalg.norm(zq)
         np.testing.assert_allclose(q, softmax64(w.draft_prior + w.params.draft_beta * (w.codebook @ zq), T),
                                    rtol=1e-4, atol=UNDERFLOW)
+
+
+def test_beta_spread_scales_each_states_inverse_temperature():
+    """beta_spread s: p at z has inverse temperature beta exp(s <a, z>), q at the drafter's view z_q
+    beta_q exp(s <a, z_q>); s = 0 leaves the rows bit for bit as they were; the spread makes
+    ambiguity vary from state to state."""
+    plain = LatentWorld.preset("ambiguous", vocab_size=1000, n_clusters=40)
+    spread = LatentWorld.preset("ambiguous", vocab_size=1000, n_clusters=40, beta_spread=1.5)
+    np.testing.assert_array_equal(plain.codebook, spread.codebook)
+    np.testing.assert_allclose(np.linalg.norm(spread.difficulty_axis), 1.0)
+    z, h = spread.advance(*spread.initial(np.uint64(11)), 3)
+    a = spread.difficulty_axis
+    p = spread.target_probs(z)
+    beta = spread.params.beta * np.exp(1.5 * a @ z)
+    np.testing.assert_allclose(p, softmax64(spread.prior + beta * (spread.codebook @ z), 1.0), rtol=1e-4,
+                               atol=UNDERFLOW)
+    xi = np.empty(spread.params.dim)
+    normals(np.uint64(combine(spread.keys[1], np.int64(np.uint64(h) & np.uint64(0x7FFFFFFFFFFFFFFF)))), xi)
+    zq = z + spread.params.draft_sigma * xi
+    zq /= np.linalg.norm(zq)
+    beta_q = spread.params.draft_beta * np.exp(1.5 * a @ zq)
+    np.testing.assert_allclose(spread.draft_probs(z, h), softmax64(spread.draft_prior + beta_q * (spread.codebook @ zq),
+                                                                   1.0), rtol=1e-4, atol=UNDERFLOW)
+    # s = 0 is the old world: the kernel multiplies by nothing
+    np.testing.assert_array_equal(plain.target_probs(z),
+                                  LatentWorld(replace(plain.params, beta_spread=0.0)).target_probs(z))
+    sd = [np.std([r[0] for r in map(ambiguity, (p for p, _ in sampled_nodes(w, n_sequences=4, seq_len=32)))])
+          for w in (plain, spread)]
+    assert sd[1] > 1.3 * sd[0]
+    with pytest.raises(ValueError, match="beta_spread"):
+        LatentParams(beta_spread=-1.0)
+
+
+def test_draft_drift_adds_noise_below_the_root():
+    """draft_drift: the drafter's view at depth d has noise sqrt(sigma_q^2 + d drift^2); at the root
+    (and with drift 0 at any depth) it is the old drafter bit for bit; the oracle's builders pass the
+    depth, so a policy's NumPy and Numba trees agree with drift."""
+    plain = LatentWorld.preset("ambiguous", vocab_size=1000, n_clusters=40)
+    drift = LatentWorld.preset("ambiguous", vocab_size=1000, n_clusters=40, draft_drift=0.3)
+    z, h = drift.advance(*drift.initial(np.uint64(5)), 9)
+    np.testing.assert_array_equal(drift.draft_probs(z, h), plain.draft_probs(z, h))
+    np.testing.assert_array_equal(plain.draft_probs(z, h, depth=3), plain.draft_probs(z, h))
+    xi = np.empty(drift.params.dim)
+    normals(np.uint64(combine(drift.keys[1], np.int64(np.uint64(h) & np.uint64(0x7FFFFFFFFFFFFFFF)))), xi)
+    zq = z + np.sqrt(drift.params.draft_sigma**2 + 2 * 0.3**2) * xi
+    zq /= np.linalg.norm(zq)
+    np.testing.assert_allclose(drift.draft_probs(z, h, depth=2),
+                               softmax64(drift.draft_prior + drift.params.draft_beta * (drift.codebook @ zq), 1.0),
+                               rtol=1e-4, atol=UNDERFLOW)
+    from core.trees.spec import parse_tree
+    from simulate.policy_kernels import kernel_build, kernel_draft
+
+    for spec in ("static:naive_extend_57", "eagle2:4,3,12"):
+        policy = parse_tree(spec)
+        parents, tokens, q, _ = kernel_build(policy, drift, z, h)
+        built = policy.build(drift.draft_probs(z, h), kernel_draft(drift, z, h))
+        np.testing.assert_array_equal(parents, built.tree.parents)
+        np.testing.assert_array_equal(tokens, built.tree.tokens)
+        np.testing.assert_array_equal(q, built.q)
+        deeper = np.nonzero(built.tree.depths >= 1)[0]
+        assert not np.array_equal(q[deeper], kernel_build(policy, plain, z, h)[2][deeper])
 
 
 def softmax64(logits, T):
