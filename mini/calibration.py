@@ -24,10 +24,11 @@ One knob per figure: the target's ``beta`` (bisection on log beta),
 ``draft_beta / beta`` and its ``draft_drift``. Each figure is monotone in its
 knob, so each knob is a bisection; the knobs are visited in rounds, the
 target's first (its figures do not depend on the drafter), each round ending
-with the knob of the figure that matters most (top-1, the ranked acceptance). Figures that are not fitted (entropy,
-top-10 mass, 1 - TV(p, q)) are reported beside the model's to show how far
-the world's shape is from it. ``fit_two_figures`` is the earlier fit (top-1
-and 1 - TV only) that produced the ``mini`` preset.
+with the knob of the figure that matters most (top-1, the ranked
+acceptance). Figures that are not fitted (entropy, top-10 mass, 1 - TV(p,
+q)) are reported beside the model's to show how far the world's shape is
+from it. ``fit_two_figures`` is the earlier fit (top-1 and 1 - TV only) that
+produced the ``mini`` preset.
 """
 
 from __future__ import annotations
@@ -167,36 +168,36 @@ def fit_world(goals: dict[str, float], base: LatentParams | None = None, rounds:
             progress(f"{name} {value:.4f} (goal {goals[name]:.4f})")
         return value
 
-    def fit(value: float, name: str, make: Callable[[float], LatentParams], lo: float, hi: float,
-            increasing: bool, log: bool = False) -> float:
+    def fit(name: str, make: Callable[[float], LatentParams], lo: float, hi: float, increasing: bool,
+            log: bool = False) -> float:
         if log:
             return math.exp(_bisect(lambda v: figure(name, make(math.exp(v))), math.log(lo), math.log(hi),
                                     goals[name], increasing, iters))
         return _bisect(lambda v: figure(name, make(v)), lo, hi, goals[name], increasing, iters)
 
     def with_target(beta: float, spread: float, rho: float) -> LatentParams:
-        return replace(params, beta=round(beta, 3), draft_beta=round(beta * ratio, 3), beta_spread=round(spread, 4),
-                       rho=round(rho, 4))
+        return replace(params, beta=round(beta, 3), draft_beta=round(beta * ratio, 3),
+                       beta_spread=round(spread, 4), rho=round(rho, 4))
 
     if target is None:
         b, s, r = params.beta, params.beta_spread, params.rho
         for _ in range(rounds):
-            s = fit(s, "top1_sd", lambda v: with_target(b, v, r), 0.0, 4.0, True)
-            r = fit(r, "top1_lag1", lambda v: with_target(b, s, v), 0.0, 0.95, True)
-            b = fit(b, "top1", lambda v: with_target(v, s, r), 1.0, 1000.0, True, log=True)
+            s = fit("top1_sd", lambda v, b=b, r=r: with_target(b, v, r), 0.0, 4.0, True)
+            r = fit("top1_lag1", lambda v, b=b, s=s: with_target(b, s, v), 0.0, 0.95, True)
+            b = fit("top1", lambda v, s=s, r=r: with_target(v, s, r), 1.0, 1000.0, True, log=True)
         params = with_target(b, s, r)
 
     def drafter(factor: float, ratio: float, drift: float) -> LatentParams:
         return replace(params, draft_sigma=round(factor * base_sigma, 5),
-                       draft_token_noise=round(factor * base_noise, 5), draft_beta=round(ratio * params.beta, 3),
-                       draft_drift=round(drift, 5))
+                       draft_token_noise=round(factor * base_noise, 5),
+                       draft_beta=round(ratio * params.beta, 3), draft_drift=round(drift, 5))
 
     factor, drift = 1.0, 0.0
     for _ in range(rounds):
-        ratio = fit(ratio, "draft_entropy", lambda v: drafter(factor, v, drift), 0.05, 2.0, False)
+        ratio = fit("draft_entropy", lambda v, f=factor, d=drift: drafter(f, v, d), 0.05, 2.0, False)
         if deep:
-            drift = fit(drift, DEEP_FIGURE, lambda v: drafter(factor, ratio, v), 0.0, 2.0, False)
-        factor = fit(factor, "accept_ranked", lambda v: drafter(v, ratio, drift), 0.0, 4.0, False)
+            drift = fit(DEEP_FIGURE, lambda v, f=factor, r=ratio: drafter(f, r, v), 0.0, 2.0, False)
+        factor = fit("accept_ranked", lambda v, r=ratio, d=drift: drafter(v, r, d), 0.0, 4.0, False)
     params = drafter(factor, ratio, drift)
     return params, world_figures(params, n_sequences, seq_len, deep=deep)
 

@@ -50,7 +50,8 @@ VALIDATION_CONFIGS: list[DecodeConfig] = [
                  drafter="draft_gpt"),
 ]
 WORLD_SEQUENCES = 64  # the world's prediction: its standard error stays below the decoder's
-COLUMNS = ("config", "decoding", "world", "sequences", "speculative_steps", "replayed_steps", "replay_mismatches",
+COLUMNS = ("config", "decoding", "world", "sequences", "speculative_steps", "replayed_steps",
+           "replay_mismatches",
            "measured_tokens_per_step", "trace_driven_prediction", "trace_driven_rel_error",
            "world_prediction", "world_se", "world_rel_error", "seconds")
 

@@ -367,7 +367,8 @@ def draft_row(W, z, h, depth, row, e, cmax):
         return
     inv = np.empty(1)
     draft_exps(W, z.reshape((1, z.shape[0])), np.full(1, h, dtype=np.uint64), np.zeros(1, dtype=np.int64),
-               np.full(1, depth, dtype=np.int64), e.reshape((1, e.shape[0])), cmax.reshape((1, cmax.shape[0])), inv)
+               np.full(1, depth, dtype=np.int64), e.reshape((1, e.shape[0])),
+               cmax.reshape((1, cmax.shape[0])), inv)
     scale_into(e, inv[0], row)
 
 

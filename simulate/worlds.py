@@ -42,9 +42,9 @@ from simulate.world_kernels import (
     F_BETA_Q,
     F_BMAX,
     F_BQMAX,
+    F_DRIFT,
     F_RHO,
     F_SIGMA,
-    F_DRIFT,
     F_SIGMA_Q,
     F_SPREAD,
     KIND_LATENT,
@@ -299,7 +299,8 @@ class LatentWorld(World):
         target_row(W, z, out, es[0], cmaxs[0])
         return out
 
-    def draft_probs(self, z: np.ndarray, h: np.uint64, temperature: float = 1.0, depth: int = 0) -> np.ndarray:
+    def draft_probs(self, z: np.ndarray, h: np.uint64, temperature: float = 1.0,
+                    depth: int = 0) -> np.ndarray:
         """q at state z with prefix hash h, ``depth`` below a step's root (the kernel's row:
         ``simulate.world_kernels.draft_row``)."""
         W = self.kernel_world(temperature)

@@ -81,8 +81,8 @@ def test_fit_world_recovers_a_known_worlds_figures():
     known = replace(PRESETS["ambiguous"], **small, beta=20.0, draft_beta=14.0, beta_spread=0.8, rho=0.75,
                     draft_sigma=0.1, draft_token_noise=0.5)
     goals = world_figures(known, n_sequences=8, seq_len=32)
-    params, figures = fit_world(goals, replace(PRESETS["ambiguous"], **small), rounds=2, iters=10, n_sequences=8,
-                                seq_len=32)
+    params, figures = fit_world(goals, replace(PRESETS["ambiguous"], **small), rounds=2, iters=10,
+                                n_sequences=8, seq_len=32)
     assert figures == world_figures(params, n_sequences=8, seq_len=32)
     assert figures["top1"] == pytest.approx(goals["top1"], rel=0.05)
     assert figures["top1_sd"] == pytest.approx(goals["top1_sd"], rel=0.1)
@@ -90,8 +90,8 @@ def test_fit_world_recovers_a_known_worlds_figures():
     assert figures["accept_ranked"] == pytest.approx(goals["accept_ranked"], abs=0.02)
     assert figures["draft_entropy"] == pytest.approx(goals["draft_entropy"], abs=0.05)
     # a second drafter keeps the target side
-    other, _ = fit_world({**goals, "accept_ranked": goals["accept_ranked"] - 0.1}, target=params, rounds=1, iters=8,
-                         n_sequences=8, seq_len=32)
+    lower = {**goals, "accept_ranked": goals["accept_ranked"] - 0.1}
+    other, _ = fit_world(lower, target=params, rounds=1, iters=8, n_sequences=8, seq_len=32)
     assert (other.beta, other.beta_spread, other.rho) == (params.beta, params.beta_spread, params.rho)
     assert other.draft_sigma > params.draft_sigma
     with pytest.raises(ValueError, match="top1_lag1"):

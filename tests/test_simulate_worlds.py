@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from core.trace import Sampling, TraceHeader, TraceStep, TraceWriter
+from mini.calibration import FITTED_PRESETS
 from simulate.engine import run
 from simulate.rng import combine, normals, stream_key
 from simulate.world_kernels import (
@@ -20,7 +21,6 @@ from simulate.world_kernels import (
     rows_exp,
     target_row,
 )
-from mini.calibration import FITTED_PRESETS
 from simulate.worlds import (
     PRESETS,
     LatentParams,
@@ -104,8 +104,8 @@ def test_beta_spread_scales_each_states_inverse_temperature():
     zq = z + spread.params.draft_sigma * xi
     zq /= np.linalg.norm(zq)
     beta_q = spread.params.draft_beta * np.exp(1.5 * a @ zq)
-    np.testing.assert_allclose(spread.draft_probs(z, h), softmax64(spread.draft_prior + beta_q * (spread.codebook @ zq),
-                                                                   1.0), rtol=1e-4, atol=UNDERFLOW)
+    q_formula = softmax64(spread.draft_prior + beta_q * (spread.codebook @ zq), 1.0)
+    np.testing.assert_allclose(spread.draft_probs(z, h), q_formula, rtol=1e-4, atol=UNDERFLOW)
     # s = 0 is the old world: the kernel multiplies by nothing
     np.testing.assert_array_equal(plain.target_probs(z),
                                   LatentWorld(replace(plain.params, beta_spread=0.0)).target_probs(z))
@@ -129,9 +129,8 @@ def test_draft_drift_adds_noise_below_the_root():
     normals(np.uint64(combine(drift.keys[1], np.int64(np.uint64(h) & np.uint64(0x7FFFFFFFFFFFFFFF)))), xi)
     zq = z + np.sqrt(drift.params.draft_sigma**2 + 2 * 0.3**2) * xi
     zq /= np.linalg.norm(zq)
-    np.testing.assert_allclose(drift.draft_probs(z, h, depth=2),
-                               softmax64(drift.draft_prior + drift.params.draft_beta * (drift.codebook @ zq), 1.0),
-                               rtol=1e-4, atol=UNDERFLOW)
+    q_formula = softmax64(drift.draft_prior + drift.params.draft_beta * (drift.codebook @ zq), 1.0)
+    np.testing.assert_allclose(drift.draft_probs(z, h, depth=2), q_formula, rtol=1e-4, atol=UNDERFLOW)
     from core.trees.spec import parse_tree
     from simulate.policy_kernels import kernel_build, kernel_draft
 
