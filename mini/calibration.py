@@ -36,20 +36,22 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, replace
-from pathlib import Path
 
 import numpy as np
 
 from simulate.worlds import PRESETS, LatentParams, LatentWorld, ambiguity, sampled_nodes, world_stats
 from theory.distributions import total_variation
 
-# The world presets fitted to the shipped models, per weights folder name and drafter (the
-# "calibrated world" of the simulator validation, `relaxspec mini validate`).
+# The world presets fitted to the shipped models, by the SHA-256 of the target's weights and by drafter
+# (the "calibrated world" of the simulator validation, `relaxspec mini validate`). The first model's
+# `mini` preset was fitted to its EAGLE head only (`fit_two_figures`).
 FITTED_PRESETS = {
-    "weights": {"eagle": "mini", "draft_gpt": "mini"},
-    "ambiguous": {"eagle": "mini-ambiguous", "draft_gpt": "mini-ambiguous-draft-gpt"},
+    "101344bae52830edab8965ca56c64f6a7d6b378ec2eece683601fbc5b0278a75": {
+        "eagle": "mini", "draft_gpt": "mini"},
+    "758bce4689f5a99167685614e4991bcf0d58aa32f8bb5506f8cef13ba32af5b6": {
+        "eagle": "mini-ambiguous", "draft_gpt": "mini-ambiguous-draft-gpt"},
 }
-MODEL_PRESET = FITTED_PRESETS["weights"]["eagle"]
+MODEL_PRESET = "mini"
 STAT_NAMES = {"top1": "mean_top1", "entropy": "mean_entropy", "top10_mass": "mean_top10_mass",
               "acceptance": "mean_acceptance"}
 FIT_FIGURES = ("top1", "top1_sd", "top1_lag1", "accept_ranked", "draft_entropy")
@@ -58,13 +60,10 @@ REPORTED_FIGURES = ("entropy", "top10_mass", "accept_sampled")
 RANKED_DRAFTS = 10
 
 
-def fitted_preset(weights_dir: str, drafter: str) -> str:
-    """The preset fitted to the model in folder ``weights_dir`` (its last component) and ``drafter``."""
-    name = Path(weights_dir).resolve().name
-    if name not in FITTED_PRESETS:
-        raise ValueError(f"no world is fitted to the model in {weights_dir}; fitted models: "
-                         f"{', '.join(FITTED_PRESETS)} (relaxspec mini ambiguity --fit fits one)")
-    return FITTED_PRESETS[name][drafter]
+def fitted_preset(target_sha256: str, drafter: str) -> str | None:
+    """The preset fitted to the target with these weights (its card's ``weights_sha256``) and
+    ``drafter``; None when no world is fitted to it."""
+    return FITTED_PRESETS.get(target_sha256, {}).get(drafter)
 
 
 def ranked_mass(p: np.ndarray, q: np.ndarray) -> float:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -164,13 +165,17 @@ def _quality(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from mini.calibration import FITTED_PRESETS, fitted_preset
-    from mini.validation import run_validation
-    from mini.weights import WEIGHTS_DIR
+    from mini.calibration import fitted_preset
+    from mini.validation import VALIDATION_CONFIGS, run_validation
 
     _at_least(args, seed=0, n_sequences=1)
     mini = _load(args)
-    worlds = {d: fitted_preset(args.weights or WEIGHTS_DIR, d) for d in FITTED_PRESETS["weights"]}
+    sha = mini.checkpoint_sha256("target")
+    worlds = {c.drafter: fitted_preset(sha, c.drafter) for c in VALIDATION_CONFIGS}
+    if None in worlds.values():
+        worlds = None
+        print(f"no world is fitted to this target (weights SHA-256 {sha[:12]}...): the world column is left "
+              "out (relaxspec mini ambiguity --fit fits one)", file=sys.stderr)
     rows = run_validation(mini, args.out / "validation", worlds, args.n_sequences,
                           seed=args.seed, progress=not args.no_progress)
     for r in rows:

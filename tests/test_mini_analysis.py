@@ -98,8 +98,14 @@ def test_fit_world_recovers_a_known_worlds_figures():
         fit_world({k: v for k, v in goals.items() if k != "top1_lag1"})
 
 
-def test_fitted_presets_by_weights_folder(tmp_path):
-    assert fitted_preset("weights", "eagle") == "mini"
-    assert fitted_preset("weights/ambiguous", "draft_gpt") == "mini-ambiguous-draft-gpt"
-    with pytest.raises(ValueError, match="no world is fitted"):
-        fitted_preset(tmp_path / "mine", "eagle")
+def test_fitted_presets_by_target_weights():
+    from mini.weights import WEIGHTS_DIR, read_card
+
+    first = read_card(WEIGHTS_DIR, "target")["weights_sha256"]
+    second = read_card(WEIGHTS_DIR / "ambiguous", "target")["weights_sha256"]
+    assert fitted_preset(first, "eagle") == "mini"
+    assert fitted_preset(second, "eagle") == "mini-ambiguous"
+    assert fitted_preset(second, "draft_gpt") == "mini-ambiguous-draft-gpt"
+    assert fitted_preset("0" * 64, "eagle") is None
+    assert PRESETS["mini-ambiguous"].vocab_size == read_card(WEIGHTS_DIR / "ambiguous", "target")["config"][
+        "vocab_size"]
