@@ -43,15 +43,16 @@ from simulate.worlds import PRESETS, LatentParams, LatentWorld, ambiguity, sampl
 from theory.distributions import total_variation
 
 # The world presets fitted to the shipped models, by the SHA-256 of the target's weights and by drafter
-# (the "calibrated world" of the simulator validation, `relaxspec mini validate`). The first model's
-# `mini` preset was fitted to its EAGLE head only (`fit_two_figures`).
+# and greedy decoding (:func:`world_key`; the "calibrated world" of the simulator validation,
+# `relaxspec mini validate`). The first model's `mini` preset was fitted to its EAGLE head along
+# sampled paths only (`fit_two_figures`).
 FITTED_PRESETS = {
     "101344bae52830edab8965ca56c64f6a7d6b378ec2eece683601fbc5b0278a75": {
-        "eagle": "mini", "draft_gpt": "mini"},
+        "eagle": "mini", "draft_gpt": "mini", "eagle-greedy": "mini"},
     "758bce4689f5a99167685614e4991bcf0d58aa32f8bb5506f8cef13ba32af5b6": {
-        "eagle": "mini-ambiguous", "draft_gpt": "mini-ambiguous-draft-gpt"},
+        "eagle": "mini-ambiguous", "draft_gpt": "mini-ambiguous-draft-gpt",
+        "eagle-greedy": "mini-ambiguous-greedy"},
 }
-MODEL_PRESET = "mini"
 STAT_NAMES = {"top1": "mean_top1", "entropy": "mean_entropy", "top10_mass": "mean_top10_mass",
               "acceptance": "mean_acceptance"}
 FIT_FIGURES = ("top1", "top1_sd", "top1_lag1", "accept_ranked", "draft_entropy")
@@ -60,10 +61,16 @@ REPORTED_FIGURES = ("entropy", "top10_mass", "accept_sampled")
 RANKED_DRAFTS = 10
 
 
-def fitted_preset(target_sha256: str, drafter: str) -> str | None:
-    """The preset fitted to the target with these weights (its card's ``weights_sha256``) and
-    ``drafter``; None when no world is fitted to it."""
-    return FITTED_PRESETS.get(target_sha256, {}).get(drafter)
+def world_key(drafter: str, rule: str) -> str:
+    """Which fitted world a decoding reads: the drafter's, along greedy paths for rule r3 (greedy
+    decoding visits other states than sampling does)."""
+    return f"{drafter}-greedy" if rule == "r3" else drafter
+
+
+def fitted_preset(target_sha256: str, key: str) -> str | None:
+    """The preset fitted to the target with these weights (its card's ``weights_sha256``) for
+    :func:`world_key` ``key``; None when no world is fitted to it."""
+    return FITTED_PRESETS.get(target_sha256, {}).get(key)
 
 
 def ranked_mass(p: np.ndarray, q: np.ndarray) -> float:
@@ -91,16 +98,17 @@ def summarise(per_node: np.ndarray) -> dict[str, float]:
             "entropy": float(means[1]), "top10_mass": float(means[2]), "accept_sampled": float(means[5])}
 
 
-def world_figures(params: LatentParams, n_sequences: int = 32, seq_len: int = 64,
-                  deep: bool = False) -> dict[str, float]:
-    """Figures of the world with ``params`` along ``n_sequences`` sampled sequences (``deep``: also
-    ``accept_ranked_deep``, the drafter at depth 1 at the same nodes)."""
+def world_figures(params: LatentParams, n_sequences: int = 32, seq_len: int = 64, deep: bool = False,
+                  greedy: bool = False) -> dict[str, float]:
+    """Figures of the world with ``params`` along ``n_sequences`` sampled sequences (``greedy``: along
+    greedy paths; ``deep``: also ``accept_ranked_deep``, the drafter at depth 1 at the same nodes)."""
     world = LatentWorld(params)
-    rows = [node_figures(p, q) for p, q in sampled_nodes(world, n_sequences=n_sequences, seq_len=seq_len)]
+    path = {"n_sequences": n_sequences, "seq_len": seq_len, "greedy": greedy}
+    rows = [node_figures(p, q) for p, q in sampled_nodes(world, **path)]
     out = summarise(np.array(rows).reshape(n_sequences, seq_len, 6))
     if deep:
-        out[DEEP_FIGURE] = float(np.mean([ranked_mass(p, q) for p, q in sampled_nodes(
-            world, n_sequences=n_sequences, seq_len=seq_len, draft_depth=1)]))
+        out[DEEP_FIGURE] = float(np.mean([ranked_mass(p, q) for p, q in sampled_nodes(world, **path,
+                                                                                       draft_depth=1)]))
     return out
 
 
@@ -143,13 +151,15 @@ def _check_goals(goals: dict[str, float], names: tuple[str, ...]) -> None:
 
 def fit_world(goals: dict[str, float], base: LatentParams | None = None, rounds: int = 3, iters: int = 12,
               n_sequences: int = 32, seq_len: int = 64, target: LatentParams | None = None,
+              greedy: bool = False,
               progress: Callable[[str], None] | None = None) -> tuple[LatentParams, dict[str, float]]:
     """Parameters whose world matches the :data:`FIT_FIGURES` in ``goals`` (and ``accept_ranked_deep``
     when ``goals`` has it: the drafter drifts below the root); also the world's figures.
 
     ``target``: parameters whose target side (beta, beta_spread, rho) is kept, fitting only the
     drafter (a second drafter of the same model). ``base`` (default the ``ambiguous`` preset)
-    gives everything that is not fitted.
+    gives everything that is not fitted. ``greedy``: the goals were measured along the model's greedy
+    paths and the world's figures are too (the states greedy decoding, rule r3, visits).
     """
     _check_goals(goals, FIT_FIGURES)
     deep = DEEP_FIGURE in goals
@@ -162,7 +172,7 @@ def fit_world(goals: dict[str, float], base: LatentParams | None = None, rounds:
     ratio = params.draft_beta / params.beta
 
     def figure(name: str, p: LatentParams) -> float:
-        value = world_figures(p, n_sequences, seq_len, deep=name == DEEP_FIGURE)[name]
+        value = world_figures(p, n_sequences, seq_len, deep=name == DEEP_FIGURE, greedy=greedy)[name]
         if progress is not None:
             progress(f"{name} {value:.4f} (goal {goals[name]:.4f})")
         return value
@@ -198,7 +208,7 @@ def fit_world(goals: dict[str, float], base: LatentParams | None = None, rounds:
             drift = fit(DEEP_FIGURE, lambda v, f=factor, r=ratio: drafter(f, r, v), 0.0, 2.0, False)
         factor = fit("accept_ranked", lambda v, r=ratio, d=drift: drafter(v, r, d), 0.0, 4.0, False)
     params = drafter(factor, ratio, drift)
-    return params, world_figures(params, n_sequences, seq_len, deep=deep)
+    return params, world_figures(params, n_sequences, seq_len, deep=deep, greedy=greedy)
 
 
 def stats_of(params: LatentParams, n_sequences: int = 8, seq_len: int = 64) -> dict[str, float]:

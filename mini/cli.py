@@ -81,7 +81,8 @@ def _ambiguity(args: argparse.Namespace) -> int:
 
     from mini.ambiguity import model_ambiguity, teacher_forced
     from mini.calibration import fit_world, model_figures, params_literal, stats_of
-    from mini.decoding import CFG_SCALE
+    from mini.decoding import CFG_SCALE, DecodeConfig, make_decoder
+    from mini.fashion_mnist import NUM_CLASSES
     from mini.quality import QUALITY_CONFIGS, generate_config
     from simulate.worlds import PRESETS
 
@@ -106,6 +107,15 @@ def _ambiguity(args: argparse.Namespace) -> int:
             target = target or params
             fitted[drafter] = {"params": params_literal(params), "model": goals, "world": figures}
             print(f"{drafter}: {params_literal(params)}", flush=True)
+        # greedy decoding (rule r3) is deterministic: one path per class, measured along them
+        greedy = make_decoder(mini, DecodeConfig("greedy AR", rule="r3"))
+        classes = np.arange(NUM_CLASSES)
+        paths = np.array([greedy.generate(int(c), args.seed).tokens for c in classes])
+        tg = teacher_forced(mini, paths, classes, CFG_SCALE, below_root=True)
+        goals = model_figures(tg.p, tg.q_eagle, positions, tg.q_eagle_deep)
+        params, figures = fit_world(goals, base, greedy=True)
+        fitted["eagle-greedy"] = {"params": params_literal(params), "model": goals, "world": figures}
+        print(f"eagle-greedy: {params_literal(params)}", flush=True)
         result["fitted"] = fitted
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ambiguity.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -165,13 +175,14 @@ def _quality(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from mini.calibration import fitted_preset
+    from mini.calibration import fitted_preset, world_key
     from mini.validation import VALIDATION_CONFIGS, run_validation
 
     _at_least(args, seed=0, n_sequences=1)
     mini = _load(args)
     sha = mini.checkpoint_sha256("target")
-    worlds = {c.drafter: fitted_preset(sha, c.drafter) for c in VALIDATION_CONFIGS}
+    keys = {world_key(c.drafter, c.rule) for c in VALIDATION_CONFIGS}
+    worlds = {k: fitted_preset(sha, k) for k in keys}
     if None in worlds.values():
         worlds = None
         print(f"no world is fitted to this target (weights SHA-256 {sha[:12]}...): the world column is left "

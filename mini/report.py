@@ -69,12 +69,24 @@ def ambiguity_table(path: Path) -> list[str]:
     for name, s in d["worlds"].items():
         rows.append([f"`{name}` world preset", f"{s['top1']:.3f}", f"{s['entropy']:.3f}",
                      f"{s['top10_mass']:.3f}", f"{s['acceptance']:.3f}"])
-    if "fitted" in d:
-        s = d["fitted"]["stats"]
-        rows.append(["world fitted now (`--fit`, from the `ambiguous` preset)", f"{s['top1']:.3f}",
-                     f"{s['entropy']:.3f}", f"{s['top10_mass']:.3f}", f"{s['acceptance']:.3f}"])
-    return _table(["model / world", "mean top-1", "mean entropy (nats)", "mean top-10 mass",
-                   "mean 1 - TV(p, q)"], rows)
+    table = _table(["model / world", "mean top-1", "mean entropy (nats)", "mean top-10 mass",
+                    "mean 1 - TV(p, q)"], rows)
+    return table + ["", *fit_table(d["fitted"])] if "fitted" in d else table
+
+
+def fit_table(fitted: dict) -> list[str]:
+    """Each fitted world's figures next to the model's (``relaxspec mini ambiguity --fit``): the fitted
+    ones first, then those only reported."""
+    from mini.calibration import DEEP_FIGURE, FIT_FIGURES, REPORTED_FIGURES
+
+    keys = list(fitted)
+    rows = []
+    for name in (*FIT_FIGURES, DEEP_FIGURE, *REPORTED_FIGURES):
+        cells = [f"{f['model'][name]:.3f} / {f['world'][name]:.3f}" if name in f["model"] else ""
+                 for f in (fitted[k] for k in keys)]
+        rows.append([name + ("" if name in REPORTED_FIGURES else " (fitted)"), *cells])
+    params = [f"`{k}`: `{fitted[k]['params']}`" for k in keys]
+    return _table(["figure", *(f"{k}: model / world" for k in keys)], rows) + ["", *params]
 
 
 def _csv_rows(path: Path) -> list[dict[str, str]]:
@@ -103,12 +115,13 @@ def validation_table(path: Path) -> list[str]:
     """The simulator-validation table."""
     rows = [[r["config"], r["sequences"], r["speculative_steps"], r["replay_mismatches"],
              r["measured_tokens_per_step"], r["trace_driven_prediction"],
-             f"{100 * float(r['trace_driven_rel_error']):.1f}%", r.get("world_prediction") or "",
+             f"{100 * float(r['trace_driven_rel_error']):.1f}%", f"`{r['world']}`" if r.get("world") else "",
+             r.get("world_prediction") or "",
              f"{100 * float(r['world_rel_error']):.1f}%" if r.get("world_rel_error") else ""]
             for r in _csv_rows(path)]
     return _table(["configuration", "sequences", "speculative steps", "replay mismatches",
-                   "measured tokens/step", "trace-driven", "rel. error", "calibrated world", "rel. error"],
-                  rows)
+                   "measured tokens/step", "trace-driven", "rel. error", "fitted world", "world's prediction",
+                   "rel. error"], rows)
 
 
 def render(weights: Path, out: Path) -> str:

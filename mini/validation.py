@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from core.trees.spec import parse_tree
+from mini.calibration import world_key
 from mini.decoding import DecodeConfig, make_decoder
 from mini.fashion_mnist import NUM_CLASSES
 from mini.quality import EAGLE2, NEIGHBOURS_K, STATIC, slug
@@ -103,12 +104,13 @@ def run_validation(mini: MiniModel, out: Path, worlds: dict[str, str] | None, n_
                    configs: list[DecodeConfig] | None = None, seed: int = 0,
                    progress: bool = True) -> list[dict[str, Any]]:
     """Every configuration; ``OUT/validation.csv`` is rewritten after each one. ``worlds``: the fitted
-    world preset per drafter name (``eagle``, ``draft_gpt``); None: no world column."""
+    world preset per ``mini.calibration.world_key`` (``eagle``, ``draft_gpt``, ``eagle-greedy``); None:
+    no world column."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for config in configs or VALIDATION_CONFIGS:
-        world = None if worlds is None else worlds[config.drafter]
+        world = None if worlds is None else worlds[world_key(config.drafter, config.rule)]
         rows.append(validate_config(mini, config, world, n_sequences, out, seed, progress))
         tmp = out / "validation.csv.tmp"
         with open(tmp, "w", newline="") as f:

@@ -429,11 +429,12 @@ def trace_stats(world: TraceWorld) -> WorldStats:
 
 
 def sampled_nodes(world: LatentWorld | StationaryWorld, *, n_sequences: int = 8, seq_len: int = 64,
-                  seed: int = 0, temperature: float = 1.0,
-                  draft_depth: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+                  seed: int = 0, temperature: float = 1.0, draft_depth: int = 0,
+                  greedy: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(p, q) at every position of ``n_sequences`` sequences of ``seq_len`` tokens sampled from the
     world's target (sequence s keyed by (seed, s)): the nodes a lossless decoder visits; q as the
-    drafter sees a node ``draft_depth`` below a tree's root (0: at the root)."""
+    drafter sees a node ``draft_depth`` below a tree's root (0: at the root). ``greedy``: each
+    sequence takes p's argmax (lowest id among ties), the path of greedy decoding (rule r3)."""
     if n_sequences < 1 or seq_len < 1:
         raise ValueError("n_sequences and seq_len must be >= 1")
     for s in range(n_sequences):
@@ -445,8 +446,11 @@ def sampled_nodes(world: LatentWorld | StationaryWorld, *, n_sequences: int = 8,
         for t in range(seq_len):
             p = world.target_probs(z, temperature)
             yield p, world.draft_probs(z, h, temperature, depth=draft_depth)
-            x = int(np.searchsorted(np.cumsum(p), uniform(key, t) * p.sum(), side="right"))
-            x = min(x, p.size - 1)
+            if greedy:
+                x = int(np.argmax(p))
+            else:
+                x = int(np.searchsorted(np.cumsum(p), uniform(key, t) * p.sum(), side="right"))
+                x = min(x, p.size - 1)
             if isinstance(world, LatentWorld):
                 z, h = world.advance(z, h, x)
 

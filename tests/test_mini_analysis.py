@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 
 from mini.ambiguity import position_stats
-from mini.calibration import fit_world, fitted_preset, node_figures, params_literal, summarise, world_figures
+from mini.calibration import (
+    fit_world,
+    fitted_preset,
+    node_figures,
+    params_literal,
+    summarise,
+    world_figures,
+    world_key,
+)
 from mini.decoding import DecodeConfig
 from mini.quality import QUALITY_CONFIGS, read_records, slug
 from simulate.worlds import PRESETS, LatentParams
@@ -106,6 +114,33 @@ def test_fitted_presets_by_target_weights():
     assert fitted_preset(first, "eagle") == "mini"
     assert fitted_preset(second, "eagle") == "mini-ambiguous"
     assert fitted_preset(second, "draft_gpt") == "mini-ambiguous-draft-gpt"
+    assert fitted_preset(second, world_key("eagle", "r3")) == "mini-ambiguous-greedy"
+    assert world_key("draft_gpt", "r2") == "draft_gpt"
     assert fitted_preset("0" * 64, "eagle") is None
     assert PRESETS["mini-ambiguous"].vocab_size == read_card(WEIGHTS_DIR / "ambiguous", "target")["config"][
         "vocab_size"]
+
+
+def test_report_tables_of_a_fit_and_a_validation(tmp_path):
+    from mini.report import ambiguity_table, validation_table
+
+    figures = {"top1": 0.2, "top1_sd": 0.1, "top1_lag1": 0.4, "accept_ranked": 0.5, "draft_entropy": 4.0,
+               "entropy": 3.0, "top10_mass": 0.6, "accept_sampled": 0.55}
+    stats = {"top1": 0.2, "entropy": 3.0, "top10_mass": 0.6, "acceptance": 0.5}
+    d = {"model": {**stats, "accept_eagle": 0.5, "accept_draft_gpt": 0.4}, "cfg_scale": 2.0, "n_images": 5,
+         "worlds": {"ambiguous": stats},
+         "fitted": {"eagle": {"params": "LatentParams(beta=1.0)",
+                              "model": {**figures, "accept_ranked_deep": 0.45},
+                              "world": {**figures, "top1": 0.21, "accept_ranked_deep": 0.44}},
+                    "draft_gpt": {"params": "LatentParams(beta=2.0)", "model": figures, "world": figures}}}
+    (tmp_path / "a.json").write_text(json.dumps(d))
+    text = "\n".join(ambiguity_table(tmp_path / "a.json"))
+    assert "| top1 (fitted) | 0.200 / 0.210 | 0.200 / 0.200 |" in text
+    assert "| accept_ranked_deep (fitted) | 0.450 / 0.440 |  |" in text
+    assert "| accept_sampled | 0.550 / 0.550 | 0.550 / 0.550 |" in text
+    assert "`draft_gpt`: `LatentParams(beta=2.0)`" in text
+    (tmp_path / "v.csv").write_text("config,sequences,speculative_steps,replay_mismatches,"
+                                    "measured_tokens_per_step,trace_driven_prediction,trace_driven_rel_error,"
+                                    "world,world_prediction,world_rel_error\nx,4,9,0,2.0,1.9,0.05,mini,2.1,0.05\n")
+    row = "| x | 4 | 9 | 0 | 2.0 | 1.9 | 5.0% | `mini` | 2.1 | 5.0% |"
+    assert row in validation_table(tmp_path / "v.csv")

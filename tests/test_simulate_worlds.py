@@ -237,3 +237,14 @@ def test_trace_world_replays_exactly_and_rescores(tmp_path):
     with pytest.raises(ValueError, match="not a directory"):
         TraceWorld(tmp_path / "missing")
     assert Sampling().temperature == 1.0
+
+
+def test_greedy_sampled_nodes_follow_the_argmax():
+    w = LatentWorld.preset("ambiguous", vocab_size=500, n_clusters=20)
+    rows = [p for p, _ in sampled_nodes(w, n_sequences=1, seq_len=6, seed=3, greedy=True)]
+    z, h = w.initial(np.uint64(stream_key(np.int64(3), np.int64(0))))
+    for p in rows:
+        np.testing.assert_array_equal(p, w.target_probs(z))
+        z, h = w.advance(z, h, int(np.argmax(p)))
+    sampled = [p for p, _ in sampled_nodes(w, n_sequences=1, seq_len=6, seed=3)]
+    assert not all(np.array_equal(a, b) for a, b in zip(rows, sampled, strict=True))
