@@ -147,7 +147,7 @@ PRESETS: dict[str, LatentParams] = {
     # Fitted to the shipped `ambiguous` model (weights/ambiguous, V = 8192) by `relaxspec mini --weights
     # weights/ambiguous ambiguity --fit` (mini/calibration.py: top-1's mean, spread and persistence; each
     # drafter's ranked acceptance, flatness and, for the EAGLE head, its drift below the root), one world
-    # per drafter; docs/mini_model.md has the figures of both.
+    # per drafter and one along greedy paths; docs/mini_model.md has the figures of each.
     "mini-ambiguous": LatentParams(vocab_size=8192, codebook="clustered", n_clusters=512, cluster_spread=0.08,
                                    prior_scale=0.3, beta=38.101, rho=0.9499, sigma=0.3, draft_beta=23.79,
                                    draft_sigma=0.08005, draft_token_noise=0.48032, beta_spread=1.1567,
@@ -156,6 +156,12 @@ PRESETS: dict[str, LatentParams] = {
                                              cluster_spread=0.08, prior_scale=0.3, beta=38.101, rho=0.9499,
                                              sigma=0.3, draft_beta=17.568, draft_sigma=0.09393,
                                              draft_token_noise=0.56358, beta_spread=1.1567, seed=2),
+    # the same fit along the model's greedy paths (one per class), for greedy decoding (rule r3)
+    "mini-ambiguous-greedy": LatentParams(vocab_size=8192, codebook="clustered", n_clusters=512,
+                                          cluster_spread=0.08, prior_scale=0.3, beta=45.944, rho=0.8135,
+                                          sigma=0.3, draft_beta=30.808, draft_sigma=0.05906,
+                                          draft_token_noise=0.35435, beta_spread=0.9907, draft_drift=0.05396,
+                                          seed=2),
 }
 
 
