@@ -44,11 +44,11 @@ from theory.distributions import total_variation
 
 # The world presets fitted to the shipped models, by the SHA-256 of the target's weights and by drafter
 # and greedy decoding (:func:`world_key`; the "calibrated world" of the simulator validation,
-# `relaxspec mini validate`). The first model's `mini` preset was fitted to its EAGLE head along
-# sampled paths only (`fit_two_figures`).
+# `relaxspec mini validate`). The first model's earlier `mini` preset was fitted to its EAGLE head
+# along sampled paths only (`fit_two_figures`).
 FITTED_PRESETS = {
     "101344bae52830edab8965ca56c64f6a7d6b378ec2eece683601fbc5b0278a75": {
-        "eagle": "mini", "draft_gpt": "mini", "eagle-greedy": "mini"},
+        "eagle": "mini-fit", "draft_gpt": "mini-fit-draft-gpt", "eagle-greedy": "mini-fit-greedy"},
     "758bce4689f5a99167685614e4991bcf0d58aa32f8bb5506f8cef13ba32af5b6": {
         "eagle": "mini-ambiguous", "draft_gpt": "mini-ambiguous-draft-gpt",
         "eagle-greedy": "mini-ambiguous-greedy"},

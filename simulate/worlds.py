@@ -144,6 +144,20 @@ PRESETS: dict[str, LatentParams] = {
     "mini": LatentParams(codebook="clustered", n_clusters=512, cluster_spread=0.08, prior_scale=0.3,
                          beta=100.479, rho=0.6, sigma=0.3, draft_beta=100.479, draft_sigma=0.03669,
                          draft_token_noise=0.22017, seed=2),
+    # Fitted to the first shipped model (weights/, V = 512) by the fit below (`relaxspec mini ambiguity
+    # --fit`); `mini` above is its earlier two-figure fit at V = 16384, kept for the results that use it.
+    "mini-fit": LatentParams(vocab_size=512, codebook="clustered", n_clusters=512, cluster_spread=0.08,
+                             prior_scale=0.3, beta=27.936, rho=0.8311, sigma=0.3, draft_beta=23.561,
+                             draft_sigma=0.07747, draft_token_noise=0.46479, beta_spread=1.1284,
+                             draft_drift=0.073, seed=2),
+    "mini-fit-draft-gpt": LatentParams(vocab_size=512, codebook="clustered", n_clusters=512,
+                                       cluster_spread=0.08, prior_scale=0.3, beta=27.936, rho=0.8311, sigma=0.3,
+                                       draft_beta=20.196, draft_sigma=0.09271, draft_token_noise=0.55625,
+                                       beta_spread=1.1284, seed=2),
+    "mini-fit-greedy": LatentParams(vocab_size=512, codebook="clustered", n_clusters=512, cluster_spread=0.08,
+                                    prior_scale=0.3, beta=31.225, rho=0.9499, sigma=0.3, draft_beta=27.137,
+                                    draft_sigma=0.06316, draft_token_noise=0.37896, beta_spread=0.6216,
+                                    draft_drift=0.0564, seed=2),
     # Fitted to the shipped `ambiguous` model (weights/ambiguous, V = 8192) by `relaxspec mini --weights
     # weights/ambiguous ambiguity --fit` (mini/calibration.py: top-1's mean, spread and persistence; each
     # drafter's ranked acceptance, flatness and, for the EAGLE head, its drift below the root), one world

@@ -111,7 +111,7 @@ def test_fitted_presets_by_target_weights():
 
     first = read_card(WEIGHTS_DIR, "target")["weights_sha256"]
     second = read_card(WEIGHTS_DIR / "ambiguous", "target")["weights_sha256"]
-    assert fitted_preset(first, "eagle") == "mini"
+    assert fitted_preset(first, "eagle") == "mini-fit"
     assert fitted_preset(second, "eagle") == "mini-ambiguous"
     assert fitted_preset(second, "draft_gpt") == "mini-ambiguous-draft-gpt"
     assert fitted_preset(second, world_key("eagle", "r3")) == "mini-ambiguous-greedy"

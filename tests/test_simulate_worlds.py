@@ -44,7 +44,8 @@ def test_presets_are_llamagen_sized_and_calibrated():
     for name in PRESETS:
         w = LatentWorld.preset(name)
         # the generic presets are LlamaGen-sized; a world fitted to a shipped model has its vocabulary
-        assert w.vocab_size == (16384 if name in ("confident", "ambiguous", "mini") else 8192)
+        model = name.replace("-draft-gpt", "").replace("-greedy", "")
+        assert w.vocab_size == {"mini-fit": 512, "mini-ambiguous": 8192}.get(model, 16384)
         assert w.params.dim == 8
         np.testing.assert_allclose(np.linalg.norm(w.codebook, axis=1), 1.0)
     conf = world_stats(LatentWorld.preset("confident"), n_sequences=2, seq_len=32)
