@@ -27,8 +27,8 @@ target's first (its figures do not depend on the drafter), each round ending
 with the knob of the figure that matters most (top-1, the ranked
 acceptance). Figures that are not fitted (entropy, top-10 mass, 1 - TV(p,
 q)) are reported beside the model's to show how far the world's shape is
-from it. ``fit_two_figures`` is the earlier fit (top-1 and 1 - TV only) that
-produced the ``mini`` preset.
+from it. The ``mini`` preset came from an earlier fit of top-1 and 1 - TV only
+(``fit_world`` in this module at commit c716263).
 """
 
 from __future__ import annotations
@@ -44,8 +44,7 @@ from theory.distributions import total_variation
 
 # The world presets fitted to the shipped models, by the SHA-256 of the target's weights and by drafter
 # and greedy decoding (:func:`world_key`; the "calibrated world" of the simulator validation,
-# `relaxspec mini validate`). The first model's earlier `mini` preset was fitted to its EAGLE head
-# along sampled paths only (`fit_two_figures`).
+# `relaxspec mini validate`).
 FITTED_PRESETS = {
     "101344bae52830edab8965ca56c64f6a7d6b378ec2eece683601fbc5b0278a75": {
         "eagle": "mini-fit", "draft_gpt": "mini-fit-draft-gpt", "eagle-greedy": "mini-fit-greedy"},
@@ -215,39 +214,6 @@ def stats_of(params: LatentParams, n_sequences: int = 8, seq_len: int = 64) -> d
     """world-stats figures of a world with ``params`` (same keys as the model's)."""
     s = world_stats(LatentWorld(params), n_sequences=n_sequences, seq_len=seq_len)
     return {k: float(getattr(s, v)) for k, v in STAT_NAMES.items()}
-
-
-def fit_two_figures(top1: float, acceptance: float, base: LatentParams | None = None, rounds: int = 2,
-                    iters: int = 12, n_sequences: int = 8,
-                    seq_len: int = 64) -> tuple[LatentParams, dict[str, float]]:
-    """The earlier fit (it made the ``mini`` preset): beta for the mean top-1 probability, the drafter's
-    error scale for 1 - TV(p, q); the world stays equally ambiguous everywhere."""
-    if not (0 < top1 < 1 and 0 < acceptance < 1):
-        raise ValueError(f"top1 and acceptance must lie in (0, 1), got {top1}, {acceptance}")
-    params = base or PRESETS["ambiguous"]
-    base_sigma, base_noise = params.draft_sigma, params.draft_token_noise
-    if base_sigma == 0 and base_noise == 0:
-        raise ValueError("the base world's drafter is exact: no error to scale")
-
-    def with_beta(log_beta: float) -> LatentParams:
-        b = math.exp(log_beta)
-        return replace(params, beta=round(b, 3), draft_beta=round(b, 3))
-
-    for _ in range(rounds):
-        log_beta = _bisect(lambda lb: stats_of(with_beta(lb), n_sequences, seq_len)["top1"],
-                           math.log(1.0), math.log(1000.0), top1, increasing=True, iters=iters)
-        params = with_beta(log_beta)
-
-        def drafter_errors(f: float, fixed: LatentParams = params) -> LatentParams:
-            return replace(fixed, draft_sigma=round(f * base_sigma, 5),
-                           draft_token_noise=round(f * base_noise, 5))
-
-        def accept_at(f: float) -> float:
-            return stats_of(drafter_errors(f), n_sequences, seq_len)["acceptance"]
-
-        factor = _bisect(accept_at, 0.0, 4.0, acceptance, increasing=False, iters=iters)
-        params = drafter_errors(factor)
-    return params, stats_of(params, n_sequences, seq_len)
 
 
 def params_literal(params: LatentParams) -> str:

@@ -85,7 +85,7 @@ def fit_table(fitted: dict) -> list[str]:
         cells = [f"{f['model'][name]:.3f} / {f['world'][name]:.3f}" if name in f["model"] else ""
                  for f in (fitted[k] for k in keys)]
         rows.append([name + ("" if name in REPORTED_FIGURES else " (fitted)"), *cells])
-    params = [f"`{k}`: `{fitted[k]['params']}`" for k in keys]
+    params = [f"- `{k}`: `{fitted[k]['params']}`" for k in keys]
     return _table(["figure", *(f"{k}: model / world" for k in keys)], rows) + ["", *params]
 
 
