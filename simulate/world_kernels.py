@@ -10,7 +10,7 @@ p_stat, q_stat, T)``:
 - ``fp``: float64 [beta/T, rho, sigma, beta_q/T, sigma_q, bmax, bqmax, beta_spread, drift, a_1..a_d]:
   a state z's inverse temperatures are beta·exp(beta_spread <a, z>) (target) and
   beta_q·exp(beta_spread <a, z_q>) (drafter, on its own view z_q), a the unit difficulty axis;
-  the drafter's view at depth d below a step's root has noise sqrt(sigma_q^2 + d drift^2);
+  the drafter's view below a step's root (depth d >= 1) has noise sqrt(sigma_q^2 + drift^2);
 - ``keys``: uint64 [transition-noise key, drafter-noise key];
 - ``T``: the codebook as padded float32 (:func:`pad_codebook`): the rows' logits.
 
@@ -330,7 +330,7 @@ def draft_exps(W, zs, hs, nodes, depths, es, cmaxs, invs):
     :func:`rows_exp`); stationary world: q_i = q_stat (``W[7]``), invs[i] = 1.
     ``cmaxs[i]`` gets the chunk maxima of q_i's values. The drafter sees
     normalise(z + sigma_q(d) xi_q), xi_q keyed by (drafter key, h), sigma_q(d) = sqrt(sigma_q^2 +
-    d drift^2) (sigma_q itself when drift is 0)."""
+    min(d, 1) drift^2) (sigma_q itself at the root and when drift is 0)."""
     cnt = nodes.shape[0]
     if W[0] == KIND_STATIONARY:
         for i in range(cnt):
@@ -344,7 +344,7 @@ def draft_exps(W, zs, hs, nodes, depths, es, cmaxs, invs):
         normals(combine(W[5][1], np.int64(hs[v] & np.uint64(0x7FFFFFFFFFFFFFFF))), zq[i])
         sigma_q = W[4][F_SIGMA_Q]
         if W[4][F_DRIFT] != 0.0:
-            sigma_q = math.sqrt(sigma_q * sigma_q + depths[v] * W[4][F_DRIFT] * W[4][F_DRIFT])
+            sigma_q = math.sqrt(sigma_q * sigma_q + min(depths[v], 1) * W[4][F_DRIFT] * W[4][F_DRIFT])
         for j in range(d):
             zq[i, j] = zs[v, j] + sigma_q * zq[i, j]
         normalise(zq[i])

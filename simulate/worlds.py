@@ -85,9 +85,10 @@ class LatentParams:
         real image model has easy and hard stretches, which tree decoding
         skips through or stops at).
     draft_drift : how the drafter's view degrades below a step's root: at
-        depth d its noise is sqrt(draft_sigma^2 + d draft_drift^2) (an EAGLE
-        head reads the target's features at the root and its own predicted
-        features below it; 0: every depth alike).
+        depth d >= 1 its noise is sqrt(draft_sigma^2 + draft_drift^2) (an
+        EAGLE head reads the target's features at the root and its own
+        predicted features below it, a step change: in its traces acceptance
+        drops one level down and little further; 0: every depth alike).
     seed : seed of the codebook, prior and noise keys.
     """
 

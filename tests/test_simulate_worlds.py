@@ -118,7 +118,7 @@ def test_beta_spread_scales_each_states_inverse_temperature():
 
 
 def test_draft_drift_adds_noise_below_the_root():
-    """draft_drift: the drafter's view at depth d has noise sqrt(sigma_q^2 + d drift^2); at the root
+    """draft_drift: the drafter's view at depth d >= 1 has noise sqrt(sigma_q^2 + drift^2); at the root
     (and with drift 0 at any depth) it is the old drafter bit for bit; the oracle's builders pass the
     depth, so a policy's NumPy and Numba trees agree with drift."""
     plain = LatentWorld.preset("ambiguous", vocab_size=1000, n_clusters=40)
@@ -128,10 +128,11 @@ def test_draft_drift_adds_noise_below_the_root():
     np.testing.assert_array_equal(plain.draft_probs(z, h, depth=3), plain.draft_probs(z, h))
     xi = np.empty(drift.params.dim)
     normals(np.uint64(combine(drift.keys[1], np.int64(np.uint64(h) & np.uint64(0x7FFFFFFFFFFFFFFF)))), xi)
-    zq = z + np.sqrt(drift.params.draft_sigma**2 + 2 * 0.3**2) * xi
+    zq = z + np.sqrt(drift.params.draft_sigma**2 + 0.3**2) * xi
     zq /= np.linalg.norm(zq)
     q_formula = softmax64(drift.draft_prior + drift.params.draft_beta * (drift.codebook @ zq), 1.0)
     np.testing.assert_allclose(drift.draft_probs(z, h, depth=2), q_formula, rtol=1e-4, atol=UNDERFLOW)
+    np.testing.assert_array_equal(drift.draft_probs(z, h, depth=5), drift.draft_probs(z, h, depth=1))
     from core.trees.spec import parse_tree
     from simulate.policy_kernels import kernel_build, kernel_draft
 
