@@ -66,14 +66,16 @@ def eagle_below_root(head, target, tokens: torch.Tensor, hidden: torch.Tensor,
     j + 1 the head reads token x_{j+1} paired with its *own* predicted feature (the decoder's depth-1
     draft, see ``reference.drafter.EagleDraftSession.draft``) over the target's real features
     before it; rows are the next-token logits for tokens 2..T (B, T - 1, V). ``leaf_features``
-    (B, T - 1, dim) replaces those predicted features (a test hands in the real ones)."""
+    (B, T - 1, dim): the features the leaves read, by default the head's predictions at positions
+    0..T-2 (a caller that has them passes them; a test hands in the real ones)."""
     B, T = tokens.shape
     emb = target.embed_tokens(tokens)
-    pred = head(emb, hidden)
+    if leaf_features is None:
+        leaf_features = head(emb, hidden)[:, :-1]
     head.setup_cache(B, 2 * T)
     parents = comb_parents(T)
     x_emb = torch.cat([emb, emb[:, 1:]], dim=1)
-    feats = torch.cat([hidden, pred[:, :-1] if leaf_features is None else leaf_features], dim=1)
+    feats = torch.cat([hidden, leaf_features], dim=1)
     out = head.forward_tree(x_emb, feats, parents, np.arange(parents.size), 0, {})
     return target.logits(out[:, T:])
 
@@ -93,12 +95,13 @@ def teacher_forced(mini: MiniModel, tokens: np.ndarray, labels: np.ndarray, cfg_
         x = torch.from_numpy(tokens[i:i + batch])
         y = torch.as_tensor(np.asarray(labels[i:i + batch], dtype=np.int64))
         yn = torch.full_like(y, null)
-        out = {}
+        out, deep = {}, {}
         for name, lab in (("c", y), ("u", yn)):
             logits, hidden = tgt(x[:, :-1], lab, return_hidden=True)
             pred = head(tgt.embed_tokens(x[:, :-1]), hidden[:, :-1])
-            deep = eagle_below_root(head, tgt, x[:, :-1], hidden[:, :-1]) if below_root else logits
-            out[name] = (logits, tgt.logits(pred), dgpt(x[:, :-1], lab), deep)
+            out[name] = (logits, tgt.logits(pred), dgpt(x[:, :-1], lab))
+            if below_root:
+                deep[name] = eagle_below_root(head, tgt, x[:, :-1], hidden[:, :-1], pred[:, :-1])
         p = _guided_probs(out["c"][0], out["u"][0], cfg_scale)       # rows 0..63
         q_e = _guided_probs(out["c"][1], out["u"][1], cfg_scale)     # rows for tokens 1..63
         q_g = _guided_probs(out["c"][2], out["u"][2], cfg_scale)
@@ -107,7 +110,7 @@ def teacher_forced(mini: MiniModel, tokens: np.ndarray, labels: np.ndarray, cfg_
         qe.append(q_e.reshape(-1, p.shape[-1]))
         qg.append(q_g[:, 1:].reshape(-1, p.shape[-1]))
         if below_root:
-            qd.append(_guided_probs(out["c"][3], out["u"][3], cfg_scale).reshape(-1, p.shape[-1]))
+            qd.append(_guided_probs(deep["c"], deep["u"], cfg_scale).reshape(-1, p.shape[-1]))
     return TeacherForced(np.concatenate(ps), np.concatenate(qe), np.concatenate(qg), np.concatenate(pf),
                          np.concatenate(qd) if below_root else None)
 
