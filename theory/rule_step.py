@@ -58,7 +58,7 @@ def step_neighbours(neighbours: np.ndarray | None, vocab_size: int, relax: Relax
     """The int64 neighbour table a step reads: the budget's (validated, at least k columns), else
     ``theory.rules.neighbour_rows`` (empty when the rule merges nothing)."""
     if boost.kind == "budget":
-        if neighbours is None:
+        if neighbours is None and boost.k > 0:  # k = 0 merges nothing: R2, with no table to read
             raise ValueError(f"boost {boost} merges the mass of latent neighbours: it needs a neighbour "
                              "table")
         return check_budget(boost, neighbours, vocab_size)

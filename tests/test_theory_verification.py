@@ -1,0 +1,140 @@
+"""The Verification value (issue 27): its grammar round-trips, it validates once, and it answers which
+draft sources, columns and oracle a rule needs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from relaxspec.testing.strategies import relaxations
+from theory.boost import NO_BOOST, Boost
+from theory.relax import Relax
+from theory.rule_step import own_oracle, step_neighbours
+from theory.rules import RULES, VARIANTS
+from theory.verification import DraftSource, Oracle, Verification, parse
+
+NUMBERS = st.floats(min_value=0.0, max_value=1.0, allow_nan=False).filter(lambda x: x == 0 or x > 1e-300)
+
+
+@st.composite
+def boosts(draw: st.DrawFn) -> Boost:
+    kind = draw(st.sampled_from(["none", "group", "depth", "cool", "budget"]))
+    if kind == "group":
+        return Boost.group(draw(st.integers(1, 60)), draw(st.floats(1e-3, 1.0)), draw(st.floats(1e-3, 4.0)),
+                           window=draw(st.sampled_from(["principled", "official"])),
+                           embedding=draw(st.sampled_from(["token", "codebook"])))
+    if kind == "depth":
+        return Boost.depth(draw(st.lists(st.floats(1.0, 5.0), min_size=1, max_size=4)))
+    if kind == "cool":
+        return Boost.cool(draw(st.floats(1.5, 4.0)), draw(st.floats(0.1, 2.0)))
+    if kind == "budget":
+        return Boost.budget(draw(NUMBERS), draw(st.integers(0, 64)))
+    return NO_BOOST
+
+
+@st.composite
+def verifications(draw: st.DrawFn) -> Verification:
+    """Every valid (rule, relaxation, variant, boost) combination the suite defines."""
+    rule = draw(st.sampled_from(RULES))
+    boost = draw(boosts()) if rule in ("r2", "r4") and draw(st.booleans()) else NO_BOOST
+    relax = draw(relaxations(K=64)) if boost.is_none and rule != "r4" else Relax.none()
+    official = not relax.is_exact and rule != "r3" and draw(st.booleans())
+    return Verification(rule, relax, "official" if official else "principled", boost)
+
+
+@given(verifications())
+def test_str_parses_back(v: Verification) -> None:
+    assert parse(str(v)) == v
+    assert str(parse(str(v))) == str(v)
+    assert hash(parse(str(v))) == hash(v)
+
+
+@pytest.mark.parametrize(("text", "canonical"), [
+    ("r1", "r1"),
+    ("pointmass", "r1"),
+    ("greedy", "r3"),
+    ("r2+lantern++:k=1000,lam=5", "r2+lantern++:k=1000,lam=5"),
+    ("r2+multiplicative:k=1000,lam=5", "r2+lantern++:k=1000,lam=5"),
+    ("lantern++:k=1000,lam=5", "r2+lantern++:k=1000,lam=5"),
+    ("r1+lantern:k=1000,delta=0.1/official", "r1+lantern:k=1000,delta=0.1/official"),
+    ("lantern:k=1000, delta=0.1", "r1+lantern:k=1000,delta=0.1"),
+    ("r4+budget:tv=0.1,k=50", "r4+budget:tv=0.1,k=50"),
+    ("budget:k=50,tv=0.1", "r2+budget:tv=0.1,k=50"),
+    ("traversal+gsd:G=10", "r4+gsd:G=10,tau=0.15,dist=0.5"),
+    ("r2+cool:delta=2", "r2+cool:delta=2,nu=0.7"),
+    ("r2+cool:omega=2/1.5", "r2+cool:omega=2/1.5"),
+    ("r2+depth:omega=2/1.5/principled", "r2+cool:omega=2/1.5"),
+])
+def test_aliases_and_canonical_forms(text: str, canonical: str) -> None:
+    assert str(parse(text)) == canonical
+
+
+def test_fields_of_a_parsed_spec() -> None:
+    v = parse("r1+lantern:k=1000,delta=0.1/official")
+    assert (v.rule, v.relax, v.variant, v.boost) == ("r1", Relax.additive(1000, 0.1), "official", NO_BOOST)
+    b = parse("r4+budget:tv=0.25,k=8")
+    assert (b.rule, b.boost) == ("r4", Boost.budget(0.25, 8))
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("r5", "unknown rule or method 'r5'"),
+    ("r1+gsd:G=3", "needs rule r2 or r4"),
+    ("r4+lantern:k=3,delta=0.1", "takes no LANTERN relaxation"),
+    ("r1/official", "identical to principled"),
+    ("r3+lantern:k=3,delta=0.1/official", "identical to principled"),
+    ("r2+budget:delta=0.1,k=3", "written tv="),
+    ("r2+budget:tv=2,k=3", "in [0, 1]"),
+    ("r1+foo:k=1", "unknown method 'foo'"),
+    ("r2+lantern++:lam=5", "needs k"),
+    ("r1/offical", "unknown rule"),
+    ("r2+gsd:G=x", "bad number"),
+])
+def test_bad_specs_name_the_spec_and_the_problem(text: str, says: str) -> None:
+    with pytest.raises(ValueError, match="verification") as err:
+        parse(text)
+    assert says in str(err.value) and repr(text) in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_not_a_string() -> None:
+    with pytest.raises(ValueError, match="got int"):
+        parse(3)  # type: ignore[arg-type]
+
+
+@given(verifications())
+def test_oracle_and_columns_agree_with_the_step_dispatch(v: Verification) -> None:
+    assert (v.oracle is not Oracle.TREE) == own_oracle(v.rule, v.boost)
+    assert (v.oracle is Oracle.TRAVERSAL) == (v.rule == "r4")
+    V = 70
+    table = np.array([[(i + j) % V for j in range(1, 66)] for i in range(V)])
+    assert step_neighbours(table, V, v.relax, v.variant, v.boost).shape[1] >= v.neighbour_columns
+    if v.neighbour_columns == 0:
+        assert step_neighbours(None, V, v.relax, v.variant, v.boost).shape[1] == 0
+    assert v.reads_embedding == (v.boost.kind == "group")
+    assert v.is_exact == (v.relax.is_exact and v.boost.is_none)
+
+
+@given(verifications())
+def test_draft_sources(v: Verification) -> None:
+    sampled = v.rule in ("r2", "r4")
+    assert (v.source_problem(DraftSource.RANKED) is None) == (not sampled)
+    assert v.source_problem(DraftSource.DRAWN) is None
+    assert (v.source_problem(DraftSource.JACOBI) is None) == (sampled and v.relax.is_exact)
+    assert (v.source_problem(DraftSource.AR) is None) == (v.boost.is_none and v.rule != "r4")
+    for source in DraftSource:
+        problem = v.source_problem(source)
+        if problem is None:
+            v.check_source(source)
+        else:
+            with pytest.raises(ValueError, match="tree 7: "):
+                v.check_source(source, "tree 7")
+
+
+@given(verifications())
+def test_encode_is_the_rules_encoding(v: Verification) -> None:
+    enc = v.encode()
+    assert enc.rule == RULES.index(v.rule) + 1
+    assert enc.variant == VARIANTS.index(v.variant)
+    assert (enc.code, enc.k) == (v.relax.code, v.relax.k)
