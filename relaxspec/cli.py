@@ -15,6 +15,8 @@ import os
 import sys
 import warnings
 
+from relaxspec import __version__
+
 # (subcommand, module providing add_parser, or "module:function")
 SUBCOMMANDS: list[tuple[str, str]] = [
     ("theory", "theory.cli"),
@@ -39,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Relaxed speculative decoding for visual autoregressive models: "
         "exact theory, Numba simulation and a reference decoder.",
     )
+    parser.add_argument("--version", action="version", version=f"relaxspec {__version__}")
     parser.add_argument("--debug", action="store_true",
                         help="show the Python traceback of an error instead of a one-line message")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
