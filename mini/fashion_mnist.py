@@ -151,16 +151,3 @@ def load_sample(path: Path = SAMPLE_PATH) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"the Fashion-MNIST test sample {path} has images {images.dtype} "
                          f"{images.shape} and {len(labels)} labels")
     return images, labels
-
-
-def load_test_images(full: bool = True) -> tuple[np.ndarray, np.ndarray, str]:
-    """Test images for evaluation: the full test split when installed (and ``full``), else the sample.
-
-    Returns images ``(N, 28, 28)`` uint8, labels and a name of the source
-    (``"test"`` or ``"test_sample_2000"``).
-    """
-    if full and dataset_available():
-        images, labels = load_split("test")
-        return images, labels, "test"
-    images, labels = load_sample()
-    return images, labels, "test_sample_2000"

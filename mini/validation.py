@@ -23,8 +23,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from core.trees.spec import parse_tree
 from mini.calibration import world_key
 from mini.decoding import DecodeConfig, make_decoder
@@ -119,9 +117,3 @@ def run_validation(mini: MiniModel, out: Path, worlds: dict[str, str] | None, n_
             w.writerows(rows)
         tmp.replace(out / "validation.csv")
     return rows
-
-
-def max_rel_error(rows: list[dict[str, Any]], column: str) -> float:
-    """Largest relative error in ``column`` over the rows that have it."""
-    vals = [r[column] for r in rows if r.get(column) is not None]
-    return float(np.max(vals)) if vals else float("nan")

@@ -11,10 +11,9 @@ A rerun with the same arguments skips finished sequences (resume); sequence i
 of the run uses uniforms keyed by (seed, i), so a resumed run gives the same
 images as an uninterrupted one.
 
-Draft sources: a draft model (``--draft model``, the default: ``--eagle-ckpt``,
-``--draft-ckpt`` or the target itself) growing the ``--tree``, or SJD's Jacobi
-windows (``--draft jacobi --window L [--fresh uniform|copy]``, the tree spec
-``jacobi:L[,copy]``; no drafter). ``--rule r4`` verifies the same sampled
+Draft sources: a draft model (``--eagle-ckpt``, ``--draft-ckpt`` or the target
+itself) growing the ``--tree``, or SJD's Jacobi windows (``--tree
+jacobi:L[,copy]``; no drafter). ``--rule r4`` verifies the same sampled
 drafts by traversal (SPEC 9.6). ``--boost gsd:G=..`` / ``cool:omega=..`` /
 ``budget:delta=..,k=..`` raises rule R2's or R4's acceptance (GSD, Cool-SD, the
 budgeted relaxation; SPEC 9.2-9.5) on a static tree or a window; GSD measures
@@ -47,21 +46,16 @@ from tqdm import tqdm
 
 from core.cost import DEFAULT_TABLE, CostModel
 from core.trace import Sampling, TraceHeader, TraceWriter, array_sha256, file_sha256
-from core.trees.jacobi import JacobiWindow
 from core.trees.spec import check_tree_spec, parse_tree, tree_kind
 from reference.decode import VERIFIERS, VERIFY_DTYPES, Decoder, DecodeSettings, StepStats, gsd_embedding
 from reference.drafter import EagleDraftSession, EagleHead, GPTDraftSession
 from reference.model import DTYPES, TreeExecution, load_gpt, parse_dtype
 from reference.vq import VQModel, save_png, to_uint8, vq_config
 from theory.boost import EMBEDDINGS, Boost
-from theory.jacobi_sampler import DEFAULT_FRESH, check_fresh, check_window_size
 from theory.neighbours import DEFAULT_K_MAX, load_neighbours
 from theory.relax import Relax
 
-_OLD_ARGS = {"eagle2": ("top_k", "depth", "total_tokens"),
-             "latent": ("top_k", "depth", "total_tokens", "pool")}
 DEFAULT_TREE = "eagle2:10,4,59"
-DRAFT_SOURCES = ("model", "jacobi")
 
 
 def load_acceptance(text: str | None) -> list[float] | None:
@@ -77,18 +71,6 @@ def load_acceptance(text: str | None) -> list[float] | None:
     if not isinstance(vector, list) or not all(isinstance(a, int | float) for a in vector):
         raise ValueError(f"--acceptance must be a JSON list of probabilities, got {source[:60]!r}")
     return [float(a) for a in vector]
-
-
-def old_tree_args_message(tree: str, tree_args: str) -> str:
-    """The error for the retired ``--tree KIND --tree-args K=V,...`` spelling, naming the new spec."""
-    kv = dict(part.split("=", 1) for part in tree_args.split(",") if "=" in part)
-    names = _OLD_ARGS.get(tree)
-    example = "eagle2:10,4,59"
-    if names and all(n in kv for n in names[:3]):
-        example = f"{tree}:" + ",".join(kv[n] for n in names if n in kv)
-    return (f"--tree-args is gone: a tree is one spec, e.g. --tree {example} (static:NAME, chain:N, "
-            "eagle2:K,D,M, ddd:K,CALLS,S1/S2/..,X,M, latent:K,D,M[,POOL], sequoia:N,DEPTH with --acceptance, "
-            "costaware:N,DEPTH[,MODE]; see core/trees/spec.py)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -113,14 +95,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "eagle2:K,D,M, ddd:K,CALLS,S1/S2/..,X,M, latent[-diverse|-walk]:K,D,M[,POOL], "
                         "sequoia[-MODE]:N,DEPTH, costaware:N,DEPTH[,MODE], jacobi:L[,copy] (default "
                         f"{DEFAULT_TREE}, LANTERN's LlamaGen setting)")
-    s.add_argument("--draft", default="model", metavar="|".join(DRAFT_SOURCES),
-                   help="draft source: a draft model growing --tree (default), or SJD's Jacobi windows "
-                        "(no drafter; with --window)")
-    s.add_argument("--window", type=int, default=None, metavar="L",
-                   help="--draft jacobi: drafts per window (per target forward)")
-    s.add_argument("--fresh", default=None, metavar="uniform|copy",
-                   help=f"--draft jacobi: fresh window tokens uniform random or copies of the left "
-                        f"neighbour (default {DEFAULT_FRESH})")
     s.add_argument("--boost", default="none",
                    help="boosted acceptance of rule r2 or r4: none | gsd:G=10[,tau=0.15,dist=0.5,"
                         "window=official] (GSD) | cool:omega=2/1.5/1.2 (Cool-SD, per-depth factors) | "
@@ -129,14 +103,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--gsd-embedding", default=None, metavar="|".join(EMBEDDINGS),
                    help="GSD's embedding: the target's token embedding (token, the default, as GSD's code) "
                         "or the VQ codebook (codebook)")
-    s.add_argument("--tree-args", default=None, help=argparse.SUPPRESS)  # retired: named in its error
     s.add_argument("--acceptance", default=None,
                    help="Sequoia-type trees: the positional acceptance vector, a JSON list or a JSON file "
                         "(relaxspec trace-acceptance writes one)")
     s.add_argument("--cost-table", default=str(DEFAULT_TABLE), help="costaware: latency table CSV")
     s.add_argument("--cost-model", default="GPT-B", help="costaware: target model in the cost table")
     s.add_argument("--rule", choices=("r1", "r2", "r3", "r4"), default=None,
-                   help="verification rule (default r1; r2 with --draft jacobi; r4: traversal verification "
+                   help="verification rule (default r1; r2 with --tree jacobi:L; r4: traversal verification "
                         "of sampled drafts, static trees and Jacobi windows)")
     s.add_argument("--relax", default="none",
                    help="none | additive:k=1000,delta=0.1 | multiplicative:k=1000,lam=2")
@@ -187,10 +160,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise ValueError(f"--classes must be comma-separated class labels, e.g. 207,360; got "
                          f"{args.classes!r}") from err
-    if args.tree_args is not None:
-        raise ValueError(old_tree_args_message(args.tree or DEFAULT_TREE, args.tree_args))
     relax = Relax.parse(args.relax)
-    tree = draft_spec(args)
+    tree = args.tree or DEFAULT_TREE
     check_tree_spec(tree)
     is_ar, is_jacobi = tree_kind(tree) == "ar", tree_kind(tree) == "jacobi"
     rule = args.rule or ("r2" if is_jacobi else "r1")
@@ -284,30 +255,6 @@ def run(args: argparse.Namespace) -> int:
             save_png(to_uint8(vq.decode_codes(grid_tokens))[0], image_path(out, i, c))
     print(f"{len(jobs)} images in {out} ({len(done)} already there)")
     return 0
-
-
-def draft_spec(args: argparse.Namespace) -> str:
-    """The tree spec of ``--draft``/``--tree``/``--window``/``--fresh``: ``--tree`` (default
-    :data:`DEFAULT_TREE`) for a draft model, ``jacobi:L[,copy]`` for Jacobi windows."""
-    if args.draft not in DRAFT_SOURCES:
-        raise ValueError(f"--draft must be one of {DRAFT_SOURCES}, got {args.draft!r}")
-    if args.draft == "model":
-        if args.window is not None or args.fresh is not None:
-            raise ValueError("--window and --fresh size and fill a Jacobi window: add --draft jacobi")
-        return args.tree or DEFAULT_TREE
-    if args.tree is not None:
-        raise ValueError(f"--draft jacobi drafts a window, not a tree: drop --tree {args.tree} (or write "
-                         "--tree jacobi:L[,copy] without --draft)")
-    if args.window is None:
-        raise ValueError("--draft jacobi needs --window L (drafts per target forward)")
-    fresh = DEFAULT_FRESH if args.fresh is None else args.fresh
-    checks = (("--window", check_window_size, args.window), ("--fresh", check_fresh, fresh))
-    for option, check, value in checks:
-        try:
-            check(value)
-        except ValueError as err:
-            raise ValueError(f"{option}: {err}") from None
-    return str(JacobiWindow(args.window, fresh))
 
 
 def parse_boost(spec: str, embedding: str | None) -> Boost:

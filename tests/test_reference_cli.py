@@ -172,10 +172,6 @@ def test_generate_errors_name_the_problem(tmp_path, ckpts, capsys) -> None:
     assert main(gen_args(ckpts, tmp_path / "z", "--classes", "1", "--tree", "eagle2:3,2")) == 2
     err = capsys.readouterr().err
     assert "bad tree spec 'eagle2:3,2': needs 3 comma-separated values (eagle2:K,D,M)" in err
-    # the retired spelling is refused with the new one named
-    assert main(gen_args(ckpts, tmp_path / "z", "--classes", "1", "--tree", "eagle2",
-                         "--tree-args", "top_k=3,depth=2,total_tokens=8")) == 2
-    assert "--tree-args is gone: a tree is one spec, e.g. --tree eagle2:3,2,8" in capsys.readouterr().err
 
 
 def test_trained_eagle_head_drives_generation(tmp_path, ckpts) -> None:

@@ -233,8 +233,8 @@ def generate(ckpts: Path, out: Path, *extra: str, gpt: str = "c2i_tiny.pt") -> l
 
 
 @pytest.mark.parametrize("extra, embedding", [
-    (["--draft", "jacobi", "--window", "2"], None),
-    (["--draft", "jacobi", "--window", "3", "--fresh", "copy", "--boost", "gsd:G=3,tau=0.5,dist=4",
+    (["--tree", "jacobi:2"], None),
+    (["--tree", "jacobi:3,copy", "--boost", "gsd:G=3,tau=0.5,dist=4",
       "--gsd-embedding", "codebook"], "codebook"),
     (["--tree", "static:[[0],[1],[0,0]]", "--rule", "r2", "--boost", "gsd:G=3", "--gsd-embedding", "token"],
      "token"),
@@ -245,8 +245,9 @@ def test_generate_records_and_replays(tmp_path, ckpts, capsys, extra, embedding)
     assert main(generate(ckpts, out, "--trace", *extra)) == 0
     trace = read_trace(out / "trace")
     h: TraceHeader = trace.header
-    if "--window" in extra:
-        assert h.tree.startswith(f"jacobi:{extra[extra.index('--window') + 1]}") and h.rule == "r2"
+    tree = extra[extra.index("--tree") + 1]
+    if tree.startswith("jacobi:"):
+        assert h.tree == tree and h.rule == "r2"
         assert h.extra["drafter"] == "jacobi"
     spec = extra[extra.index("--boost") + 1] if "--boost" in extra else "none"
     assert h.boost == str(parse_boost(spec, embedding))
@@ -265,14 +266,10 @@ def test_generate_records_and_replays(tmp_path, ckpts, capsys, extra, embedding)
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--draft", "jacobi", "--window", "0"], "--window: the Jacobi window L must be an integer in [1, 64]"),
-    (["--draft", "jacobi"], "--draft jacobi needs --window L"),
-    (["--draft", "jacobi", "--window", "2", "--fresh", "zigzag"], "--fresh: fresh must be one of"),
-    (["--window", "2"], "add --draft jacobi"),
-    (["--draft", "lookahead"], "--draft must be one of"),
-    (["--draft", "jacobi", "--window", "2", "--tree", "chain:2"], "drop --tree chain:2"),
+    (["--tree", "jacobi:0"], "bad tree spec 'jacobi:0': the Jacobi window L must be an integer in [1, 64]"),
+    (["--tree", "jacobi:2,zigzag"], "fresh must be one of"),
     (["--tree", "static:[[0],[1]]", "--boost", "gsd:G=3"], "needs rule r2 or r4, got rule 'r1'"),
-    (["--draft", "jacobi", "--window", "2", "--rule", "r1"], "needs rule r2 or r4, got rule 'r1'"),
+    (["--tree", "jacobi:2", "--rule", "r1"], "needs rule r2 or r4, got rule 'r1'"),
     (["--tree", "ar", "--boost", "cool:omega=2"], "--tree ar has none"),
     (["--tree", "static:[[0]]", "--rule", "r2", "--boost", "gsd:G=0"], "group size G must be an integer"),
     (["--tree", "static:[[0]]", "--rule", "r2", "--boost", "cool:omega=2", "--gsd-embedding", "token"],
@@ -288,8 +285,15 @@ def test_generate_errors_are_one_line(tmp_path, ckpts, capsys, extra, message) -
     assert err.count("\n") == 1 and err.startswith("relaxspec: error: ") and message in err, err
 
 
+def test_one_jacobi_spelling(tmp_path, ckpts, capsys) -> None:
+    """A window is the tree spec jacobi:L[,copy]; the retired --draft jacobi --window L is refused."""
+    with pytest.raises(SystemExit) as exit_:
+        main(generate(ckpts, tmp_path / "x", "--draft", "jacobi", "--window", "2"))
+    assert exit_.value.code == 2 and "--draft" in capsys.readouterr().err
+
+
 def test_a_token_embedding_of_another_vocabulary_is_one_line(tmp_path, ckpts, capsys) -> None:
-    args = generate(ckpts, tmp_path / "x", "--draft", "jacobi", "--window", "2", "--boost", "gsd:G=3",
+    args = generate(ckpts, tmp_path / "x", "--tree", "jacobi:2", "--boost", "gsd:G=3",
                     gpt="c2i_v16.pt")
     assert main(args) == 2
     err = capsys.readouterr().err

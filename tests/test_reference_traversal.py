@@ -277,7 +277,7 @@ def test_bad_traversal_and_budget_settings_are_named(tmp_path, models) -> None:
 @pytest.mark.parametrize("extra", [
     ["--tree", "static:[[0],[1],[0,0]]", "--rule", "r4"],
     ["--tree", "static:[[0],[1],[0,0]]", "--rule", "r2", "--boost", "budget:delta=0.1,k=3"],
-    ["--draft", "jacobi", "--window", "3", "--rule", "r4", "--boost", "budget:delta=0.1,k=3"],
+    ["--tree", "jacobi:3", "--rule", "r4", "--boost", "budget:delta=0.1,k=3"],
 ])
 def test_generate_records_and_replays(tmp_path, ckpts, capsys, extra) -> None:  # noqa: F811
     out = tmp_path / "run"

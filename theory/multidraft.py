@@ -30,11 +30,6 @@ from theory.verify import check_children, node_outcome
 ENUMERATE_MAX_V = 16
 
 
-def multidraft_cut_value(p: np.ndarray, q: np.ndarray, H: np.ndarray, k: int) -> float:
-    """The cut 1 - p(H) + 1 - (1 - q(H))^k for a boolean mask ``H``."""
-    return 2.0 - float(p[H].sum()) - (1.0 - float(q[H].sum())) ** k
-
-
 def optimal_multidraft_acceptance(
     p: np.ndarray, q: np.ndarray, k: int, *, method: str = "sorted"
 ) -> float:
