@@ -144,5 +144,30 @@ class SimResult:
             "tv_bound_per_sequence": self.tv_bound_per_sequence,
         }
 
+    STEP_COLUMNS = ("sequence", "tokens", "tree_size", "tree_depth", "accepted_depth", "draft_calls",
+                    "root_choice", "token_tv", "expected_tokens", "expected_tv")
+    """The per-step arrays, in :meth:`to_frame`'s column order."""
+
+    def config(self) -> dict[str, object]:
+        """What ran: the configuration columns (relaxation and boost as their spec strings)."""
+        return {"world": self.world, "tree": self.tree, "rule": self.rule, "relax": str(self.relax),
+                "variant": self.variant, "boost": str(self.boost), "temperature": self.temperature,
+                "n_sequences": self.n_sequences, "seq_len": self.seq_len, "seed": self.seed}
+
+    def to_frame(self, per: str = "step"):  # -> pandas.DataFrame (pandas loads only when called)
+        """The result as a pandas DataFrame: one row per verification step (``per="step"``: the configuration
+        columns, then :data:`STEP_COLUMNS`), or one row of the configuration and :meth:`summary`
+        (``per="run"``)."""
+        import pandas as pd
+
+        if per == "run":
+            return pd.DataFrame([{**self.config(), **self.summary()}])
+        if per != "step":
+            raise ValueError(f"per must be 'step' or 'run', got {per!r}")
+        frame = pd.DataFrame({name: getattr(self, name) for name in self.STEP_COLUMNS})
+        for i, (name, value) in enumerate(self.config().items()):
+            frame.insert(i, name, value)
+        return frame
+
 
 # ------------------------------------------------------------------ kernel

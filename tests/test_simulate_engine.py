@@ -149,3 +149,20 @@ def test_run_rejects_bad_input(small_world):
     with pytest.raises(ValueError, match="neighbour table"):
         run(StationaryWorld(np.full(4, 0.25), np.full(4, 0.25)), tree, rule="r1",
             relax=Relax.additive(2, 0.1), n_sequences=1)
+
+
+def test_to_frame(small_world):
+    """SimResult.to_frame(): one row per step with what ran beside it, or one summary row (issue 27)."""
+    res = run(small_world, Eagle2Tree(6, 3, 30), rule="r1", relax=Relax.additive(40, 0.2), n_sequences=2,
+              seq_len=16, seed=3)
+    steps = res.to_frame()
+    assert len(steps) == res.n_steps
+    assert list(steps.columns[-len(res.STEP_COLUMNS):]) == list(res.STEP_COLUMNS)
+    np.testing.assert_array_equal(steps["tokens"].to_numpy(), res.tokens)
+    assert steps["sequence"].max() == 1 and steps["tokens"].sum() >= 2 * 16
+    assert set(steps["relax"]) == {"additive:k=40,delta=0.2"} and set(steps["tree"]) == {res.tree}
+    one = res.to_frame(per="run")
+    assert len(one) == 1 and one["mean_tokens_per_step"].iloc[0] == res.mean_tokens_per_step
+    assert one["tv_bound_per_token"].iloc[0] == res.tv_bound_per_token
+    with pytest.raises(ValueError, match="per must be"):
+        res.to_frame(per="sequence")
