@@ -57,7 +57,12 @@ them (a grid with nothing left to run is refused): rules r2 and r4 on trees that
 not draw children from q (dynamic and relaxation-aware trees), variant
 official where it equals principled (exact verification, rule r3), and a
 boost with rule r1 or r3 or with a relaxation (a boost raises an unrelaxed sampled-draft test),
-and rule r4 with a LANTERN relaxation (R4 is relaxed by boosts only).
+a Jacobi window with rule r1 or r3 or with a relaxation (it verifies unrelaxed sampled drafts),
+and rule r4 with a LANTERN relaxation (R4 is relaxed by boosts only). The whole grid is checked
+before anything runs, so a sweep never stops part way on a combination it cannot run.
+
+Tree specs are stored in their canonical form (``core.trees.spec.check_tree_spec``: ``eagle2:010, 4, 59``
+is the row ``eagle2:10,4,59``), as relaxations and boosts are; a list naming one value twice is refused.
 
 Each finished configuration appends one CSV row, written with a single
 ``os.write`` and synced, so a crash leaves whole rows and at most one torn
@@ -96,7 +101,7 @@ from core.trees.policies import (
     check_budget,
 )
 from core.trees.selection import ChildSelector
-from core.trees.spec import R2_FORMS, check_tree_spec, draws_children, parse_tree
+from core.trees.spec import R2_FORMS, check_tree_spec, draws_children, parse_tree, tree_kind
 from relaxspec.results import (
     append_line,
     config_key,
@@ -186,13 +191,18 @@ class SweepConfig:
             kw["boosts"] = [Boost.parse(b) for b in kw.get("boosts", ["none"])]
         except ValueError as err:
             raise ValueError(f"{source}: {err}") from err
+        trees = []
         for t in kw["trees"]:
             if "\n" in t or "\r" in t:
                 raise ValueError(f"{source}: tree spec {t!r} holds a line break")
             try:
-                check_tree_spec(t)
+                trees.append(check_tree_spec(t))  # stored canonical: one tree, one row key
             except ValueError as err:
                 raise ValueError(f"{source}: {err}") from err
+        kw["trees"] = trees
+        for key in _LIST_KEYS:
+            if key in d:
+                _no_repeats(key, d[key], kw[key], source)
         kw["world_overrides"] = _world_overrides(d.get("world_overrides", {}), kw["worlds"], source)
         seq = dict(cls.__dataclass_fields__["sequoia"].default_factory())
         extra = _table(d, "sequoia", source)
@@ -222,6 +232,7 @@ class SweepConfig:
     def skipped(self) -> list[str]:
         """What the grid skips and why, one line per reason (empty when every combination runs)."""
         r2, r4, official, boosted, r4_relaxed = set(), set(), set(), set(), set()
+        windows, unwindowed = set(), set()  # Jacobi windows and the rules / relaxations they cannot take
         for t, rule, var, relax, boost in itertools.product(self.trees, self.rules, self.variants,
                                                             self.relaxations, self.boosts):
             reason = _skip_reason(t, rule, var, relax, boost)
@@ -231,6 +242,9 @@ class SweepConfig:
                 r4_relaxed.add(str(relax))
             elif reason == "official":
                 official.add("rule r3" if rule == "r3" else f"relaxation {relax}")
+            elif reason == "jacobi":
+                windows.add(t)
+                unwindowed.add(f"rule {rule}" if rule not in SAMPLED_DRAFT_RULES else f"relaxation {relax}")
             elif reason == "boost":
                 boosted.add(f"rule {rule}" if rule not in SAMPLED_DRAFT_RULES else f"relaxation {relax}")
         out = []
@@ -242,6 +256,10 @@ class SweepConfig:
             out.append(f"skipped rule r4 on {', '.join(t for t in self.trees if t in r4)}: traversal "
                        "verification needs children drawn from q without replacement, not ranked by top-k "
                        f"(trees that accept r4: {R2_FORMS})")
+        if windows:
+            out.append(f"skipped {', '.join(t for t in self.trees if t in windows)} with "
+                       f"{' and '.join(sorted(unwindowed))}: a Jacobi window verifies sampled drafts "
+                       "unrelaxed (rule r2 or r4, relaxation none; boost it with gsd, cool or budget)")
         if r4_relaxed:
             out.append(f"skipped rule r4 with relaxation {' and '.join(sorted(r4_relaxed))}: R4 takes no "
                        "LANTERN relaxation (relax it with a boost: budget, gsd or cool)")
@@ -270,6 +288,18 @@ class SweepConfig:
         except tomllib.TOMLDecodeError as err:
             raise ValueError(f"config {path} is not valid TOML: {err}") from err
         return cls.from_dict(d, source=str(path))
+
+
+def _no_repeats(key: str, written: list, values: list, source: str) -> None:
+    """Refuse a grid list naming one value twice (``values``: canonical, ``written``: as in the config),
+    which would run and write its configurations twice."""
+    first: dict[str, object] = {}
+    for raw, value in zip(written, values, strict=True):
+        name = str(value)
+        if name in first:
+            raise ValueError(f"{source}: {key} lists {name} twice ({first[name]!r}, {raw!r}): each "
+                             "configuration runs once")
+        first[name] = raw
 
 
 def _is_int(v: object) -> bool:
@@ -346,9 +376,12 @@ def jobs(cfg: SweepConfig) -> Iterator[Job]:
 def _skip_reason(tree: str, rule: str, variant: str, relax: Relax, boost: Boost = NO_BOOST) -> str | None:
     """Why a combination is not run: ``"r2"`` (rule r2 or r4 and a tree that cannot draw children),
     ``"official"`` (identical to principled), ``"boost"`` (a boost with rule r1 / r3 or a relaxation),
+    ``"jacobi"`` (a Jacobi window with rule r1 / r3 or a relaxation: ``simulate.jacobi.check_jacobi_run``),
     ``"r4"`` (rule r4 with a LANTERN relaxation), or None."""
     if not boost.is_none and (rule not in SAMPLED_DRAFT_RULES or not relax.is_exact):
         return "boost"
+    if tree_kind(tree) == "jacobi" and (rule not in SAMPLED_DRAFT_RULES or not relax.is_exact):
+        return "jacobi"
     if rule == "r4" and not relax.is_exact:
         return "r4"
     if rule in SAMPLED_DRAFT_RULES and not draws_children(tree):

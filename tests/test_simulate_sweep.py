@@ -242,3 +242,45 @@ def test_seconds_exclude_the_first_calls_one_off_cost(tmp_path, monkeypatch):
     cfg = SweepConfig.from_dict({**GRID, "trees": ["chain:3"]})
     rows = run_sweep(cfg, tmp_path / "r.csv", progress=False)
     assert float(rows[0]["seconds"]) < 0.5
+
+
+# ------------------------------------------------------------------ issue 26, item 3: canonical tree specs
+def test_tree_specs_are_stored_canonical_and_resume_by_it(tmp_path, finished):
+    """A spec written with spaces or leading zeros names the row it already has: resuming runs nothing."""
+    cfg, data, _ = finished
+    again = SweepConfig.from_dict({**GRID, "trees": [" chain:03", "eagle2:04, 2, 12"]})
+    assert again.trees == cfg.trees == ["chain:3", "eagle2:4,2,12"]
+    out = tmp_path / "results.csv"
+    out.write_bytes(data)
+    assert run_sweep(again, out, progress=False) == []
+    assert out.read_bytes() == data
+
+
+@pytest.mark.parametrize("trees, match", [
+    (["chain:3", "chain:03"], r"trees lists chain:3 twice \('chain:3', 'chain:03'\)"),
+    (["eagle2:+4,2,12"], "ASCII digits"), (["chain:\u0663"], "ASCII digits"),
+])
+def test_tree_specs_that_repeat_or_are_not_ascii_are_refused(trees, match):
+    with pytest.raises(ValueError, match=match):
+        SweepConfig.from_dict({**GRID, "trees": trees})
+
+
+# ------------------------------------------------------------------ issue 26, item 14: one skip policy
+def test_a_jacobi_window_with_a_rule_it_cannot_take_is_skipped_before_anything_runs():
+    """Jacobi windows verify unrelaxed sampled drafts (rule r2 or r4): other rules and LANTERN relaxations
+    are skipped with the grid's other impossible pairs, named in one warning, instead of failing mid-sweep."""
+    from core.trees.jacobi import JacobiWindow
+    from simulate.jacobi import check_jacobi_run
+    from simulate.worlds import LatentWorld
+
+    cfg = SweepConfig.from_dict({**GRID, "trees": ["chain:2", "jacobi:15"], "rules": ["r1", "r2", "r3"]})
+    skipped = [s for s in cfg.skipped() if "jacobi:15" in s]
+    assert len(skipped) == 1
+    assert "rule r1" in skipped[0] and "rule r3" in skipped[0] and "additive:k=50,delta=0.2" in skipped[0]
+    world = LatentWorld.preset("ambiguous", **GRID["world_overrides"])
+    window_jobs = [j for j in sweep.jobs(cfg) if j.tree == "jacobi:15"]
+    assert [(j.rule, str(j.relax)) for j in window_jobs] == [("r2", "none")]
+    for j in window_jobs:  # what simulate.run checks before it decodes
+        check_jacobi_run(world, JacobiWindow(15), j.rule, j.relax, j.boost)
+    with pytest.raises(ValueError, match=r"no configuration to run.*jacobi:15.*rule r1"):
+        SweepConfig.from_dict({**GRID, "trees": ["jacobi:15"], "relaxations": ["none"]})
