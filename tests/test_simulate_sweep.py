@@ -4,6 +4,7 @@ the ``seconds`` column after warm-up."""
 from __future__ import annotations
 
 import csv
+import io
 import time
 
 import pytest
@@ -284,3 +285,65 @@ def test_a_jacobi_window_with_a_rule_it_cannot_take_is_skipped_before_anything_r
         check_jacobi_run(world, JacobiWindow(15), j.rule, j.relax, j.boost)
     with pytest.raises(ValueError, match=r"no configuration to run.*jacobi:15.*rule r1"):
         SweepConfig.from_dict({**GRID, "trees": ["jacobi:15"], "relaxations": ["none"]})
+
+
+# ------------------------------------------------------------------ issue 26, item 4: a bad middle row
+def _damaged(data: bytes, damage: str) -> bytes:
+    """The results ``data`` with its line 3 (the second row) damaged."""
+    lines = data.splitlines(keepends=True)
+    fields = next(csv.reader([lines[2].decode()]))
+    if damage == "fields":
+        fields = fields[:-1]
+    elif damage == "number":
+        fields[COLUMNS.index("mean_tokens_per_step")] = "abc"
+    elif damage == "integer":
+        fields[COLUMNS.index("seed")] = "1.5"
+    else:  # bytes that are not UTF-8 text
+        return b"".join(lines[:2]) + b"\x9e\xff" + lines[2] + b"".join(lines[3:])
+    buf = io.StringIO()
+    csv.writer(buf).writerow(fields)
+    lines[2] = buf.getvalue().encode()
+    return b"".join(lines)
+
+
+@pytest.mark.parametrize("damage, why", [("fields", "wrong number of fields"), ("number", "abc"),
+                                         ("integer", "seed"), ("bytes", "not UTF-8 text")])
+def test_resume_reports_a_bad_middle_row_as_load_does(tmp_path, finished, damage, why):
+    cfg, data, _ = finished
+    out = tmp_path / "results.csv"
+    out.write_bytes(_damaged(data, damage))
+    with pytest.raises(ValueError, match=rf"{out}, line 3: not a results row \(.*{why}") as resumed:
+        run_sweep(cfg, out, progress=False)
+    with pytest.raises(ValueError) as loaded:
+        results_mod.load(out)
+    assert str(loaded.value) == str(resumed.value)
+    assert out.read_bytes() == _damaged(data, damage)
+
+
+# ------------------------------------------------------------------ issue 26, item 2: one writer
+def test_the_lock_follows_the_rewrite_of_an_old_file(tmp_path):
+    """Resuming a file from before the boost column replaces it with a rewritten copy: the copy is locked
+    before it takes the file's name, so no second writer gets in between."""
+    import fcntl
+
+    out = tmp_path / "results.csv"
+    out.write_text(",".join(results_mod.LEGACY_COLUMNS) + "\r\n")
+    with results_mod.ResultsLock(out) as lock:
+        results_mod.drop_torn_tail(out, lock)
+        assert out.read_text().splitlines() == [",".join(COLUMNS)]  # rewritten with the column
+        with open(out, "rb") as other, pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with open(out, "rb") as other:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
+
+
+def test_a_new_results_file_is_not_left_empty_by_a_failed_start(tmp_path, monkeypatch):
+    """The lock creates a new file; a sweep that fails before its header is written removes it again."""
+    def refused(*args, **kwargs):
+        raise ValueError("no scheduler")
+
+    monkeypatch.setattr("core.execution.Executor", refused)
+    out = tmp_path / "new.csv"
+    with pytest.raises(ValueError, match="no scheduler"):
+        run_sweep(SweepConfig.from_dict({**GRID, "trees": ["chain:3"]}), out, progress=False)
+    assert not out.exists()
