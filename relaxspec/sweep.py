@@ -103,6 +103,7 @@ from core.trees.policies import (
 from core.trees.selection import ChildSelector
 from core.trees.spec import R2_FORMS, check_tree_spec, draws_children, parse_tree, tree_kind
 from relaxspec.results import (
+    ResultsLock,
     append_line,
     config_key,
     csv_line,
@@ -279,12 +280,16 @@ class SweepConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> SweepConfig:
-        """Read a TOML config."""
+        """Read a TOML config (a ``ValueError`` naming it when it cannot be read, is not UTF-8 text or
+        not TOML, or holds a bad value)."""
         path = Path(path)
         try:
-            d = tomllib.loads(path.read_text())
+            d = tomllib.loads(path.read_bytes().decode("utf-8"))  # TOML is UTF-8, whatever the locale
         except OSError as err:
             raise ValueError(f"cannot read config {path}: {err}") from err
+        except UnicodeDecodeError as err:
+            raise ValueError(f"config {path} is not UTF-8 text, so not a TOML file (byte "
+                             f"0x{err.object[err.start]:02x} at offset {err.start})") from None
         except tomllib.TOMLDecodeError as err:
             raise ValueError(f"config {path} is not valid TOML: {err}") from err
         return cls.from_dict(d, source=str(path))
@@ -446,25 +451,34 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, progress: bool = True, sched
     each worker, and rows are appended in the order they finish. Every column but ``seconds`` is the same
     wherever a configuration runs. A torn last line of ``out`` (a crash while a row was written) is dropped
     first, with a warning; combinations the grid skips are named in a warning (:meth:`SweepConfig.skipped`).
+    ``out`` must be a regular file or a new path and, if not empty, a results CSV whose rows are all whole
+    and typed (a ``ValueError`` names the file and line otherwise, before anything changes); it is
+    locked while the sweep runs (:class:`relaxspec.results.ResultsLock`).
     """
+    out = Path(out)
+    for line in cfg.skipped():
+        warnings.warn(f"sweep: {line}", UserWarning, stacklevel=2)
+    with ResultsLock(out) as lock:  # one writer per file: a second sweep is refused at once
+        return _run_locked(cfg, out, lock, progress, scheduler, workers)
+
+
+def _run_locked(cfg: SweepConfig, out: Path, lock: ResultsLock, progress: bool, scheduler: str,
+                workers: int | None) -> list[dict]:
+    """:func:`run_sweep` once ``out`` is locked."""
     import sys
 
     from tqdm import tqdm
 
     from core.execution import Executor
 
-    out = Path(out)
-    for line in cfg.skipped():
-        warnings.warn(f"sweep: {line}", UserWarning, stacklevel=2)
-    drop_torn_tail(out)
+    drop_torn_tail(out, lock)  # refuses a file that is not ours before it changes anything
     done = read_done(out)
     todo = [j for j in jobs(cfg) if config_key(j.row_config(cfg)) not in done]
     new_rows = []
     labels = [f"{j.world} {j.tree} {j.rule} {j.variant} {j.relax} {j.boost} T={j.temperature:g}"
               for j in todo]
     with Executor(scheduler, workers, tasks=len(todo), dashboard=progress) as executor:
-        if not out.exists() or out.stat().st_size == 0:
-            out.parent.mkdir(parents=True, exist_ok=True)
+        if out.stat().st_size == 0:  # a new file (the lock created it) or an empty one
             append_line(out, csv_line(None))
         bar = tqdm(total=len(todo), desc="sweep", unit="config", disable=not progress)
         if progress and not executor.inline:

@@ -228,12 +228,12 @@ def test_a_second_writer_is_refused_at_once(tmp_path, capsys) -> None:
 
     cfg = tiny_config(tmp_path / "c.toml")
     out = tmp_path / "r.csv"
-    out.write_text(csv_line(None))
+    out.write_bytes(csv_line(None).encode())
     with open(out, "rb") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a running sweep holds
         code, line = run_cli(capsys, "simulate", cfg, "--out", out, "--no-progress")
     assert code == 2 and str(out) in line and "another sweep is writing it" in line
-    assert out.read_text() == csv_line(None)
+    assert out.read_bytes() == csv_line(None).encode()
 
 
 def test_a_config_that_is_not_text_is_named(tmp_path, capsys) -> None:
