@@ -83,7 +83,6 @@ resumes exactly like a serial one, and every column but ``seconds`` is the same 
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import time
 import tomllib
@@ -111,9 +110,10 @@ from relaxspec.results import (
     read_done,
     result_row,
 )
+from relaxspec.sweep_checks import is_int, is_number, no_repeats, table, world_overrides
 from simulate.acceptance import measure_positional_acceptance
 from simulate.engine import run
-from simulate.worlds import PRESETS, LatentParams, LatentWorld
+from simulate.worlds import PRESETS, LatentWorld
 from theory.boost import NO_BOOST, Boost
 from theory.relax import Relax
 from theory.rules import RULES, SAMPLED_DRAFT_RULES, VARIANTS
@@ -161,13 +161,13 @@ class SweepConfig:
             if key not in d:
                 continue
             val = d[key]
-            if not isinstance(val, list) or not val or not all(_is_number(v) if kind == "numbers"
+            if not isinstance(val, list) or not val or not all(is_number(v) if kind == "numbers"
                                                                else isinstance(v, str) for v in val):
                 raise ValueError(f"{source}: {key} must be a non-empty list of {kind}, got {val!r}")
             kw[key] = list(val)
         for key, lo in _SCALAR_KEYS.items():
             if key in d:
-                if not _is_int(d[key]) or d[key] < lo:
+                if not is_int(d[key]) or d[key] < lo:
                     what = "a non-negative" if lo == 0 else "a positive"
                     raise ValueError(f"{source}: {key} must be {what} integer, got {d[key]!r}")
                 kw[key] = d[key]
@@ -203,21 +203,21 @@ class SweepConfig:
         kw["trees"] = trees
         for key in _LIST_KEYS:
             if key in d:
-                _no_repeats(key, d[key], kw[key], source)
-        kw["world_overrides"] = _world_overrides(d.get("world_overrides", {}), kw["worlds"], source)
+                no_repeats(key, d[key], kw[key], source)
+        kw["world_overrides"] = world_overrides(d.get("world_overrides", {}), kw["worlds"], source)
         seq = dict(cls.__dataclass_fields__["sequoia"].default_factory())
-        extra = _table(d, "sequoia", source)
+        extra = table(d, "sequoia", source)
         if set(extra) - set(_SEQUOIA_KEYS):
             raise ValueError(f"{source}: sequoia takes only {sorted(_SEQUOIA_KEYS)}")
         for key, val in extra.items():
-            if not _is_int(val) or val < 1:
+            if not is_int(val) or val < 1:
                 raise ValueError(f"{source}: sequoia.{key} must be a positive integer, got {val!r}")
         if "width" in extra:
             check_budget(f"{source}: sequoia.width", extra["width"], 1, MAX_TREE_NODES)
         seq.update(extra)
         kw["sequoia"] = seq
         cost = dict(cls.__dataclass_fields__["cost"].default_factory())
-        extra = _table(d, "cost", source)
+        extra = table(d, "cost", source)
         if set(extra) - _COST_KEYS:
             raise ValueError(f"{source}: cost takes only {sorted(_COST_KEYS)}")
         for key, val in extra.items():
@@ -226,6 +226,11 @@ class SweepConfig:
         cost.update(extra)
         kw["cost"] = cost
         cfg = cls(**kw)
+        if any(tree_kind(t) == "costaware" for t in cfg.trees):
+            try:
+                cfg.cost_table()  # read now, not by the first costaware row after others ran
+            except (OSError, ValueError) as err:
+                raise ValueError(f"{source}: cost table of the costaware trees: {err}") from err
         if next(jobs(cfg), None) is None:
             raise ValueError(f"{source}: the grid has no configuration to run: " + "; ".join(cfg.skipped()))
         return cfg
@@ -293,58 +298,6 @@ class SweepConfig:
         except tomllib.TOMLDecodeError as err:
             raise ValueError(f"config {path} is not valid TOML: {err}") from err
         return cls.from_dict(d, source=str(path))
-
-
-def _no_repeats(key: str, written: list, values: list, source: str) -> None:
-    """Refuse a grid list naming one value twice (``values``: canonical, ``written``: as in the config),
-    which would run and write its configurations twice."""
-    first: dict[str, object] = {}
-    for raw, value in zip(written, values, strict=True):
-        name = str(value)
-        if name in first:
-            raise ValueError(f"{source}: {key} lists {name} twice ({first[name]!r}, {raw!r}): each "
-                             "configuration runs once")
-        first[name] = raw
-
-
-def _is_int(v: object) -> bool:
-    """An integer that is not a bool (TOML integers)."""
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: object) -> bool:
-    """An integer or float that is not a bool (TOML numbers)."""
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
-def _table(d: dict, key: str, source: str) -> dict:
-    """The optional table ``d[key]`` ({} when absent), else a ``ValueError``."""
-    val = d.get(key, {})
-    if not isinstance(val, dict):
-        raise ValueError(f"{source}: {key} must be a table ([{key}]), got {val!r}")
-    return val
-
-
-def _world_overrides(over: object, worlds: list[str], source: str) -> dict:
-    """``[world_overrides]`` checked key by key against :class:`LatentParams` (names, types, then the
-    values, by building every world's parameters)."""
-    over = _table({"world_overrides": over}, "world_overrides", source)
-    fields = {f.name: f for f in dataclasses.fields(LatentParams)}
-    bad = set(over) - set(fields)
-    if bad:
-        raise ValueError(f"{source}: unknown world_overrides {sorted(bad)}; allowed: {sorted(fields)}")
-    for key, val in over.items():
-        kind = type(fields[key].default)
-        ok = {int: _is_int, float: _is_number, str: lambda v: isinstance(v, str)}[kind](val)
-        if not ok:
-            what = {int: "an integer", float: "a number", str: "a string"}[kind]
-            raise ValueError(f"{source}: world_overrides.{key} must be {what}, got {val!r}")
-    for w in worlds:
-        try:
-            dataclasses.replace(PRESETS[w], **over)
-        except ValueError as err:
-            raise ValueError(f"{source}: world_overrides for world {w!r}: {err}") from err
-    return dict(over)
 
 
 @dataclass(frozen=True)

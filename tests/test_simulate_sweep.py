@@ -347,3 +347,13 @@ def test_a_new_results_file_is_not_left_empty_by_a_failed_start(tmp_path, monkey
     with pytest.raises(ValueError, match="no scheduler"):
         run_sweep(SweepConfig.from_dict({**GRID, "trees": ["chain:3"]}), out, progress=False)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("cost, match", [({"model": "GPT-XXL"}, "GPT-XXL"),
+                                         ({"table": "/nonexistent/cost.csv"}, "/nonexistent/cost.csv")])
+def test_a_bad_cost_table_is_refused_before_anything_runs(cost, match):
+    """The cost table of costaware trees is read when the config is checked, not by the first costaware
+    row after other rows ran."""
+    with pytest.raises(ValueError, match=rf"cost.*{match}"):
+        SweepConfig.from_dict({**GRID, "trees": ["chain:2", "costaware:12,4"], "cost": cost})
+    SweepConfig.from_dict({**GRID, "trees": ["chain:2"], "cost": cost})  # no costaware tree: not read
