@@ -117,7 +117,7 @@ def check_results_path(path: Path) -> bool:
 
 def _not_regular(path: Path, mode: int) -> str:
     what = next((name for test, name in _FILE_TYPES.items() if test(mode)), "not a file")
-    return f"{path} is {what}, not a regular file: results go to a regular file or a new path"
+    return f"{path} is {what}, not a regular file (results are read from and written to regular files)"
 
 
 def _is_header(head: bytes) -> bool:
