@@ -9,15 +9,23 @@ pandas DataFrame with typed columns, for notebooks and ``relaxspec plot``.
 Files written before the ``boost`` column existed (:data:`LEGACY_COLUMNS`) still load, their rows read
 as boost ``none`` and keep their keys; resuming one first rewrites it with the column
 (:func:`drop_torn_tail`).
+
+A file that is not one of ours is never changed: a results path must be a regular file or a new path
+(:func:`check_results_path`: a device, FIFO or folder is refused before it is opened) and its first line
+our header (:func:`check_header`), both checked before anything is cut or appended. Every row is
+checked as it is read, for resuming as for loading (a bad row: its file and line), and a configuration
+may appear once only. One sweep at a time writes a file (:class:`ResultsLock`).
 """
 
 from __future__ import annotations
 
 import csv
+import fcntl
 import hashlib
 import io
 import json
 import os
+import stat
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,6 +46,11 @@ LEGACY_COLUMNS = [c for c in COLUMNS if c != "boost"]
 """The columns of a results file written before boosts existed (its rows: boost ``none``)."""
 INTEGER_COLUMNS = ("k", "n_sequences", "seq_len", "seed")  # the rest of the numbers are float64
 PARQUET_SUFFIXES = (".parquet", ".pq")
+HEADER_PROBE_BYTES = 4096  # more than a header line: what is read to tell a results CSV from another file
+LOCK_ATTEMPTS = 3  # locks taken while a rewrite replaced the file (ResultsLock) before giving up
+SHOWN_REPEATS = 3  # repeated configurations a duplicate error spells out
+_FILE_TYPES = {stat.S_ISDIR: "a folder", stat.S_ISCHR: "a character device", stat.S_ISBLK: "a block device",
+               stat.S_ISFIFO: "a FIFO", stat.S_ISSOCK: "a socket"}
 
 
 def config_key(row: dict) -> str:
@@ -90,13 +103,56 @@ def _warn_torn(path: Path, torn: bytes, action: str) -> None:
                   f"{action}", UserWarning, stacklevel=3)
 
 
-def drop_torn_tail(path: str | Path) -> bytes:
+def check_results_path(path: Path) -> bool:
+    """Whether a results file exists at ``path`` (False: a new path); a ``ValueError`` when something
+    other than a regular file is there (reading a device or FIFO may never end)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(mode):
+        raise ValueError(_not_regular(path, mode))
+    return True
+
+
+def _not_regular(path: Path, mode: int) -> str:
+    what = next((name for test, name in _FILE_TYPES.items() if test(mode)), "not a file")
+    return f"{path} is {what}, not a regular file (results are read from and written to regular files)"
+
+
+def _is_header(head: bytes) -> bool:
+    """Whether the first bytes of a file start a results CSV: empty, a whole header line, or a header
+    torn by a crash while it was written (a prefix of one, no line end)."""
+    end = head.find(b"\n")
+    if end < 0:
+        return any(line.startswith(head) for line in (csv_line(None).encode(), _legacy_header()))
+    return _fields(head[: end + 1]) in (COLUMNS, LEGACY_COLUMNS)
+
+
+def _legacy_header() -> bytes:
+    return (",".join(LEGACY_COLUMNS) + "\r\n").encode()
+
+
+def check_header(path: Path) -> None:
+    """A ``ValueError`` unless the regular file ``path`` is empty or starts with a results header; reads
+    its first bytes only and changes nothing (so a file that is not ours is left as it is)."""
+    with open(path, "rb") as f:
+        head = f.read(HEADER_PROBE_BYTES)
+    if not _is_header(head):
+        raise ValueError(f"{path} is not a results CSV (its first line is not the header "
+                         f"{','.join(COLUMNS)}); it was left as it is: move it away or choose another file")
+
+
+def drop_torn_tail(path: str | Path, lock: ResultsLock | None = None) -> bytes:
     """Cut a torn last line off a results CSV (with a warning naming the file and the bytes dropped), so
     that resuming appends whole rows; returns the bytes dropped (``b""`` if the file ends cleanly). A file
-    written before the ``boost`` column existed is then rewritten with it (:func:`add_boost_column`)."""
+    written before the ``boost`` column existed is then rewritten with it (:func:`add_boost_column`; the
+    ``lock`` a sweep holds moves to the rewritten file). A file that is not ours is refused first
+    (:func:`check_results_path`, :func:`check_header`), unchanged."""
     path = Path(path)
-    if not path.exists():
+    if not check_results_path(path):
         return b""
+    check_header(path)
     whole, torn = _whole_rows(path)
     if torn:
         with open(path, "r+b") as f:
@@ -104,25 +160,119 @@ def drop_torn_tail(path: str | Path) -> bytes:
             f.flush()
             os.fsync(f.fileno())
         _warn_torn(path, torn, "dropped; its configuration runs again")
-    add_boost_column(path)
+    add_boost_column(path, lock)
     return torn
 
 
-def add_boost_column(path: Path) -> bool:
+def add_boost_column(path: Path, lock: ResultsLock | None = None) -> bool:
     """Rewrite a results CSV of :data:`LEGACY_COLUMNS` with the ``boost`` column (``none`` on every row)
-    so that new rows can be appended; atomic (a temporary file renamed over it). Returns whether it did."""
+    so that new rows can be appended; atomic (a temporary file renamed over it, by ``lock`` when a sweep
+    holds one: :meth:`ResultsLock.replace`). Returns whether it did."""
     data = path.read_bytes()
     if _fields(data[: data.find(b"\n") + 1]) != LEGACY_COLUMNS:
         return False
-    reader = csv.DictReader(io.StringIO(data.decode("utf-8"), newline=""))
-    text = csv_line(None) + "".join(csv_line({**row, "boost": "none"}) for row in reader)
+    rows = [raw for _, raw, _ in _parse_rows(path, data)]  # every row checked before it is rewritten
+    text = csv_line(None) + "".join(csv_line({**row, "boost": "none"}) for row in rows)
     tmp = path.with_suffix(f"{path.suffix}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(text.encode("utf-8"))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(text.encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+        (lock.replace if lock is not None else os.replace)(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise _named(err, tmp) from err
     return True
+
+
+def _named(err: OSError, path: Path) -> OSError:
+    """``err`` naming ``path`` when it names no file (``os.write``'s ``No space left on device``), so
+    that the message says which file and why."""
+    if err.filename is not None or err.errno is None:
+        return err
+    return OSError(err.errno, err.strerror or str(err), os.fspath(path))
+
+
+class ResultsLock:
+    """The one writer of a results CSV: an exclusive ``flock`` on the file, taken without waiting (a
+    second sweep writing the same file gets a ``ValueError`` at once).
+
+    What is at ``path`` is checked before it is opened (:func:`check_results_path`) and again once open
+    (``fstat``); a new path is created empty (its folder too) and removed again if nothing was written
+    to it (:meth:`release`). The lock is on the file itself, so no lock file is left beside it and the
+    lock ends with the process however it ends; :meth:`replace` keeps it across an atomic rewrite.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.created = False
+        self.fd = self._acquire()
+
+    def _acquire(self) -> int:
+        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC  # O_NONBLOCK: opening a FIFO does not wait
+        for _ in range(LOCK_ATTEMPTS):
+            if not check_results_path(self.path):
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o666)
+                self.created = True
+            except FileExistsError:
+                fd = os.open(self.path, flags)
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise ValueError(_not_regular(self.path, st.st_mode))
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise ValueError(f"{self.path} is locked: another sweep is writing it; let it finish or "
+                                     "choose another file") from None
+                if self._names(st):
+                    return fd
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)  # the file was replaced or removed while it was being locked: lock what is there now
+        raise ValueError(f"{self.path} was replaced {LOCK_ATTEMPTS} times while it was being locked; "
+                         "is another program rewriting it?")
+
+    def _names(self, st: os.stat_result) -> bool:
+        """Whether ``path`` still names the open file ``st``."""
+        try:
+            now = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
+
+    def replace(self, tmp: Path, path: Path) -> None:
+        """``os.replace(tmp, path)`` with ``tmp`` locked first: no second writer gets in between."""
+        fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a fresh temporary file: nobody else holds it
+            os.replace(tmp, path)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(self.fd)
+        self.fd = fd
+
+    def release(self) -> None:
+        """Unlock; a file this lock created and nobody wrote to is removed."""
+        if self.fd < 0:
+            return
+        try:
+            if self.created and os.fstat(self.fd).st_size == 0:
+                self.path.unlink(missing_ok=True)
+        finally:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> ResultsLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def append_line(path: Path, text: str) -> None:
@@ -135,6 +285,8 @@ def append_line(path: Path, text: str) -> None:
         while done < len(data):  # a regular file takes it at once; finish a short write all the same
             done += os.write(fd, data[done:])
         os.fsync(fd)
+    except OSError as err:  # a full disk: name the file (os.write's error does not)
+        raise _named(err, path) from err
     finally:
         os.close(fd)
 
@@ -151,37 +303,85 @@ def csv_line(row: dict | None) -> str:
 
 
 def read_done(path: Path) -> set[str]:
-    """Config hashes of the whole rows already in a results CSV (a torn last line is not counted)."""
-    if not path.exists() or path.stat().st_size == 0:
+    """Config hashes of the whole rows already in a results CSV (a torn last line is not counted); every
+    row is checked as :func:`read_results` checks it (a bad row: a ``ValueError`` naming its line)."""
+    if not check_results_path(path) or path.stat().st_size == 0:
         return set()
+    check_header(path)
     whole, _ = _whole_rows(path)
-    reader = csv.DictReader(io.StringIO(whole.decode("utf-8"), newline=""))
-    if reader.fieldnames not in (COLUMNS, LEGACY_COLUMNS):
-        raise ValueError(f"{path} is not a results CSV of this version (columns differ); move it away")
-    return {config_key(row) for row in reader}
+    return {config_key(raw) for _, raw, _ in _parse_rows(path, whole)}
 
 
 def read_results(path: str | Path) -> list[dict]:
-    """Rows of a results CSV (numbers as float); a torn last line is skipped with a warning."""
+    """Rows of a results CSV (numbers as float); a torn last line is skipped with a warning. A
+    ``ValueError`` names the file (and line) of a file that is not a results CSV, a row with the wrong
+    number of fields or a value of the wrong type, and configurations that appear more than once."""
     path = Path(path)
-    if not path.exists():
+    if not check_results_path(path):
         raise ValueError(f"results file {path} does not exist")
+    check_header(path)
     whole, torn = _whole_rows(path)
     if torn:
         _warn_torn(path, torn, "skipped (a resumed `relaxspec simulate` reruns it)")
-    reader = csv.DictReader(io.StringIO(whole.decode("utf-8"), newline=""))
-    if reader.fieldnames not in (COLUMNS, LEGACY_COLUMNS):
-        raise ValueError(f"{path} is not a results CSV (expected columns {COLUMNS})")
+    return [values for _, _, values in _parse_rows(path, whole)]
+
+
+def _parse_rows(path: Path, whole: bytes) -> list[tuple[int, dict, dict]]:
+    """``(line, row as written, row typed)`` of every row of a results CSV's whole lines ``whole`` (the
+    header checked, boost ``none`` for a file from before the column); a ``ValueError`` naming the file and
+    line of a row that is not a results row, or the lines of a configuration that appears twice."""
+    try:
+        text = whole.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = whole[: err.start].count(b"\n") + 1
+        raise ValueError(f"{path}, line {line}: not a results row (not UTF-8 text: byte "
+                         f"0x{whole[err.start]:02x})") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
     rows = []
-    for line, row in enumerate(reader, start=2):
-        try:
-            if None in row or None in row.values():
-                raise ValueError("wrong number of fields")
-            row.setdefault("boost", "none")  # written before boosts existed
-            rows.append({c: (row[c] if c in TEXT_COLUMNS else float(row[c])) for c in COLUMNS})
-        except ValueError as err:
-            raise ValueError(f"{path}, line {line}: not a results row ({err})") from err
+    try:
+        if reader.fieldnames not in (COLUMNS, LEGACY_COLUMNS):
+            raise ValueError(f"{path} is not a results CSV (expected columns {COLUMNS})")
+        for row in reader:
+            try:
+                rows.append((reader.line_num, row, _typed_row(row)))
+            except ValueError as err:
+                raise ValueError(f"{path}, line {reader.line_num}: not a results row ({err})") from err
+    except csv.Error as err:  # a NUL byte, a field over csv's size limit
+        raise ValueError(f"{path}, line {reader.line_num}: not a results row ({err})") from None
+    check_unique(path, [(f"line {line}", raw) for line, raw, _ in rows])
     return rows
+
+
+def _typed_row(row: dict) -> dict:
+    """A row as written (``csv.DictReader``'s) typed: text columns as they are, numbers as float, the
+    :data:`INTEGER_COLUMNS` checked to be integers; a ``ValueError`` saying what is wrong."""
+    if None in row or None in row.values():
+        raise ValueError("wrong number of fields")
+    row.setdefault("boost", "none")  # written before boosts existed
+    values = {c: (row[c] if c in TEXT_COLUMNS else float(row[c])) for c in COLUMNS}
+    for c in INTEGER_COLUMNS:
+        if not values[c].is_integer():
+            raise ValueError(f"column {c} holds {row[c]!r}, not an integer")
+    return values
+
+
+def check_unique(source: Path, rows: list[tuple[str, dict]]) -> None:
+    """A ``ValueError`` naming ``source`` and the rows (``(where, row)``: ``"line 14"``, the row's
+    configuration columns) whose configuration (:func:`config_key`) an earlier row already has."""
+    first: dict[str, str] = {}
+    repeats = []
+    for where, row in rows:
+        key = config_key(row)
+        if key in first:
+            label = " ".join(f"{c}={row[c]}" for c in CONFIG_COLUMNS if c in row)
+            repeats.append(f"{where} repeats {first[key]}: {label}")
+        else:
+            first[key] = where
+    if repeats:
+        more = f"; and {len(repeats) - SHOWN_REPEATS} more" if len(repeats) > SHOWN_REPEATS else ""
+        raise ValueError(f"{source}: {len(repeats)} row(s) repeat a configuration ("
+                         f"{'; '.join(repeats[:SHOWN_REPEATS])}{more}): keep one row of each (two sweeps "
+                         "writing one file at once do this)")
 
 
 def column_types() -> dict[str, str]:
@@ -198,14 +398,15 @@ def load(path: str | Path) -> pd.DataFrame:
     A path ending in ``.parquet`` or ``.pq`` is read as Parquet (pyarrow; written by :func:`save`); any
     other as a results CSV, through :func:`read_results` (a torn last row skipped with a warning, a file
     from before the ``boost`` column read with boost ``none``). Raises ``ValueError`` naming the file for
-    a missing file, missing columns or a value of the wrong type.
+    a missing file (or one that is not a regular file), missing columns, a value of the wrong type (and
+    its line, in a CSV) and rows that repeat a configuration (:func:`check_unique`).
     """
     import pandas as pd
 
     path = Path(path)
     if path.suffix.lower() not in PARQUET_SUFFIXES:
         return _typed(pd.DataFrame(read_results(path), columns=COLUMNS), path)
-    if not path.exists():
+    if not check_results_path(path):
         raise ValueError(f"results file {path} does not exist")
     try:
         frame = pd.read_parquet(path, engine="pyarrow")
@@ -214,7 +415,9 @@ def load(path: str | Path) -> pd.DataFrame:
     missing = [c for c in COLUMNS if c not in frame.columns]
     if missing:
         raise ValueError(f"{path} is not a results table: it lacks the columns {missing}")
-    return _typed(frame[COLUMNS].reset_index(drop=True), path)
+    frame = _typed(frame[COLUMNS].reset_index(drop=True), path)
+    check_unique(path, [(f"row {i}", row) for i, row in enumerate(frame[CONFIG_COLUMNS].to_dict("records"))])
+    return frame
 
 
 def _typed(frame: pd.DataFrame, source: Path) -> pd.DataFrame:
@@ -246,6 +449,7 @@ def save(results: pd.DataFrame, path: str | Path) -> Path:
     missing = [c for c in COLUMNS if c not in results.columns]
     if missing:
         raise ValueError(f"cannot save results without the columns {missing}")
+    check_results_path(path)  # a device or FIFO is not replaced by a file
     frame = _typed(results[COLUMNS].reset_index(drop=True), path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

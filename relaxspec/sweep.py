@@ -57,7 +57,12 @@ them (a grid with nothing left to run is refused): rules r2 and r4 on trees that
 not draw children from q (dynamic and relaxation-aware trees), variant
 official where it equals principled (exact verification, rule r3), and a
 boost with rule r1 or r3 or with a relaxation (a boost raises an unrelaxed sampled-draft test),
-and rule r4 with a LANTERN relaxation (R4 is relaxed by boosts only).
+a Jacobi window with rule r1 or r3 or with a relaxation (it verifies unrelaxed sampled drafts),
+and rule r4 with a LANTERN relaxation (R4 is relaxed by boosts only). The whole grid is checked
+before anything runs, so a sweep never stops part way on a combination it cannot run.
+
+Tree specs are stored in their canonical form (``core.trees.spec.check_tree_spec``: ``eagle2:010, 4, 59``
+is the row ``eagle2:10,4,59``), as relaxations and boosts are; a list naming one value twice is refused.
 
 Each finished configuration appends one CSV row, written with a single
 ``os.write`` and synced, so a crash leaves whole rows and at most one torn
@@ -78,7 +83,6 @@ resumes exactly like a serial one, and every column but ``seconds`` is the same 
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import time
 import tomllib
@@ -96,8 +100,9 @@ from core.trees.policies import (
     check_budget,
 )
 from core.trees.selection import ChildSelector
-from core.trees.spec import R2_FORMS, check_tree_spec, draws_children, parse_tree
+from core.trees.spec import R2_FORMS, check_tree_spec, draws_children, parse_tree, tree_kind
 from relaxspec.results import (
+    ResultsLock,
     append_line,
     config_key,
     csv_line,
@@ -105,9 +110,10 @@ from relaxspec.results import (
     read_done,
     result_row,
 )
+from relaxspec.sweep_checks import is_int, is_number, no_repeats, table, world_overrides
 from simulate.acceptance import measure_positional_acceptance
 from simulate.engine import run
-from simulate.worlds import PRESETS, LatentParams, LatentWorld
+from simulate.worlds import PRESETS, LatentWorld
 from theory.boost import NO_BOOST, Boost
 from theory.relax import Relax
 from theory.rules import RULES, SAMPLED_DRAFT_RULES, VARIANTS
@@ -155,13 +161,13 @@ class SweepConfig:
             if key not in d:
                 continue
             val = d[key]
-            if not isinstance(val, list) or not val or not all(_is_number(v) if kind == "numbers"
+            if not isinstance(val, list) or not val or not all(is_number(v) if kind == "numbers"
                                                                else isinstance(v, str) for v in val):
                 raise ValueError(f"{source}: {key} must be a non-empty list of {kind}, got {val!r}")
             kw[key] = list(val)
         for key, lo in _SCALAR_KEYS.items():
             if key in d:
-                if not _is_int(d[key]) or d[key] < lo:
+                if not is_int(d[key]) or d[key] < lo:
                     what = "a non-negative" if lo == 0 else "a positive"
                     raise ValueError(f"{source}: {key} must be {what} integer, got {d[key]!r}")
                 kw[key] = d[key]
@@ -186,27 +192,32 @@ class SweepConfig:
             kw["boosts"] = [Boost.parse(b) for b in kw.get("boosts", ["none"])]
         except ValueError as err:
             raise ValueError(f"{source}: {err}") from err
+        trees = []
         for t in kw["trees"]:
             if "\n" in t or "\r" in t:
                 raise ValueError(f"{source}: tree spec {t!r} holds a line break")
             try:
-                check_tree_spec(t)
+                trees.append(check_tree_spec(t))  # stored canonical: one tree, one row key
             except ValueError as err:
                 raise ValueError(f"{source}: {err}") from err
-        kw["world_overrides"] = _world_overrides(d.get("world_overrides", {}), kw["worlds"], source)
+        kw["trees"] = trees
+        for key in _LIST_KEYS:
+            if key in d:
+                no_repeats(key, d[key], kw[key], source)
+        kw["world_overrides"] = world_overrides(d.get("world_overrides", {}), kw["worlds"], source)
         seq = dict(cls.__dataclass_fields__["sequoia"].default_factory())
-        extra = _table(d, "sequoia", source)
+        extra = table(d, "sequoia", source)
         if set(extra) - set(_SEQUOIA_KEYS):
             raise ValueError(f"{source}: sequoia takes only {sorted(_SEQUOIA_KEYS)}")
         for key, val in extra.items():
-            if not _is_int(val) or val < 1:
+            if not is_int(val) or val < 1:
                 raise ValueError(f"{source}: sequoia.{key} must be a positive integer, got {val!r}")
         if "width" in extra:
             check_budget(f"{source}: sequoia.width", extra["width"], 1, MAX_TREE_NODES)
         seq.update(extra)
         kw["sequoia"] = seq
         cost = dict(cls.__dataclass_fields__["cost"].default_factory())
-        extra = _table(d, "cost", source)
+        extra = table(d, "cost", source)
         if set(extra) - _COST_KEYS:
             raise ValueError(f"{source}: cost takes only {sorted(_COST_KEYS)}")
         for key, val in extra.items():
@@ -215,6 +226,11 @@ class SweepConfig:
         cost.update(extra)
         kw["cost"] = cost
         cfg = cls(**kw)
+        if any(tree_kind(t) == "costaware" for t in cfg.trees):
+            try:
+                cfg.cost_table()  # read now, not by the first costaware row after others ran
+            except (OSError, ValueError) as err:
+                raise ValueError(f"{source}: cost table of the costaware trees: {err}") from err
         if next(jobs(cfg), None) is None:
             raise ValueError(f"{source}: the grid has no configuration to run: " + "; ".join(cfg.skipped()))
         return cfg
@@ -222,6 +238,7 @@ class SweepConfig:
     def skipped(self) -> list[str]:
         """What the grid skips and why, one line per reason (empty when every combination runs)."""
         r2, r4, official, boosted, r4_relaxed = set(), set(), set(), set(), set()
+        windows, unwindowed = set(), set()  # Jacobi windows and the rules / relaxations they cannot take
         for t, rule, var, relax, boost in itertools.product(self.trees, self.rules, self.variants,
                                                             self.relaxations, self.boosts):
             reason = _skip_reason(t, rule, var, relax, boost)
@@ -231,6 +248,9 @@ class SweepConfig:
                 r4_relaxed.add(str(relax))
             elif reason == "official":
                 official.add("rule r3" if rule == "r3" else f"relaxation {relax}")
+            elif reason == "jacobi":
+                windows.add(t)
+                unwindowed.add(f"rule {rule}" if rule not in SAMPLED_DRAFT_RULES else f"relaxation {relax}")
             elif reason == "boost":
                 boosted.add(f"rule {rule}" if rule not in SAMPLED_DRAFT_RULES else f"relaxation {relax}")
         out = []
@@ -242,6 +262,10 @@ class SweepConfig:
             out.append(f"skipped rule r4 on {', '.join(t for t in self.trees if t in r4)}: traversal "
                        "verification needs children drawn from q without replacement, not ranked by top-k "
                        f"(trees that accept r4: {R2_FORMS})")
+        if windows:
+            out.append(f"skipped {', '.join(t for t in self.trees if t in windows)} with "
+                       f"{' and '.join(sorted(unwindowed))}: a Jacobi window verifies sampled drafts "
+                       "unrelaxed (rule r2 or r4, relaxation none; boost it with gsd, cool or budget)")
         if r4_relaxed:
             out.append(f"skipped rule r4 with relaxation {' and '.join(sorted(r4_relaxed))}: R4 takes no "
                        "LANTERN relaxation (relax it with a boost: budget, gsd or cool)")
@@ -261,55 +285,19 @@ class SweepConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> SweepConfig:
-        """Read a TOML config."""
+        """Read a TOML config (a ``ValueError`` naming it when it cannot be read, is not UTF-8 text or
+        not TOML, or holds a bad value)."""
         path = Path(path)
         try:
-            d = tomllib.loads(path.read_text())
+            d = tomllib.loads(path.read_bytes().decode("utf-8"))  # TOML is UTF-8, whatever the locale
         except OSError as err:
             raise ValueError(f"cannot read config {path}: {err}") from err
+        except UnicodeDecodeError as err:
+            raise ValueError(f"config {path} is not UTF-8 text, so not a TOML file (byte "
+                             f"0x{err.object[err.start]:02x} at offset {err.start})") from None
         except tomllib.TOMLDecodeError as err:
             raise ValueError(f"config {path} is not valid TOML: {err}") from err
         return cls.from_dict(d, source=str(path))
-
-
-def _is_int(v: object) -> bool:
-    """An integer that is not a bool (TOML integers)."""
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: object) -> bool:
-    """An integer or float that is not a bool (TOML numbers)."""
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
-def _table(d: dict, key: str, source: str) -> dict:
-    """The optional table ``d[key]`` ({} when absent), else a ``ValueError``."""
-    val = d.get(key, {})
-    if not isinstance(val, dict):
-        raise ValueError(f"{source}: {key} must be a table ([{key}]), got {val!r}")
-    return val
-
-
-def _world_overrides(over: object, worlds: list[str], source: str) -> dict:
-    """``[world_overrides]`` checked key by key against :class:`LatentParams` (names, types, then the
-    values, by building every world's parameters)."""
-    over = _table({"world_overrides": over}, "world_overrides", source)
-    fields = {f.name: f for f in dataclasses.fields(LatentParams)}
-    bad = set(over) - set(fields)
-    if bad:
-        raise ValueError(f"{source}: unknown world_overrides {sorted(bad)}; allowed: {sorted(fields)}")
-    for key, val in over.items():
-        kind = type(fields[key].default)
-        ok = {int: _is_int, float: _is_number, str: lambda v: isinstance(v, str)}[kind](val)
-        if not ok:
-            what = {int: "an integer", float: "a number", str: "a string"}[kind]
-            raise ValueError(f"{source}: world_overrides.{key} must be {what}, got {val!r}")
-    for w in worlds:
-        try:
-            dataclasses.replace(PRESETS[w], **over)
-        except ValueError as err:
-            raise ValueError(f"{source}: world_overrides for world {w!r}: {err}") from err
-    return dict(over)
 
 
 @dataclass(frozen=True)
@@ -346,9 +334,12 @@ def jobs(cfg: SweepConfig) -> Iterator[Job]:
 def _skip_reason(tree: str, rule: str, variant: str, relax: Relax, boost: Boost = NO_BOOST) -> str | None:
     """Why a combination is not run: ``"r2"`` (rule r2 or r4 and a tree that cannot draw children),
     ``"official"`` (identical to principled), ``"boost"`` (a boost with rule r1 / r3 or a relaxation),
+    ``"jacobi"`` (a Jacobi window with rule r1 / r3 or a relaxation: ``simulate.jacobi.check_jacobi_run``),
     ``"r4"`` (rule r4 with a LANTERN relaxation), or None."""
     if not boost.is_none and (rule not in SAMPLED_DRAFT_RULES or not relax.is_exact):
         return "boost"
+    if tree_kind(tree) == "jacobi" and (rule not in SAMPLED_DRAFT_RULES or not relax.is_exact):
+        return "jacobi"
     if rule == "r4" and not relax.is_exact:
         return "r4"
     if rule in SAMPLED_DRAFT_RULES and not draws_children(tree):
@@ -413,25 +404,34 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, progress: bool = True, sched
     each worker, and rows are appended in the order they finish. Every column but ``seconds`` is the same
     wherever a configuration runs. A torn last line of ``out`` (a crash while a row was written) is dropped
     first, with a warning; combinations the grid skips are named in a warning (:meth:`SweepConfig.skipped`).
+    ``out`` must be a regular file or a new path and, if not empty, a results CSV whose rows are all whole
+    and typed (a ``ValueError`` names the file and line otherwise, before anything changes); it is
+    locked while the sweep runs (:class:`relaxspec.results.ResultsLock`).
     """
+    out = Path(out)
+    for line in cfg.skipped():
+        warnings.warn(f"sweep: {line}", UserWarning, stacklevel=2)
+    with ResultsLock(out) as lock:  # one writer per file: a second sweep is refused at once
+        return _run_locked(cfg, out, lock, progress, scheduler, workers)
+
+
+def _run_locked(cfg: SweepConfig, out: Path, lock: ResultsLock, progress: bool, scheduler: str,
+                workers: int | None) -> list[dict]:
+    """:func:`run_sweep` once ``out`` is locked."""
     import sys
 
     from tqdm import tqdm
 
     from core.execution import Executor
 
-    out = Path(out)
-    for line in cfg.skipped():
-        warnings.warn(f"sweep: {line}", UserWarning, stacklevel=2)
-    drop_torn_tail(out)
+    drop_torn_tail(out, lock)  # refuses a file that is not ours before it changes anything
     done = read_done(out)
     todo = [j for j in jobs(cfg) if config_key(j.row_config(cfg)) not in done]
     new_rows = []
     labels = [f"{j.world} {j.tree} {j.rule} {j.variant} {j.relax} {j.boost} T={j.temperature:g}"
               for j in todo]
     with Executor(scheduler, workers, tasks=len(todo), dashboard=progress) as executor:
-        if not out.exists() or out.stat().st_size == 0:
-            out.parent.mkdir(parents=True, exist_ok=True)
+        if out.stat().st_size == 0:  # a new file (the lock created it) or an empty one
             append_line(out, csv_line(None))
         bar = tqdm(total=len(todo), desc="sweep", unit="config", disable=not progress)
         if progress and not executor.inline:

@@ -3,6 +3,9 @@ value and exit code 2 (130 after Ctrl-C), ``--debug`` for the traceback (issue 1
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -173,3 +176,83 @@ def test_file_in_the_way_of_a_folder(tmp_path) -> None:
     (tmp_path / "f").write_text("x")
     err = FileExistsError(17, "File exists", str(tmp_path / "f"))
     assert error_message(err) == f"{str(tmp_path / 'f')!r} is a file, not a directory"
+
+
+# ------------------------------------------------------------------ issue 26: the results file and config
+NOT_OURS = {"csv": b"a,b,c\r\n1,2,3\r\n", "unterminated_csv": b"a,b,c\r\n1,2,3",
+            "binary": bytes(range(256)) * 4, "a_header_prefix_then_more": b"world,tree\r\n\x9e\xff\r\n"}
+
+
+@pytest.mark.parametrize("kind", NOT_OURS)
+def test_an_out_file_that_is_not_a_results_csv_is_refused_untouched(tmp_path, capsys, recwarn, kind) -> None:
+    """Item 1: the header is checked before anything touches the file (no torn line cut off it)."""
+    cfg = tiny_config(tmp_path / "c.toml")
+    out = tmp_path / "x.csv"
+    out.write_bytes(NOT_OURS[kind])
+    code, line = run_cli(capsys, "simulate", cfg, "--out", out, "--no-progress")
+    assert code == 2 and line.startswith("relaxspec: error: ")
+    assert str(out) in line and "is not a results CSV" in line and "left as it is" in line
+    assert out.read_bytes() == NOT_OURS[kind]
+    assert not [w for w in recwarn if "torn" in str(w.message)]
+
+
+def _limited_memory() -> None:
+    """A regression must not take the machine's memory (reading /dev/full never ends)."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "directory"])
+def test_an_out_path_that_is_not_a_regular_file_is_refused(tmp_path, kind) -> None:
+    """Item 6: a device, FIFO or folder as --out is refused before it is opened for reading (reading
+    /dev/full never ends; opening a FIFO waits for a writer)."""
+    out = {"device": Path("/dev/full"), "fifo": tmp_path / "fifo", "directory": tmp_path / "d"}[kind]
+    if kind == "device" and not out.exists():
+        pytest.skip("no /dev/full here")
+    if kind == "fifo":
+        os.mkfifo(out)
+    if kind == "directory":
+        out.mkdir()
+    cfg = tiny_config(tmp_path / "c.toml")
+    cmd = [sys.executable, "-m", "relaxspec.cli", "simulate", str(cfg), "--out", str(out), "--no-progress"]
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         preexec_fn=_limited_memory)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert res.stderr.count("\n") == 1 and str(out) in res.stderr and "not a regular file" in res.stderr
+
+
+def test_a_second_writer_is_refused_at_once(tmp_path, capsys) -> None:
+    """Item 2: a sweep locks its results file (flock); a second one writing it gets one line, no wait."""
+    from relaxspec.results import csv_line
+
+    cfg = tiny_config(tmp_path / "c.toml")
+    out = tmp_path / "r.csv"
+    out.write_bytes(csv_line(None).encode())
+    with open(out, "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a running sweep holds
+        code, line = run_cli(capsys, "simulate", cfg, "--out", out, "--no-progress")
+    assert code == 2 and str(out) in line and "another sweep is writing it" in line
+    assert out.read_bytes() == csv_line(None).encode()
+
+
+def test_a_config_that_is_not_text_is_named(tmp_path, capsys) -> None:
+    """Item 13: which config, and that it is not UTF-8 text (not the codec's bare message)."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_bytes(b'worlds = ["\x9e"]\n')
+    code, line = run_cli(capsys, "simulate", cfg, "--out", tmp_path / "r.csv")
+    assert code == 2 and f"config {cfg} is not UTF-8 text" in line and "byte 0x9e" in line
+    assert not (tmp_path / "r.csv").exists()
+
+
+def test_a_full_disk_names_the_results_file(tmp_path, capsys, monkeypatch) -> None:
+    """Item 13: ENOSPC while a row is written names the file and the reason."""
+    import relaxspec.results as results_mod
+
+    def full(fd: int, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(results_mod.os, "write", full)
+    out = tmp_path / "r.csv"
+    code, line = run_cli(capsys, "simulate", tiny_config(tmp_path / "c.toml"), "--out", out, "--no-progress")
+    assert code == 2 and str(out) in line and "no space left on device" in line.lower()

@@ -55,7 +55,7 @@ def test_old_policy_names_are_refused_naming_the_spec(old: str, new: str) -> Non
 
 @pytest.mark.parametrize("spec, match", [
     ("eagle2", "needs 3 comma-separated values"), ("eagle2:10,4", r"eagle2:K,D,M"),
-    ("ddd:10,11,5/7,x,60", "could not convert"), ("static:nope", "unknown static tree"),
+    ("ddd:10,11,5/7,x,60", "THRESHOLD .* must be a decimal number"), ("static:nope", "unknown static tree"),
     ("static:[[0],[2]]", "child ranks"), ("static:[0]", "JSON list of lists"),
     ("costaware:10,3,best", "MODE"), ("chain:100000", "at most 2048"), ("ar:1", "no arguments"),
     ("sequoia:10,3", "acceptance vector"), ("eagle2:10,4,59\nchain:2", "one line"),
@@ -83,3 +83,33 @@ def test_which_specs_draw_their_children(spec: str, draws: bool) -> None:
     assert draws_children(spec) is draws
     if spec != "ar":
         assert parse_tree(spec, **CONTEXT).supports_draws is draws
+
+
+@pytest.mark.parametrize("written, canonical", [
+    ("eagle2:010, 4, 59", "eagle2:10,4,59"), (" eagle2:10,4,59", "eagle2:10,4,59"),
+    ("chain:\t07 ", "chain:7"), ("ddd:10, 11, 5/07/9, -0.30, 60", "ddd:10,11,5/7/9,-0.3,60"),
+    ("latent-diverse:4, 2,10, 8", "latent-diverse:4,2,10,8"), ("sequoia-walk: 12,04", "sequoia-walk:12,4"),
+    ("costaware:12,4, walk", "costaware:12,4,walk"), ("costaware:12,4,q", "costaware:12,4"),
+    ("jacobi: 015", "jacobi:15"), ("jacobi:3, copy", "jacobi:3,copy"),
+    ("static:[[0], [1]]", "static:[[0],[1]]"), ("static: naive_extend_57", "static:naive_extend_57"),
+    (" ar ", "ar"), *((spec, spec) for spec in SPECS),
+])
+def test_check_tree_spec_returns_the_canonical_spec(written: str, canonical: str) -> None:
+    """Issue 26, item 3: harmless spaces and leading zeros are dropped, so that one tree has one spec
+    (what sweeps store and resume by), the spec its policy's str() gives."""
+    assert check_tree_spec(written) == canonical
+    if tree_kind(canonical) != "ar":
+        assert str(parse_tree(written, **CONTEXT)) == canonical
+
+
+@pytest.mark.parametrize("spec", [
+    "eagle2:+10,4,59", "chain:\u0663", "chain:1_0", "eagle2:10,4,5\u0669", "jacobi:\u0663", "jacobi:+3",
+    "sequoia:\u0661\u0662,4", "latent:4,2,10,\u0664\u0660", "ddd:10,11,5/+7/9,-0.3,60",
+    "ddd:10,11,5/7/9,+0.3,60", "ddd:10,11,5/7/9,\u0660.3,60", "ddd:10,11,5/7/9,-0_3,60", "chain:1 0",
+    "chain:\u00a03", "static:[[true]]",
+])
+def test_signs_and_non_ascii_digits_are_refused(spec: str) -> None:
+    """Numbers in a spec are ASCII digits with an optional minus sign: no ``+``, no ``_``, no other
+    scripts' digits (which Python's int() would take and store verbatim)."""
+    with pytest.raises(ValueError, match=r"ASCII|integers|lists of ints"):
+        check_tree_spec(spec)

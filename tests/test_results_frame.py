@@ -95,3 +95,18 @@ def test_plot_reads_a_parquet_copy(csv_path, tmp_path, capsys) -> None:
     assert main(["plot", str(parquet), "--out", str(tmp_path / "figs")]) == 0
     assert {p.name for p in (tmp_path / "figs").glob("*.pdf")} == {"tokens_vs_relaxation.pdf", "depth.pdf",
                                                                     "tradeoff.pdf"}
+
+
+def test_duplicate_configurations_are_reported(csv_path, tmp_path) -> None:
+    """Issue 26, item 2: two sweeps that wrote one file at once leave every configuration twice; load
+    names the file and the repeated rows instead of returning them."""
+    data = csv_path.read_bytes()
+    dup = tmp_path / "dup.csv"
+    dup.write_bytes(data + data.splitlines(keepends=True)[3])
+    repeated = r": 1 row\(s\) repeat a configuration \("
+    with pytest.raises(ValueError, match=rf"{dup}{repeated}line 14 repeats line 4: world="):
+        load(dup)
+    frame = load(csv_path)
+    pd.concat([frame, frame.iloc[[2]]]).to_parquet(tmp_path / "dup.parquet")
+    with pytest.raises(ValueError, match=rf"dup.parquet{repeated}row 12 repeats row 2: world="):
+        load(tmp_path / "dup.parquet")

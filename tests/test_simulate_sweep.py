@@ -4,6 +4,7 @@ the ``seconds`` column after warm-up."""
 from __future__ import annotations
 
 import csv
+import io
 import time
 
 import pytest
@@ -242,3 +243,117 @@ def test_seconds_exclude_the_first_calls_one_off_cost(tmp_path, monkeypatch):
     cfg = SweepConfig.from_dict({**GRID, "trees": ["chain:3"]})
     rows = run_sweep(cfg, tmp_path / "r.csv", progress=False)
     assert float(rows[0]["seconds"]) < 0.5
+
+
+# ------------------------------------------------------------------ issue 26, item 3: canonical tree specs
+def test_tree_specs_are_stored_canonical_and_resume_by_it(tmp_path, finished):
+    """A spec written with spaces or leading zeros names the row it already has: resuming runs nothing."""
+    cfg, data, _ = finished
+    again = SweepConfig.from_dict({**GRID, "trees": [" chain:03", "eagle2:04, 2, 12"]})
+    assert again.trees == cfg.trees == ["chain:3", "eagle2:4,2,12"]
+    out = tmp_path / "results.csv"
+    out.write_bytes(data)
+    assert run_sweep(again, out, progress=False) == []
+    assert out.read_bytes() == data
+
+
+@pytest.mark.parametrize("trees, match", [
+    (["chain:3", "chain:03"], r"trees lists chain:3 twice \('chain:3', 'chain:03'\)"),
+    (["eagle2:+4,2,12"], "ASCII digits"), (["chain:\u0663"], "ASCII digits"),
+])
+def test_tree_specs_that_repeat_or_are_not_ascii_are_refused(trees, match):
+    with pytest.raises(ValueError, match=match):
+        SweepConfig.from_dict({**GRID, "trees": trees})
+
+
+# ------------------------------------------------------------------ issue 26, item 14: one skip policy
+def test_a_jacobi_window_with_a_rule_it_cannot_take_is_skipped_before_anything_runs():
+    """Jacobi windows verify unrelaxed sampled drafts (rule r2 or r4): other rules and LANTERN relaxations
+    are skipped with the grid's other impossible pairs, named in one warning, instead of failing mid-sweep."""
+    from core.trees.jacobi import JacobiWindow
+    from simulate.jacobi import check_jacobi_run
+    from simulate.worlds import LatentWorld
+
+    cfg = SweepConfig.from_dict({**GRID, "trees": ["chain:2", "jacobi:15"], "rules": ["r1", "r2", "r3"]})
+    skipped = [s for s in cfg.skipped() if "jacobi:15" in s]
+    assert len(skipped) == 1
+    assert "rule r1" in skipped[0] and "rule r3" in skipped[0] and "additive:k=50,delta=0.2" in skipped[0]
+    world = LatentWorld.preset("ambiguous", **GRID["world_overrides"])
+    window_jobs = [j for j in sweep.jobs(cfg) if j.tree == "jacobi:15"]
+    assert [(j.rule, str(j.relax)) for j in window_jobs] == [("r2", "none")]
+    for j in window_jobs:  # what simulate.run checks before it decodes
+        check_jacobi_run(world, JacobiWindow(15), j.rule, j.relax, j.boost)
+    with pytest.raises(ValueError, match=r"no configuration to run.*jacobi:15.*rule r1"):
+        SweepConfig.from_dict({**GRID, "trees": ["jacobi:15"], "relaxations": ["none"]})
+
+
+# ------------------------------------------------------------------ issue 26, item 4: a bad middle row
+def _damaged(data: bytes, damage: str) -> bytes:
+    """The results ``data`` with its line 3 (the second row) damaged."""
+    lines = data.splitlines(keepends=True)
+    fields = next(csv.reader([lines[2].decode()]))
+    if damage == "fields":
+        fields = fields[:-1]
+    elif damage == "number":
+        fields[COLUMNS.index("mean_tokens_per_step")] = "abc"
+    elif damage == "integer":
+        fields[COLUMNS.index("seed")] = "1.5"
+    else:  # bytes that are not UTF-8 text
+        return b"".join(lines[:2]) + b"\x9e\xff" + lines[2] + b"".join(lines[3:])
+    buf = io.StringIO()
+    csv.writer(buf).writerow(fields)
+    lines[2] = buf.getvalue().encode()
+    return b"".join(lines)
+
+
+@pytest.mark.parametrize("damage, why", [("fields", "wrong number of fields"), ("number", "abc"),
+                                         ("integer", "seed"), ("bytes", "not UTF-8 text")])
+def test_resume_reports_a_bad_middle_row_as_load_does(tmp_path, finished, damage, why):
+    cfg, data, _ = finished
+    out = tmp_path / "results.csv"
+    out.write_bytes(_damaged(data, damage))
+    with pytest.raises(ValueError, match=rf"{out}, line 3: not a results row \(.*{why}") as resumed:
+        run_sweep(cfg, out, progress=False)
+    with pytest.raises(ValueError) as loaded:
+        results_mod.load(out)
+    assert str(loaded.value) == str(resumed.value)
+    assert out.read_bytes() == _damaged(data, damage)
+
+
+# ------------------------------------------------------------------ issue 26, item 2: one writer
+def test_the_lock_follows_the_rewrite_of_an_old_file(tmp_path):
+    """Resuming a file from before the boost column replaces it with a rewritten copy: the copy is locked
+    before it takes the file's name, so no second writer gets in between."""
+    import fcntl
+
+    out = tmp_path / "results.csv"
+    out.write_text(",".join(results_mod.LEGACY_COLUMNS) + "\r\n")
+    with results_mod.ResultsLock(out) as lock:
+        results_mod.drop_torn_tail(out, lock)
+        assert out.read_text().splitlines() == [",".join(COLUMNS)]  # rewritten with the column
+        with open(out, "rb") as other, pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with open(out, "rb") as other:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
+
+
+def test_a_new_results_file_is_not_left_empty_by_a_failed_start(tmp_path, monkeypatch):
+    """The lock creates a new file; a sweep that fails before its header is written removes it again."""
+    def refused(*args, **kwargs):
+        raise ValueError("no scheduler")
+
+    monkeypatch.setattr("core.execution.Executor", refused)
+    out = tmp_path / "new.csv"
+    with pytest.raises(ValueError, match="no scheduler"):
+        run_sweep(SweepConfig.from_dict({**GRID, "trees": ["chain:3"]}), out, progress=False)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("cost, match", [({"model": "GPT-XXL"}, "GPT-XXL"),
+                                         ({"table": "/nonexistent/cost.csv"}, "/nonexistent/cost.csv")])
+def test_a_bad_cost_table_is_refused_before_anything_runs(cost, match):
+    """The cost table of costaware trees is read when the config is checked, not by the first costaware
+    row after other rows ran."""
+    with pytest.raises(ValueError, match=rf"cost.*{match}"):
+        SweepConfig.from_dict({**GRID, "trees": ["chain:2", "costaware:12,4"], "cost": cost})
+    SweepConfig.from_dict({**GRID, "trees": ["chain:2"], "cost": cost})  # no costaware tree: not read

@@ -8,6 +8,7 @@ decodes it with :mod:`simulate.jacobi`; the window's indexing is :mod:`theory.ja
 
 from __future__ import annotations
 
+from core.trees.numbers import spec_int
 from core.trees.policies import BuiltTree, DraftFn, PolicySpec, TreePolicy
 from theory.jacobi_sampler import DEFAULT_FRESH, check_fresh, check_window_size
 
@@ -28,11 +29,7 @@ class JacobiWindow(TreePolicy):
         parts = args.split(",") if args else []
         if len(parts) not in (1, 2):
             raise ValueError(f"needs 1 or 2 comma-separated values ({FORM})")
-        try:
-            window = int(parts[0])
-        except ValueError:
-            raise ValueError(f"the window L must be an integer ({FORM}), got {parts[0]!r}") from None
-        return cls(window, parts[1].strip() if len(parts) == 2 else DEFAULT_FRESH)
+        return cls(spec_int(parts[0], FORM), parts[1].strip() if len(parts) == 2 else DEFAULT_FRESH)
 
     @property
     def supports_draws(self) -> bool:

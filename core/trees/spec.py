@@ -32,6 +32,13 @@ and neighbour table (relaxation-aware selections), the acceptance vector
 (Sequoia-type trees; a vector, or a function of the selector and relaxation
 that measures one) and the cost model (``costaware``). Sizes are bounded
 (``MAX_TREE_NODES``, ``MAX_TREE_DEPTH``) before anything is built.
+
+Numbers are ASCII digits with an optional minus sign (:mod:`core.trees.numbers`; DDD's THRESHOLD
+also in decimal or exponent notation): ``+10``, ``1_0`` and other scripts' digits are refused.
+Spaces or tabs around the spec, a number or a word, and leading zeros, are harmless: the canonical
+spec (:func:`check_tree_spec`, ``str`` of the policy) drops them, as it drops a default (``POOL`` 40,
+``costaware``'s MODE ``q``, ``jacobi``'s ``uniform``), so that one tree has one spec: the one sweeps
+store and resume by.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ import numpy as np
 from core.trees.costaware import choose_static_size
 from core.trees.jacobi import FORM as JACOBI_FORM
 from core.trees.jacobi import JacobiWindow
+from core.trees.numbers import spec_float, spec_int
 from core.trees.policies import (
     MAX_TREE_DEPTH,
     MAX_TREE_NODES,
@@ -97,20 +105,19 @@ def _ints(args: str, n: tuple[int, ...], spec: str) -> list[int]:
     if len(parts) not in n:
         need = " or ".join(str(k) for k in n)
         raise ValueError(f"needs {need} comma-separated values ({FORMS[tree_kind(spec)]})")
-    try:
-        return [int(p) for p in parts]
-    except ValueError as err:
-        raise ValueError(f"values must be integers ({FORMS[tree_kind(spec)]}): {err}") from None
+    return [spec_int(p, FORMS[tree_kind(spec)]) for p in parts]
 
 
-def check_tree_spec(spec: str) -> None:
-    """Check a spec's syntax and sizes without building anything that needs context (raises ValueError)."""
-    parse_tree(spec, _probe=True)
+def check_tree_spec(spec: str) -> str:
+    """Check a spec's syntax and sizes without building anything that needs context (raises ValueError);
+    returns its canonical form (the policy's ``str``: module docstring), which parses back to it."""
+    policy = _parse(spec, probe=True)
+    return policy if isinstance(policy, str) else "ar" if policy is None else str(policy)
 
 
 def parse_tree(spec: str, *, relax: Relax | None = None, neighbours: Neighbours = None,
-               acceptance: Acceptance | None = None, cost: Callable[[], object] | object | None = None,
-               _probe: bool = False) -> TreePolicy | None:
+               acceptance: Acceptance | None = None,
+               cost: Callable[[], object] | object | None = None) -> TreePolicy | None:
     """The policy a spec names (``None`` for ``ar``); its ``name`` is the spec, normalised.
 
     Parameters
@@ -122,6 +129,16 @@ def parse_tree(spec: str, *, relax: Relax | None = None, neighbours: Neighbours 
         measuring it (``sequoia-lossless`` passes ``Relax.none()``).
     cost : a ``core.cost.CostModel`` (or a function returning one), for ``costaware``.
     """
+    policy = _parse(spec, relax=relax, neighbours=neighbours, acceptance=acceptance, cost=cost)
+    assert not isinstance(policy, str)  # only a probe stops at the name
+    return policy
+
+
+def _parse(spec: str, *, relax: Relax | None = None, neighbours: Neighbours = None,
+           acceptance: Acceptance | None = None, cost: Callable[[], object] | object | None = None,
+           probe: bool = False) -> TreePolicy | str | None:
+    """:func:`parse_tree`; a ``probe`` checks sizes without context, and returns a Sequoia-type spec's
+    canonical name instead of a policy (building one needs the acceptance vector)."""
     text = str(spec).strip()
     if "\n" in text or "\r" in text:
         raise ValueError(f"tree spec {spec!r} must be one line")
@@ -133,6 +150,7 @@ def parse_tree(spec: str, *, relax: Relax | None = None, neighbours: Neighbours 
                 raise ValueError("ar takes no arguments")
             return None
         if kind == "static":
+            args = args.strip()
             return StaticTree(_json_paths(args)) if args.startswith("[") else StaticTree.builtin(args)
         if kind == "chain":
             return StaticTree.chain(_ints(args, (1,), text)[0])
@@ -143,8 +161,8 @@ def parse_tree(spec: str, *, relax: Relax | None = None, neighbours: Neighbours 
         if kind == "jacobi":
             return JacobiWindow.parse(args)
         if kind in LATENT_KINDS:
-            return _latent(kind, args, text, relax, neighbours, _probe)
-        return _sequoia(kind, args, text, relax, neighbours, acceptance, cost, _probe)
+            return _latent(kind, args, text, relax, neighbours, probe)
+        return _sequoia(kind, args, text, relax, neighbours, acceptance, cost, probe)
     except ValueError as err:
         if str(err).startswith("unknown tree kind"):
             raise
@@ -156,8 +174,10 @@ def _json_paths(args: str) -> list[list[int]]:
         paths = json.loads(args)
     except json.JSONDecodeError as err:
         raise ValueError(f"static rank paths must be a JSON list of lists of ints: {err}") from None
-    if not isinstance(paths, list) or not all(isinstance(p, list) and all(isinstance(i, int) for i in p)
-                                              for p in paths):
+    # json reads ASCII digits only; true and false are ints to Python, not ranks
+    if not isinstance(paths, list) or not all(
+            isinstance(p, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in p)
+            for p in paths):
         raise ValueError("static rank paths must be a JSON list of lists of ints, e.g. [[0],[1],[0,0]]")
     return paths
 
@@ -166,12 +186,9 @@ def _ddd(args: str, spec: str) -> DDDTree:
     parts = args.split(",")
     if len(parts) != 5:
         raise ValueError(f"needs 5 comma-separated values ({FORMS['ddd']})")
-    try:
-        k, calls, m = int(parts[0]), int(parts[1]), int(parts[4])
-        steps = [int(s) for s in parts[2].split("/") if s]
-        threshold = float(parts[3])
-    except ValueError as err:
-        raise ValueError(f"{FORMS['ddd']}: {err}") from None
+    k, calls, m = (spec_int(parts[i], FORMS["ddd"]) for i in (0, 1, 4))
+    steps = [spec_int(s, FORMS["ddd"]) for s in parts[2].split("/") if s.strip()]
+    threshold = spec_float(parts[3], f"THRESHOLD ({FORMS['ddd']})")
     check_budget("max_calls CALLS", calls, 1, MAX_TREE_DEPTH + 1)
     return DDDTree(k, calls, steps, threshold, m)
 
@@ -198,7 +215,7 @@ def _selection_mode(kind: str, args: str) -> tuple[str, str]:
     parts = args.split(",") if args else []
     mode = SEQUOIA_KINDS.get(kind, "q")
     if kind == "costaware" and len(parts) == 3:
-        mode = parts.pop()
+        mode = parts.pop().strip()
         if mode not in SELECTION_MODES:
             raise ValueError(f"MODE must be one of {SELECTION_MODES}, got {mode!r}")
     return mode, ",".join(parts)
@@ -216,13 +233,14 @@ def draws_children(spec: str) -> bool:
 
 
 def _sequoia(kind: str, args: str, spec: str, relax: Relax | None, neighbours: Neighbours,
-             acceptance: Acceptance | None, cost, probe: bool) -> TreePolicy | None:
+             acceptance: Acceptance | None, cost, probe: bool) -> TreePolicy | str:
     mode, sizes = _selection_mode(kind, args)
     n, depth = _ints(sizes, (2,), spec)
     check_budget("N", n, 1, MAX_TREE_NODES)
     check_budget("DEPTH", depth, 1, MAX_TREE_DEPTH)
+    name = f"{kind}:{n},{depth}" + (f",{mode}" if kind == "costaware" and mode != "q" else "")
     if probe:
-        return None
+        return name
     if acceptance is None:
         raise ValueError("a Sequoia-type tree needs a positional acceptance vector")
     rel = relax or Relax.none()
@@ -236,5 +254,5 @@ def _sequoia(kind: str, args: str, spec: str, relax: Relax | None, neighbours: N
         tree: TreePolicy = StaticTree(chosen.choices, selector=selector)
     else:
         tree = SequoiaTree(vector, n, depth, selector=selector)
-    tree.name = f"{kind}:{n},{depth}" + (f",{mode}" if kind == "costaware" and mode != "q" else "")
+    tree.name = name
     return tree
