@@ -107,7 +107,8 @@ from relaxspec.results import (
 )
 from simulate.acceptance import measure_positional_acceptance
 from simulate.engine import run
-from simulate.worlds import PRESETS, LatentParams, LatentWorld
+from simulate.rng import check_seed
+from simulate.worlds import PRESETS, LatentParams, LatentWorld, check_world_settings
 from theory.boost import NO_BOOST, Boost
 from theory.relax import Relax
 from theory.rules import RULES, SAMPLED_DRAFT_RULES, VARIANTS
@@ -160,7 +161,9 @@ class SweepConfig:
                 raise ValueError(f"{source}: {key} must be a non-empty list of {kind}, got {val!r}")
             kw[key] = list(val)
         for key, lo in _SCALAR_KEYS.items():
-            if key in d:
+            if key == "seed" and key in d:  # the one seed rule (simulate.rng.check_seed)
+                kw[key] = check_seed(d[key], f"{source}: seed")
+            elif key in d:
                 if not _is_int(d[key]) or d[key] < lo:
                     what = "a non-negative" if lo == 0 else "a positive"
                     raise ValueError(f"{source}: {key} must be {what} integer, got {d[key]!r}")
@@ -194,6 +197,13 @@ class SweepConfig:
             except ValueError as err:
                 raise ValueError(f"{source}: {err}") from err
         kw["world_overrides"] = _world_overrides(d.get("world_overrides", {}), kw["worlds"], source)
+        widths = {str(r): r.k for r in kw["relaxations"]}
+        widths.update({str(b): b.k for b in kw["boosts"] if b.kind == "budget"})
+        for w in kw["worlds"]:  # temperatures and neighbour widths against each world, before building any
+            try:
+                check_world_settings(w, kw["world_overrides"], kw["temperatures"], widths)
+            except ValueError as err:
+                raise ValueError(f"{source}: world {w!r}: {err}") from err
         seq = dict(cls.__dataclass_fields__["sequoia"].default_factory())
         extra = _table(d, "sequoia", source)
         if set(extra) - set(_SEQUOIA_KEYS):
