@@ -102,9 +102,9 @@ def logits_to_probs(
             z = z / temperature
         except FloatingPointError:
             top = float(np.max(np.abs(z[np.isfinite(z)])))
-            raise ValueError(f"temperature {temperature!r} is too small for these logits: logits / temperature "
-                             f"overflow float64 (largest |logit| {top:g}); temperature 0 is greedy "
-                             "decoding") from None
+            raise ValueError(f"temperature {temperature!r} is too small for these logits: logits / "
+                             f"temperature overflow float64 (largest |logit| {top:g}); temperature 0 is "
+                             "greedy decoding") from None
     if top_k and top_k < vocab:
         cut = vocab - top_k  # the k-th largest value (a partition finds it without a full sort)
         kth = np.partition(z, cut, axis=-1)[..., cut:cut + 1]
