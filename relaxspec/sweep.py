@@ -45,7 +45,9 @@ of at most N nodes and depth DEPTH whose predicted speedup on the
 Tree sizes are bounded (:mod:`core.trees.policies`): N, chain lengths and M - 1
 at most ``MAX_TREE_NODES`` = 2048 draft nodes (also the latent POOL and
 ``[sequoia] width``), D, CALLS - 1 and Sequoia's DEPTH at most
-``MAX_TREE_DEPTH`` = 64, K + D K^2 at most ``MAX_POOL_NODES`` = 65536.
+``MAX_TREE_DEPTH`` = 64, K + D K^2 at most ``MAX_POOL_NODES`` = 65536. So are worlds
+(:mod:`simulate.world_params`) and seeds (``simulate.rng.MAX_SEED``); each world is checked against the
+temperatures (logits within the float32 kernels' bound) and every k (at most V - 1) before anything runs.
 
 Boosts (SPEC 9.2-9.3 and 9.5, ``theory.boost.Boost``: the budget merging the world's
 neighbour table within delta per node, GSD's group acceptance reading the

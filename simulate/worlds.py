@@ -169,9 +169,9 @@ class LatentWorld(World):
                              f"got {temperature!r}")
         if temperature < self.min_temperature:
             raise ValueError(f"temperature {temperature:g} is too small for world {self.name!r}: its logits "
-                             f"would exceed {MAX_KERNEL_LOGIT:g} in magnitude (the float32 kernels' bound); "
-                             f"the smallest it takes is {self.min_temperature:.3g} (for greedy decoding use "
-                             "rule r3)")
+                             f"would exceed {MAX_KERNEL_LOGIT:.0f} (2**20) in magnitude, the float32 "
+                             f"kernels' bound; the smallest it takes is {self.min_temperature:.3g} (for "
+                             "greedy decoding use rule r3)")
         return float(temperature)
 
     def embedding(self) -> np.ndarray:
