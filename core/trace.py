@@ -38,27 +38,20 @@ its validation are one file format, kept together so that writer and reader cann
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import zipfile
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from core.cost import CostModel
-from core.trees.policies import TreePolicy
-from core.trees.spec import parse_tree
-from theory.boost import Boost, check_embedding
-from theory.distributions import logits_to_probs
+from core.trace_header import LOGIT_DTYPES, TRACE_VERSION, Sampling, TraceHeader  # re-exported
+from theory.boost import check_embedding
 from theory.neighbours import load_neighbours, validate_neighbours
 from theory.relax import Relax
 from theory.tree import Tree
 
-TRACE_VERSION = 1
-LOGIT_DTYPES = ("float16", "float32")
 _CHUNK_KEYS = (
     "sequence", "position", "n_nodes", "parents", "tokens", "target_logits", "draft_logits",
     "u_accept", "u_draw", "path_len", "path", "bonus",
@@ -80,102 +73,6 @@ def file_sha256(path: str | Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """How logits become probabilities (``theory.logits_to_probs`` arguments)."""
-
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-
-    def __post_init__(self) -> None:
-        for name in ("temperature", "top_k", "top_p"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-                raise ValueError(f"sampling {name} must be a number, got {value!r}")
-
-    def probs(self, logits: np.ndarray) -> np.ndarray:
-        """Probabilities from logits stored in a trace (float64)."""
-        return logits_to_probs(logits, temperature=self.temperature, top_k=self.top_k,
-                               top_p=self.top_p)
-
-
-@dataclass(frozen=True)
-class TraceHeader:
-    """Everything needed to re-verify a trace without the model."""
-
-    model: str
-    checkpoint_sha256: str
-    vocab_size: int
-    codebook_sha256: str
-    rule: str
-    relax: str
-    variant: str
-    tree: str
-    target_sampling: Sampling = field(default_factory=Sampling)
-    draft_sampling: Sampling = field(default_factory=Sampling)
-    logits_dtype: str = "float16"
-    extra: dict[str, Any] = field(default_factory=dict)
-    version: int = TRACE_VERSION
-    boost: str = "none"
-
-    def __post_init__(self) -> None:
-        if self.logits_dtype not in LOGIT_DTYPES:
-            raise ValueError(f"logits_dtype must be one of {LOGIT_DTYPES}, got {self.logits_dtype!r}")
-        if self.vocab_size < 2:
-            raise ValueError(f"vocab_size must be >= 2, got {self.vocab_size}")
-        Relax.parse(self.relax)  # raises on a bad relaxation string
-        Boost.parse(self.boost)  # raises on a bad boost string
-
-    @property
-    def relaxation(self) -> Relax:
-        """The relaxation the run verified with."""
-        return Relax.parse(self.relax)
-
-    @property
-    def boosting(self) -> Boost:
-        """The boost of the run's sampled-draft tests (``Boost.none()`` for older traces)."""
-        return Boost.parse(self.boost)
-
-    @property
-    def neighbour_columns(self) -> int:
-        """Columns of the neighbour table the run read: the relaxation's k, or the budget boost's k
-        (SPEC 9.5); 0 when it read none (then the trace need not store one)."""
-        boost = self.boosting
-        return max(self.relaxation.k, boost.k if boost.kind == "budget" else 0)
-
-    def tree_policy(self, neighbours: np.ndarray | None = None) -> TreePolicy | None:
-        """The policy that drafted the trace's trees (None for ``ar``), parsed back from ``tree`` with
-        the context the header records (``extra``: ``tree_acceptance``, ``tree_cost``) and the trace's
-        relaxation and neighbour table."""
-        cost = self.extra.get("tree_cost")
-        return parse_tree(self.tree, relax=self.relaxation, neighbours=neighbours,
-                          acceptance=self.extra.get("tree_acceptance"),
-                          cost=(lambda: CostModel.from_table(cost["table"], cost["model"])) if cost else None)
-
-    def to_json(self) -> str:
-        """Serialise as JSON."""
-        return json.dumps(asdict(self), indent=2, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str, source: str = "header") -> TraceHeader:
-        """Parse and validate a header written by :meth:`to_json`."""
-        try:
-            d = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{source} is not valid JSON: {err}") from err
-        if not isinstance(d, dict):
-            raise ValueError(f"{source} must hold a JSON object")
-        if d.get("version") != TRACE_VERSION:
-            raise ValueError(f"{source}: trace version {d.get('version')!r} is not {TRACE_VERSION}")
-        try:
-            d["target_sampling"] = Sampling(**d["target_sampling"])
-            d["draft_sampling"] = Sampling(**d["draft_sampling"])
-            return cls(**d)
-        except (KeyError, TypeError) as err:
-            raise ValueError(f"{source} is missing or has unknown fields: {err}") from err
 
 
 @dataclass(frozen=True)
@@ -233,8 +130,13 @@ def _check_step(step: TraceStep, vocab_size: int, source: str = "trace") -> None
         step.tree.check_vocab(vocab_size)
     except ValueError as err:
         raise ValueError(f"{where}: {err}") from err
-    if step.path.size == 0 or step.path[0] != 0 or step.path.max() >= n:
-        raise ValueError(f"{where}: path {step.path.tolist()} must start at the root (node 0)")
+    path = step.path
+    if path.size == 0 or path[0] != 0 or path.min() < 0 or path.max() >= n:
+        raise ValueError(f"{where}: path {path.tolist()} must start at the root (node 0) and name nodes of "
+                         f"the tree (0 to {n - 1})")
+    if not np.array_equal(step.parents[path[1:]], path[:-1]):  # what replay and rescore both rely on
+        raise ValueError(f"{where}: path {path.tolist()} is not a chain of the tree (each node's parent must "
+                         f"be the node before it; parents {step.parents.tolist()})")
     if not 0 <= step.bonus < vocab_size:
         raise ValueError(f"{where}: bonus token {step.bonus} is out of range")
 
@@ -377,6 +279,13 @@ class Trace:
         for f in self.chunk_files:
             yield from _read_chunk(f, self.header.vocab_size)
 
+    def check_has_steps(self) -> None:
+        """Raise ``ValueError`` when the trace holds no chunk: no recorded step to replay or score (a
+        chunk holds at least one step: an empty one is refused when read)."""
+        if not self.chunk_files:
+            raise ValueError(f"trace {self.path} holds no steps (no chunk-*.npz: the run recorded no "
+                             "finished sequence)")
+
     def sequences(self) -> set[int]:
         """Ids of the sequences the trace holds."""
         out: set[int] = set()
@@ -482,6 +391,9 @@ def _load_npz(f: Path) -> dict[str, np.ndarray]:
 
 def _read_chunk(f: Path, vocab_size: int) -> Iterator[TraceStep]:
     d = _load_npz(f)
+    if d["n_nodes"].size == 0:
+        raise ValueError(f"trace chunk {f} holds no steps (the writer never writes an empty chunk): it is "
+                         "damaged; remove it")
     node_end = np.cumsum(d["n_nodes"])
     path_end = np.cumsum(d["path_len"])
     n_fresh = d.get("n_fresh", np.zeros(d["n_nodes"].size, dtype=np.int64))  # older chunks: none
@@ -509,3 +421,18 @@ def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
+
+
+__all__ = [
+    "LOGIT_DTYPES",
+    "TRACE_VERSION",
+    "Sampling",
+    "Trace",
+    "TraceHeader",
+    "TraceStep",
+    "TraceWriter",
+    "array_sha256",
+    "file_sha256",
+    "read_trace",
+    "trace_neighbours",
+]

@@ -98,6 +98,7 @@ def trace_window(trace: Trace) -> JacobiWindow | None:
 def replay(path: str | Path, *, require_simulate: bool = False) -> ReplayReport:
     """Re-verify every step of the trace at ``path`` with every engine."""
     trace = read_trace(path)
+    trace.check_has_steps()
     h = trace.header
     engines, missing = verifiers()
     if require_simulate and missing:
@@ -241,6 +242,7 @@ def rescore(path: str | Path, rule: str, relax: Relax, variant: str = "principle
     Steps whose tree is only the root (prefill, last token) are left out of both means.
     """
     trace = read_trace(path)
+    trace.check_has_steps()
     recorded, exact = [], []
     for step, e in rescore_steps(trace, rule, relax, variant, neighbours):
         if step.parents.size > 1:

@@ -129,8 +129,10 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _world_stats(args: argparse.Namespace) -> int:
+    from simulate.rng import check_seed
     from simulate.worlds import LatentWorld, world_stats
 
+    check_seed(args.seed, "--seed")
     if args.sequences < 1 or args.seq_len < 1:
         raise ValueError("--sequences and --seq-len must be >= 1")
     if not args.temperature > 0:

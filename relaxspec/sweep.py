@@ -45,7 +45,9 @@ of at most N nodes and depth DEPTH whose predicted speedup on the
 Tree sizes are bounded (:mod:`core.trees.policies`): N, chain lengths and M - 1
 at most ``MAX_TREE_NODES`` = 2048 draft nodes (also the latent POOL and
 ``[sequoia] width``), D, CALLS - 1 and Sequoia's DEPTH at most
-``MAX_TREE_DEPTH`` = 64, K + D K^2 at most ``MAX_POOL_NODES`` = 65536.
+``MAX_TREE_DEPTH`` = 64, K + D K^2 at most ``MAX_POOL_NODES`` = 65536. So are worlds
+(:mod:`simulate.world_params`) and seeds (``simulate.rng.MAX_SEED``); each world is checked against the
+temperatures (logits within the float32 kernels' bound) and every k (at most V - 1) before anything runs.
 
 Boosts (SPEC 9.2-9.3 and 9.5, ``theory.boost.Boost``: the budget merging the world's
 neighbour table within delta per node, GSD's group acceptance reading the
@@ -113,7 +115,8 @@ from relaxspec.results import (
 from relaxspec.sweep_checks import is_int, is_number, no_repeats, table, world_overrides
 from simulate.acceptance import measure_positional_acceptance
 from simulate.engine import run
-from simulate.worlds import PRESETS, LatentWorld
+from simulate.rng import check_seed
+from simulate.worlds import PRESETS, LatentWorld, check_world_settings
 from theory.boost import NO_BOOST, Boost
 from theory.relax import Relax
 from theory.rules import RULES, SAMPLED_DRAFT_RULES, VARIANTS
@@ -166,7 +169,9 @@ class SweepConfig:
                 raise ValueError(f"{source}: {key} must be a non-empty list of {kind}, got {val!r}")
             kw[key] = list(val)
         for key, lo in _SCALAR_KEYS.items():
-            if key in d:
+            if key == "seed" and key in d:  # the one seed rule (simulate.rng.check_seed)
+                kw[key] = check_seed(d[key], f"{source}: seed")
+            elif key in d:
                 if not is_int(d[key]) or d[key] < lo:
                     what = "a non-negative" if lo == 0 else "a positive"
                     raise ValueError(f"{source}: {key} must be {what} integer, got {d[key]!r}")
@@ -205,6 +210,13 @@ class SweepConfig:
             if key in d:
                 no_repeats(key, d[key], kw[key], source)
         kw["world_overrides"] = world_overrides(d.get("world_overrides", {}), kw["worlds"], source)
+        widths = {str(r): r.k for r in kw["relaxations"]}
+        widths.update({str(b): b.k for b in kw["boosts"] if b.kind == "budget"})
+        for w in kw["worlds"]:  # temperatures and neighbour widths against each world, before building any
+            try:
+                check_world_settings(w, kw["world_overrides"], kw["temperatures"], widths)
+            except ValueError as err:
+                raise ValueError(f"{source}: world {w!r}: {err}") from err
         seq = dict(cls.__dataclass_fields__["sequoia"].default_factory())
         extra = table(d, "sequoia", source)
         if set(extra) - set(_SEQUOIA_KEYS):

@@ -55,7 +55,7 @@ from core.trees.policies import KIND_STATIC, PolicySpec, TreePolicy
 from simulate.jacobi import check_jacobi_run, run_windows
 from simulate.policy_kernels import EXPAND_BATCH, build_dynamic, build_static
 from simulate.results import SimResult
-from simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_counter, stream_key, uniform
+from simulate.rng import U_ACCEPT, U_DRAW, U_TREE, check_seed, step_counter, stream_key, uniform
 from simulate.step_kernels import (
     children_csr,
     leaf_bonus,
@@ -295,8 +295,7 @@ def _check_run_args(world, tree, rule, variant, n_sequences, seq_len, temperatur
             raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
     if not (np.isfinite(temperature) and temperature > 0):
         raise ValueError(f"temperature must be > 0 (greedy decoding is rule r3), got {temperature!r}")
-    if int(seed) != seed or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    check_seed(seed)
     max_threads = numba.config.NUMBA_NUM_THREADS
     if threads is not None and (int(threads) != threads or not 1 <= threads <= max_threads):
         raise ValueError(f"threads must be in [1, {numba.config.NUMBA_NUM_THREADS}], got {threads!r}")

@@ -29,11 +29,28 @@ _S11 = np.uint64(11)
 _ONE = np.uint64(1)
 _TWO_M53 = 1.0 / 9007199254740992.0
 
+# Seeds are int64 in the kernels (``stream_key``) and a run derives others from its own (a sweep measures
+# Sequoia's acceptance with seed + 1, a world keys its noise with 2 seed + 2 as uint64): 2**62 - 1 keeps
+# every derived seed in range. One bound for configs, the command line, worlds and the engine.
+MAX_SEED = 2**62 - 1
+
 # purposes of the uniforms a step draws (the low bits of the counter)
 U_ACCEPT = 0
 U_DRAW = 1
 U_TREE = 2
 N_PURPOSES = 4
+
+
+def check_seed(value: object, name: str = "seed") -> int:
+    """``value`` as an int in ``[0, MAX_SEED]``, else a ``ValueError`` naming ``name`` and the bounds.
+
+    The one seed rule: sweep configs, ``relaxspec world-stats --seed``, :class:`simulate.worlds.LatentParams`
+    and :func:`simulate.engine.run` all call it.
+    """
+    ok = isinstance(value, int | np.integer) and not isinstance(value, bool) and 0 <= value <= MAX_SEED
+    if not ok:
+        raise ValueError(f"{name} must be an integer in [0, {MAX_SEED}] (2**62 - 1), got {value!r}")
+    return int(value)
 
 
 @njit(cache=True, error_model="numpy")

@@ -1,7 +1,7 @@
 """Synthetic and captured worlds to decode in (SPEC section 6).
 
-- :class:`LatentWorld`: a latent-field autoregressive model over V image
-  tokens with a codebook, a per-token prior, a state z_t on the unit sphere
+- :class:`LatentWorld` (parameters and presets: :mod:`simulate.world_params`): a latent-field
+  autoregressive model over V image tokens with a codebook, a per-token prior, a state z_t on the unit sphere
   and a drafter with its own noisy view of z. Parameters are plain data
   (:class:`LatentParams`); :data:`PRESETS` holds ``confident`` (LLM-like),
   ``ambiguous`` (LlamaGen-like) and ``mini`` (fitted to the shipped
@@ -28,7 +28,7 @@ tuple) and their validation; one module keeps that interface in one view.
 from __future__ import annotations
 
 import hashlib
-import os
+import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from core.trace import Trace, read_trace
+from simulate.neighbour_cache import cached_neighbours
 from simulate.rng import fmix, stream_key, uniform
 from simulate.world_kernels import (
     F_BETA,
@@ -58,130 +59,23 @@ from simulate.world_kernels import (
     target_row,
     transition,
 )
+from simulate.world_params import (  # re-exported: worlds are built from them
+    CODEBOOKS,
+    MAX_CODEBOOK_ENTRIES,
+    MAX_DIM,
+    MAX_VOCAB_SIZE,
+    PRESETS,
+    LatentParams,
+)
 from theory.boost import check_embedding
-from theory.distributions import total_variation, validate_distribution
-from theory.neighbours import neighbour_table
+from theory.distributions import logits_to_probs, total_variation, validate_distribution
+from theory.neighbours import check_neighbour_count
 
-CODEBOOKS = ("sphere", "clustered")
-
-
-@dataclass(frozen=True)
-class LatentParams:
-    """Parameters of a :class:`LatentWorld` (plain data; presets are instances).
-
-    Attributes
-    ----------
-    vocab_size, dim : V and the code dimension d.
-    codebook : "sphere" (uniform unit vectors) or "clustered" (unit vectors
-        around ``n_clusters`` random centres with spread ``cluster_spread``).
-    prior_scale : std of the per-token prior b (Gaussian).
-    beta : inverse temperature of the target's latent term.
-    rho, sigma : state memory and state noise of the transition.
-    draft_beta, draft_sigma, draft_token_noise : the drafter's beta, the
-        noise of its view of z, and the std of its fixed per-token error.
-    beta_spread : how ambiguity varies across states: at state z both
-        inverse temperatures are multiplied by exp(beta_spread <a, z>), a a
-        fixed unit "difficulty axis" (0: every state equally ambiguous; a
-        real image model has easy and hard stretches, which tree decoding
-        skips through or stops at).
-    draft_drift : how the drafter's view degrades below a step's root: at
-        depth d >= 1 its noise is sqrt(draft_sigma^2 + draft_drift^2) (an
-        EAGLE head reads the target's features at the root and its own
-        predicted features below it, a step change: in its traces acceptance
-        drops one level down and little further; 0: every depth alike).
-    seed : seed of the codebook, prior and noise keys.
-    """
-
-    vocab_size: int = 16384
-    dim: int = 8
-    codebook: str = "sphere"
-    n_clusters: int = 512
-    cluster_spread: float = 0.3
-    prior_scale: float = 0.5
-    beta: float = 10.0
-    rho: float = 0.7
-    sigma: float = 0.3
-    draft_beta: float = 10.0
-    draft_sigma: float = 0.2
-    draft_token_noise: float = 0.2
-    beta_spread: float = 0.0
-    draft_drift: float = 0.0
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if int(self.vocab_size) != self.vocab_size or self.vocab_size < 2:
-            raise ValueError(f"vocab_size must be an integer >= 2, got {self.vocab_size!r}")
-        if int(self.dim) != self.dim or self.dim < 1:
-            raise ValueError(f"dim must be a positive integer, got {self.dim!r}")
-        if self.codebook not in CODEBOOKS:
-            raise ValueError(f"codebook must be one of {CODEBOOKS}, got {self.codebook!r}")
-        if int(self.n_clusters) != self.n_clusters or self.n_clusters < 1:
-            raise ValueError(f"n_clusters must be a positive integer, got {self.n_clusters!r}")
-        for name in ("cluster_spread", "prior_scale", "beta", "sigma", "draft_beta", "draft_sigma",
-                     "draft_token_noise", "beta_spread", "draft_drift"):
-            v = getattr(self, name)
-            if not (np.isfinite(v) and v >= 0):
-                raise ValueError(f"{name} must be finite and >= 0, got {v!r}")
-        if not (np.isfinite(self.rho) and 0.0 <= self.rho <= 1.0):
-            raise ValueError(f"rho must be in [0, 1], got {self.rho!r}")
-        if int(self.seed) != self.seed:
-            raise ValueError(f"seed must be an integer, got {self.seed!r}")
-
-
-# Calibrated with `relaxspec world-stats`: `confident` (LLM-like) has mean top-1 target probability
-# about 0.75 and mean 1 - TV(p, q) about 0.84; `ambiguous` (LlamaGen-like token selection ambiguity,
-# the range the LANTERN papers report for ImageNet c2i) has top-1 about 0.09 with a drafter of similar
-# quality (1 - TV about 0.74), so the two differ mainly in ambiguity. `mini` is fitted to the shipped
-# Fashion-MNIST model (`relaxspec mini ambiguity --fit`, mini/calibration.py; the fit, the model's
-# SHA-256 and the statistics are in docs/mini_model.md): beta and the drafter's errors are chosen so
-# that the mean top-1 probability and 1 - TV(p, q) match. That model is less ambiguous than LlamaGen
-# (top-1 above 0.25), which is why it is a preset of its own rather than the `ambiguous` one.
-PRESETS: dict[str, LatentParams] = {
-    "confident": LatentParams(codebook="sphere", prior_scale=0.5, beta=150.0, rho=0.6, sigma=0.3,
-                              draft_beta=150.0, draft_sigma=0.02, draft_token_noise=0.1, seed=1),
-    "ambiguous": LatentParams(codebook="clustered", n_clusters=512, cluster_spread=0.08, prior_scale=0.3,
-                              beta=30.0, rho=0.6, sigma=0.3, draft_beta=30.0, draft_sigma=0.05,
-                              draft_token_noise=0.3, seed=2),
-    "mini": LatentParams(codebook="clustered", n_clusters=512, cluster_spread=0.08, prior_scale=0.3,
-                         beta=100.479, rho=0.6, sigma=0.3, draft_beta=100.479, draft_sigma=0.03669,
-                         draft_token_noise=0.22017, seed=2),
-    # Fitted to the first shipped model (weights/, V = 512) by the fit below (`relaxspec mini ambiguity
-    # --fit`); `mini` above is its earlier two-figure fit at V = 16384, kept for the results that use it.
-    "mini-fit": LatentParams(vocab_size=512, codebook="clustered", n_clusters=512, cluster_spread=0.08,
-                             prior_scale=0.3, beta=27.936, rho=0.8311, sigma=0.3, draft_beta=23.561,
-                             draft_sigma=0.07747, draft_token_noise=0.46479, beta_spread=1.1284,
-                             draft_drift=0.073, seed=2),
-    "mini-fit-draft-gpt": LatentParams(vocab_size=512, codebook="clustered", n_clusters=512,
-                                       cluster_spread=0.08, prior_scale=0.3, beta=27.936, rho=0.8311,
-                                       sigma=0.3, draft_beta=20.196, draft_sigma=0.09271,
-                                       draft_token_noise=0.55625, beta_spread=1.1284, seed=2),
-    "mini-fit-greedy": LatentParams(vocab_size=512, codebook="clustered", n_clusters=512, cluster_spread=0.08,
-                                    prior_scale=0.3, beta=31.225, rho=0.9499, sigma=0.3, draft_beta=27.137,
-                                    draft_sigma=0.06316, draft_token_noise=0.37896, beta_spread=0.6216,
-                                    draft_drift=0.0564, seed=2),
-    # Fitted to the shipped `ambiguous` model (weights/ambiguous, V = 8192) by `relaxspec mini --weights
-    # weights/ambiguous ambiguity --fit` (mini/calibration.py: top-1's mean, spread and persistence; each
-    # drafter's ranked acceptance, flatness and, for the EAGLE head, its drift below the root), one world
-    # per drafter and one along greedy paths; docs/mini_model.md has the figures of each.
-    "mini-ambiguous": LatentParams(vocab_size=8192, codebook="clustered", n_clusters=512, cluster_spread=0.08,
-                                   prior_scale=0.3, beta=38.101, rho=0.9499, sigma=0.3, draft_beta=23.79,
-                                   draft_sigma=0.08005, draft_token_noise=0.48032, beta_spread=1.1567,
-                                   draft_drift=0.06323, seed=2),
-    "mini-ambiguous-draft-gpt": LatentParams(vocab_size=8192, codebook="clustered", n_clusters=512,
-                                             cluster_spread=0.08, prior_scale=0.3, beta=38.101, rho=0.9499,
-                                             sigma=0.3, draft_beta=17.568, draft_sigma=0.09393,
-                                             draft_token_noise=0.56358, beta_spread=1.1567, seed=2),
-    # the same fit along the model's greedy paths (one per class), for greedy decoding (rule r3)
-    "mini-ambiguous-greedy": LatentParams(vocab_size=8192, codebook="clustered", n_clusters=512,
-                                          cluster_spread=0.08, prior_scale=0.3, beta=45.944, rho=0.8135,
-                                          sigma=0.3, draft_beta=30.808, draft_sigma=0.05906,
-                                          draft_token_noise=0.35435, beta_spread=0.9907, draft_drift=0.05396,
-                                          seed=2),
-}
-
-
-def _cache_dir() -> Path:
-    return Path(os.environ.get("RELAXSPEC_CACHE", Path.home() / ".cache" / "relaxspec"))
+# The kernels evaluate logits in float32 (simulate.world_kernels): a logit of magnitude L carries a
+# rounding error of about d L 2**-24 nats, and the float32 exp fails (NaN rows) once that error passes
+# ~88. A temperature is refused when the world's logits could exceed 2**20 (errors under 1/16 nat per
+# code dimension), far below that; such a row is a point mass anyway (greedy: temperature 0, rule r3).
+MAX_KERNEL_LOGIT = 2.0**20
 
 
 class World:
@@ -247,31 +141,38 @@ class LatentWorld(World):
         return hashlib.sha256(np.ascontiguousarray(self.codebook).tobytes()).hexdigest()
 
     def neighbours(self, k: int) -> np.ndarray:
-        """Neighbour table of the codebook with ``min(k, V - 1)`` columns (cached on disk)."""
+        """Neighbour table of the codebook with ``min(k, V - 1)`` columns (cached on disk, checked on
+        reading: :mod:`simulate.neighbour_cache`)."""
         k = min(int(k), self.vocab_size - 1)
         for width, table in self._tables.items():
             if width >= k:
                 return table
         width = max(k, min(1024, self.vocab_size - 1))
-        path = _cache_dir() / f"neighbours-{self.codebook_sha256[:16]}-{width}.npy"
-        table = None
-        if path.exists():
-            try:
-                table = np.load(path, allow_pickle=False)
-            except (OSError, ValueError):
-                table = None
-        if table is None or table.shape != (self.vocab_size, width):
-            table = neighbour_table(self.codebook, k_max=width)
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                with open(tmp, "wb") as f:
-                    np.save(f, table, allow_pickle=False)
-                os.replace(tmp, path)
-            except OSError:
-                pass  # a read-only home: recompute next time
+        table = cached_neighbours(self.codebook, self.codebook_sha256, width)
         self._tables[width] = table
         return table
+
+    @property
+    def min_temperature(self) -> float:
+        """The smallest temperature the kernels take: the world's logits (``beta(z) <E_x, z> + b_x``,
+        ``|beta(z)| <= beta exp(beta_spread)``, unit codes and states) stay within ``MAX_KERNEL_LOGIT``."""
+        p = self.params
+        scale = max(p.beta, p.draft_beta) * math.exp(p.beta_spread)
+        bias = max(float(np.abs(self.prior).max()), float(np.abs(self.draft_prior).max()))
+        return (scale + bias) / MAX_KERNEL_LOGIT
+
+    def check_temperature(self, temperature: float) -> float:
+        """``temperature`` as a float, else a ``ValueError``: not finite and > 0, or below
+        :attr:`min_temperature` (the float32 kernels' logits would overflow)."""
+        if not (np.isfinite(temperature) and temperature > 0):
+            raise ValueError(f"temperature must be finite and > 0 (greedy decoding is rule r3), "
+                             f"got {temperature!r}")
+        if temperature < self.min_temperature:
+            raise ValueError(f"temperature {temperature:g} is too small for world {self.name!r}: its logits "
+                             f"would exceed {MAX_KERNEL_LOGIT:.0f} (2**20) in magnitude, the float32 "
+                             f"kernels' bound; the smallest it takes is {self.min_temperature:.3g} (for "
+                             "greedy decoding use rule r3)")
+        return float(temperature)
 
     def embedding(self) -> np.ndarray:
         """The codebook (unit rows, float64 (V, d)): GSD's embedding table in this world (the world has no
@@ -281,6 +182,7 @@ class LatentWorld(World):
     def kernel_world(self, temperature: float) -> tuple:
         key = float(temperature)
         if key not in self._kernel_worlds:
+            self.check_temperature(temperature)
             p = self.params
             b = pad_bias(self.prior / temperature)
             bq = pad_bias(self.draft_prior / temperature)
@@ -359,12 +261,13 @@ class StationaryWorld(World):
 
     @staticmethod
     def _tempered(p: np.ndarray, temperature: float) -> np.ndarray:
+        """p^(1/T), normalised: ``theory.logits_to_probs`` of log p (which refuses a temperature whose
+        logits overflow)."""
         if temperature == 1.0:
             return p
         with np.errstate(divide="ignore"):
-            logp = np.log(p) / temperature
-        e = np.exp(logp - logp.max())
-        return e / e.sum()
+            logp = np.log(p)
+        return logits_to_probs(logp, temperature=temperature)
 
     def kernel_world(self, temperature: float) -> tuple:
         dummy = np.zeros((1, 1))
@@ -492,17 +395,35 @@ def world_stats(world: LatentWorld | StationaryWorld | TraceWorld, *, n_sequence
     return WorldStats(float(top1), float(ent), float(top10), float(np.mean(acc)), len(stats))
 
 
+def check_world_settings(name: str, overrides: dict, temperatures: list[float], widths: dict[str, int]
+                         ) -> None:
+    """Check a sweep's settings against preset ``name`` with ``overrides`` before anything is built:
+    every temperature (:meth:`LatentWorld.check_temperature`) and every neighbour width (``widths``: spec
+    -> k, each at most V - 1). Builds the world's codebook and priors, not its neighbour table."""
+    world = LatentWorld.preset(name, **overrides)
+    for spec, k in widths.items():
+        check_neighbour_count(k, world.vocab_size, spec)
+    for t in temperatures:
+        world.check_temperature(t)
+
+
 def make_world(name: str, **overrides) -> LatentWorld:
     """A preset world by name (``confident`` or ``ambiguous``)."""
     return LatentWorld.preset(name, **overrides)
 
 
 __all__ = [
+    "CODEBOOKS",
+    "MAX_CODEBOOK_ENTRIES",
+    "MAX_DIM",
+    "MAX_KERNEL_LOGIT",
+    "MAX_VOCAB_SIZE",
     "LatentParams",
     "LatentWorld",
     "PRESETS",
     "StationaryWorld",
     "TraceWorld",
+    "check_world_settings",
     "World",
     "WorldStats",
     "ambiguity",

@@ -196,3 +196,64 @@ def test_benchmark_without_cuda_says_so(capsys) -> None:
         pytest.skip("a GPU is present: the benchmark measures instead")
     assert bench.main(["--no-cpu"]) == 0
     assert "no CUDA device" in capsys.readouterr().out
+
+
+def _chunk_arrays(chunk: Path) -> dict[str, np.ndarray]:
+    with np.load(chunk) as z:
+        return {k: z[k] for k in z.files}
+
+
+def test_an_empty_chunk_is_named(tmp_path, capsys) -> None:
+    """Issue 26 item 11: a chunk holding no steps gave an IndexError traceback."""
+    write_trace(tmp_path / "t")
+    data = _chunk_arrays(tmp_path / "t" / "chunk-000000.npz")
+    empty = {k: v[:0] for k, v in data.items()}
+    np.savez(tmp_path / "t" / "chunk-000001.npz", **empty)
+    for argv in (["replay", str(tmp_path / "t")], ["rescore", str(tmp_path / "t"), "--rule", "r1"]):
+        assert main(argv) == 2
+        assert f"trace chunk {tmp_path / 't' / 'chunk-000001.npz'} holds no steps" in one_error_line(capsys)
+
+
+def test_a_trace_without_chunks_fails_replay(tmp_path, capsys) -> None:
+    """Issue 26 item 11: "0 steps replayed, 0 mismatches" and exit 0."""
+    write_trace(tmp_path / "t", steps=0)
+    assert not list((tmp_path / "t").glob("chunk-*"))
+    for argv in (["replay", str(tmp_path / "t"), "--require-simulate"], ["replay", str(tmp_path / "t")],
+                 ["rescore", str(tmp_path / "t"), "--rule", "r1"]):
+        assert main(argv) == 2
+        assert f"trace {tmp_path / 't'} holds no steps" in one_error_line(capsys)
+
+
+def test_a_path_that_is_not_a_parent_chain_is_refused_by_replay_and_rescore(tmp_path, capsys) -> None:
+    """Issue 26 item 11: rescore accepted a recorded path that replay rejects; one shared check now."""
+    write_trace(tmp_path / "t")
+    chunk = tmp_path / "t" / "chunk-000000.npz"
+    data = _chunk_arrays(chunk)
+    # step 1's path becomes 0 -> 2 -> 3, but node 3's parent is node 1 (parents -1, 0, 0, 1)
+    ends = np.cumsum(data["path_len"])
+    paths = [data["path"][e - n:e] for e, n in zip(ends, data["path_len"], strict=True)]
+    paths[1] = np.array([0, 2, 3], dtype=data["path"].dtype)
+    data["path"], data["path_len"] = np.concatenate(paths), np.array([p.size for p in paths])
+    np.savez(chunk, **data)
+    for argv in (["replay", str(tmp_path / "t")], ["rescore", str(tmp_path / "t"), "--rule", "r1"]):
+        assert main(argv) == 2
+        line = one_error_line(capsys)
+        assert f"{chunk}: step (sequence 0, position 1): path [0, 2, 3] is not a chain" in line, line
+
+
+@pytest.mark.parametrize("field, value", [("vocab_size", "512"), ("vocab_size", 12.0), ("rule", 1),
+                                          ("relax", None), ("extra", []), ("logits_dtype", 16),
+                                          ("checkpoint_sha256", 0), ("version", "1")])
+def test_header_field_types_are_checked(tmp_path, capsys, field: str, value) -> None:
+    """Issue 26 item 13: ``"vocab_size": "512"`` gave "'<' not supported between ..."."""
+    import json
+
+    write_trace(tmp_path / "t")
+    head = tmp_path / "t" / "header.json"
+    d = json.loads(head.read_text())
+    d[field] = value
+    head.write_text(json.dumps(d))
+    for argv in (["replay", str(tmp_path / "t")], ["rescore", str(tmp_path / "t"), "--rule", "r1"]):
+        assert main(argv) == 2
+        line = one_error_line(capsys)
+        assert f"{head}: " in line and field in line, line

@@ -168,3 +168,14 @@ def test_theory_total_variation():
         total_variation(np.array([0.5, 0.5]), np.array([0.5, 0.6]))
     with pytest.raises(ValueError, match="NaN"):
         total_variation(np.array([np.nan, 1.0]), np.array([0.5, 0.5]))
+
+
+@pytest.mark.parametrize("z, t", [([1.0, 2.0], 1e-310), ([-1.0, -2.0], 1e-310), ([0.0, 3.0], 1e-308),
+                                  ([1e300, 0.0], 1e-10)])
+def test_theory_logits_to_probs_refuses_a_temperature_whose_logits_overflow(z, t):
+    """Issue 26 item 9: logits / temperature overflowing float64 gave all-NaN rows."""
+    with pytest.raises(ValueError, match=f"temperature {t!r} is too small for these logits"):
+        logits_to_probs(np.array(z), temperature=t)
+    # -inf (masked) logits do not count as overflow; a tiny temperature that does not overflow is fine
+    np.testing.assert_array_equal(logits_to_probs(np.array([-np.inf, 1.0, 0.0]), temperature=1e-300),
+                                  [0.0, 1.0, 0.0])

@@ -297,3 +297,17 @@ def test_theory_r1_exhausted_residual_is_decided_on_the_residual():
                              neighbours=nb, variant="official")
         counts[i if i >= 0 else 2 + tok] += 1
     assert_counts_match(counts, probs)
+
+
+@pytest.mark.parametrize("w, u, match", [
+    ([0.2, np.nan, 0.5], 0.3, "NaN or infinite"),
+    ([0.2, np.inf, 0.5], 0.3, "NaN or infinite"),
+    ([0.2, -0.1, 0.5], 0.3, "negative"),
+    ([0.2, 0.3, 0.5], 1.0, r"uniform in \[0, 1\)"),
+    ([0.2, 0.3, 0.5], float("nan"), r"uniform in \[0, 1\)"),
+    ([0.2, 0.3, 0.5], -0.5, r"uniform in \[0, 1\)"),
+])
+def test_theory_draw_token_refuses_bad_weights(w, u, match):
+    """Issue 26 item 12: NaN weights were drawn from silently."""
+    with pytest.raises(ValueError, match=match):
+        draw_token(np.array(w), u)

@@ -82,7 +82,8 @@ def logits_to_probs(
     prefix's mass equals ``top_p``. Masses within ``TOP_P_TOL`` of ``top_p``
     count as equal, so the kept set does not depend on summation order.
     Then softmax. ``temperature = 0`` gives the greedy point mass on the argmax
-    (lowest id among ties).
+    (lowest id among ties). A temperature so small that a finite logit divided
+    by it overflows float64 raises ``ValueError`` (the softmax would be NaN).
     """
     z = validate_logits(logits)
     if not np.isfinite(temperature) or temperature < 0:
@@ -96,7 +97,14 @@ def logits_to_probs(
         out = np.zeros_like(z)
         np.put_along_axis(out, np.argmax(z, axis=-1)[..., None], 1.0, axis=-1)
         return out
-    z = z / temperature
+    with np.errstate(over="raise"):  # the flag costs nothing; +-inf (masked) logits do not set it
+        try:
+            z = z / temperature
+        except FloatingPointError:
+            top = float(np.max(np.abs(z[np.isfinite(z)])))
+            raise ValueError(f"temperature {temperature!r} is too small for these logits: logits / "
+                             f"temperature overflow float64 (largest |logit| {top:g}); temperature 0 is "
+                             "greedy decoding") from None
     if top_k and top_k < vocab:
         cut = vocab - top_k  # the k-th largest value (a partition finds it without a full sort)
         kth = np.partition(z, cut, axis=-1)[..., cut:cut + 1]

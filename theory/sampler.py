@@ -23,10 +23,21 @@ def draw_token(r: np.ndarray, u: float) -> int:
     """Inverse-CDF draw from unnormalised weights ``r`` with uniform ``u``.
 
     The smallest x with cumsum[x] > u * total, where cumsum is sequential.
-    A weight vector with no mass gives floor(u * V).
+    A weight vector with no mass gives floor(u * V). The weights need not sum
+    to 1 (residuals do not), but must be finite and >= 0, and ``u`` must be in
+    [0, 1): else ``ValueError``. The checks cost one reduction on top of the
+    cumulative sum (a NaN or infinite weight shows in its total).
     """
+    if not 0.0 <= u < 1.0:  # False for NaN
+        raise ValueError(f"draw_token: u must be a uniform in [0, 1), got {u!r}")
     cum = np.add.accumulate(r, dtype=np.float64)
     total = cum[-1]
+    if not np.isfinite(total):
+        bad = int(np.flatnonzero(~np.isfinite(r))[0]) if not np.isfinite(r).all() else -1
+        raise ValueError(f"draw_token: weights have a NaN or infinite entry (index {bad}) or overflow")
+    if r.min() < 0:
+        bad = int(np.flatnonzero(r < 0)[0])
+        raise ValueError(f"draw_token: weight {r[bad]!r} at index {bad} is negative")
     if total <= 0.0:
         return min(int(u * r.shape[0]), r.shape[0] - 1)
     t = u * total
