@@ -2,7 +2,8 @@
 
     python benchmarks/frontier.py                   # worlds + shipped model (resumable, tqdm)
     python benchmarks/frontier.py --skip-shipped    # the synthetic worlds only
-    python benchmarks/frontier.py --quick           # smoke run; does not touch docs/frontier.md
+    python benchmarks/frontier.py --quick           # smoke run (2.5 min; 6.7 min with a cold Numba cache,
+                                                    # BENCHMARKS.md); does not touch docs/frontier.md
 
 The measurement lives in :mod:`relaxspec.studies.frontier` (methods, runs, table, claims, figure); this
 script runs it with the given options and writes its report between the markers of docs/frontier.md,

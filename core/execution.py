@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import socket
 import threading
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
-    from distributed import LocalCluster
+    from distributed import LocalCluster, Worker
 
 INLINE = "none"
 LOCAL = "local"
@@ -63,6 +64,46 @@ def add_scheduler_arguments(parser: argparse.ArgumentParser, default: str | None
 # Numba kernels run 2 to 3 times slower. Left unset, glibc keeps its defaults (the README's section on
 # clusters says how to unset it for workers started by hand).
 WORKER_CONFIG = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+
+
+DASK_LOGGER = "distributed"  # the logger whose stream handler prints every Dask log line
+
+
+class QuietCancellation(logging.Filter):
+    """Drops the log lines Dask writes when tasks are cancelled on purpose (Ctrl-C, another task's error, a
+    loop left early; :meth:`Executor.run` cancels what is unfinished): a worker's "Async instruction ...
+    ended with CancelledError" and the nanny's "Worker process still alive after N seconds, killing" while a
+    cluster closes under a running kernel. The command line then prints its one line alone; every other
+    Dask line, and any error, passes."""
+
+    NOISE = ("ended with CancelledError", "still alive after")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR or not any(n in record.getMessage() for n in self.NOISE)
+
+
+def quiet_cancellation(install: bool = True) -> None:
+    """Add (or remove, ``install`` False) :class:`QuietCancellation` on the handlers of Dask's logger in this
+    process (records of its child loggers reach those handlers)."""
+    for handler in logging.getLogger(DASK_LOGGER).handlers:
+        for f in [f for f in handler.filters if isinstance(f, QuietCancellation)]:
+            handler.removeFilter(f)
+        if install:
+            handler.addFilter(QuietCancellation())
+
+
+def _quiet_workers() -> object:
+    """A Dask worker plugin that runs :func:`quiet_cancellation` in each worker process (built here, so
+    that this module imports Dask only when a cluster is used)."""
+    from distributed import WorkerPlugin
+
+    class QuietWorkers(WorkerPlugin):
+        name = "relaxspec-quiet-cancellation"
+
+        def setup(self, worker: Worker) -> None:
+            quiet_cancellation()
+
+    return QuietWorkers()
 
 
 def local_cluster(workers: int, **config: object) -> LocalCluster:
@@ -207,6 +248,8 @@ class Executor:
         if self.scheduler == LOCAL:
             self._cluster = local_cluster(self.workers or usable_cores())
             self.client = Client(self._cluster, set_as_default=False)
+            quiet_cancellation()  # this process runs the scheduler and the nannies
+            self.client.register_plugin(_quiet_workers())
             return
         check_reachable(self.scheduler, self.connect_timeout)
         self.client = Client(self.scheduler, timeout=self.connect_timeout, set_as_default=False)
@@ -218,6 +261,7 @@ class Executor:
             client.close()
         if cluster is not None:
             cluster.close()
+            quiet_cancellation(install=False)
 
     @property
     def dashboard_link(self) -> str | None:

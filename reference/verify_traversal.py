@@ -144,13 +144,8 @@ def _raise_undrawable(tree: Tree, q_host: np.ndarray) -> None:
 # ------------------------------------------------------------------ the budgeted stage, batched over rows
 def proximity_masses(r: torch.Tensor, nb: torch.Tensor) -> torch.Tensor:
     """eps(x) of every token x for each row of ``r`` (m, V): ``theory.budget.proximity_masses``, the
-    running sum of r over x's first k neighbours ``nb`` (V, k) stopped before it exceeds 1."""
-    if nb.shape[1] == 0:
-        return torch.zeros_like(r)
-    cum = torch.cumsum(r[:, nb], dim=-1)  # (m, V, k); a running sum of non-negatives never decreases
-    J = (cum <= 1.0).sum(dim=-1)
-    last = cum.gather(-1, (J - 1).clamp(min=0).unsqueeze(-1)).squeeze(-1)
-    return torch.where(J > 0, last, torch.zeros((), dtype=r.dtype, device=r.device))
+    sequential sum of r over all of x's k neighbours ``nb`` (V, k), uncapped (rounding may lift it past 1)."""
+    return seqsum(r[:, nb])
 
 
 def budget_scales(gap: torch.Tensor, slope: torch.Tensor, support: torch.Tensor,

@@ -18,7 +18,8 @@
   ``costaware``; ``mc_sim_7b_63``) share a colour with a sibling and are
   dashed; chains are grey and dashed. The official variants keep their method's colour with dashed lines
   and open markers; rule R2 dash-dots, R3 dots (official R2: dash-dot-dot).
-  Methods added later register with :func:`register_method`.
+  Methods added later register with :func:`register_method`. A boosted run (GSD, Cool-SD, the budget)
+  is drawn in its boost's colour and marker with its tree's line style (:func:`method_style`'s ``boost``).
 - Legends go outside the axes (:func:`figure_legend`), so they cover no data;
   depths of a run are drawn one way (:func:`depth_bars`).
 
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from core.trees.spec import tree_kind
+from theory.boost import Boost
 from theory.relax import Relax
 
 COLUMN_WIDTH = 3.3  # inches: one column of a two-column paper
@@ -178,13 +180,44 @@ def relax_label(relax: Relax | str, *, show_k: bool = False) -> str:
     return f"{METHODS['lantern++'].label} λ={r.lam:g}{k}"
 
 
+# A boost's family (theory.boost.Boost.kind) -> its METHODS key (rule r4's budget has its own) and the short
+# name its label starts with.
+_BOOST_KEYS = {"group": "gsd", "depth": "cool-sd", "budget": "budget"}
+_BOOST_NAMES = {"group": "GSD", "depth": "Cool-SD", "budget": "budget"}
+
+
+def boost_key(boost: Boost | str, rule: str = "r2") -> str | None:
+    """The METHODS key of a boost (``gsd``, ``cool-sd``, ``budget`` or ``budget-r4``), None for no boost."""
+    b = Boost.parse(boost) if isinstance(boost, str) else boost
+    if b.is_none:
+        return None
+    key = _BOOST_KEYS[b.kind]
+    return f"{key}-r4" if f"{key}-r4" in METHODS and rule == "r4" else key
+
+
+def boost_label(boost: Boost | str) -> str:
+    """``GSD G=10,tau=0.3,dist=1``, ``Cool-SD omega=2.5/1.5``, ``budget delta=0.05,k=8``: the family and
+    every parameter of the canonical spec, so two boosts never share a label; ``""`` for no boost."""
+    b = Boost.parse(boost) if isinstance(boost, str) else boost
+    return "" if b.is_none else f"{_BOOST_NAMES[b.kind]} {str(b).partition(':')[2]}"
+
+
 def method_style(method: object, *, variant: str = "principled", rule: str = "r1",
-                 label: str | None = None) -> MethodStyle:
+                 label: str | None = None, boost: Boost | str = "none") -> MethodStyle:
     """The style of ``method`` (a relaxation's label carries its parameter).
 
     ``variant="official"`` draws dashed with open markers; ``rule`` r2 / r3
-    changes the line style and tags the label. ``label`` replaces the label.
+    changes the line style and tags the label. A ``boost`` (a spec or
+    ``theory.boost.Boost``) takes its method's colour and marker (:func:`boost_key`)
+    and adds `` + `` :func:`boost_label`; the line style stays the tree's and rule's.
+    ``label`` replaces the label.
     """
+    key = boost_key(boost, rule)
+    if key is not None:
+        style = method_style(method, variant=variant, rule=rule)
+        style = replace(style, label=f"{style.label} + {boost_label(boost)}", color=METHODS[key].color,
+                        marker=METHODS[key].marker)
+        return style if label is None else replace(style, label=label)
     key = method_key(method)
     base = METHODS.get(key, replace(UNKNOWN, label=key))
     text = base.label

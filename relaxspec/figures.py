@@ -12,8 +12,10 @@ method, legends outside the axes).
    per tree and family, sorted by the TV bound.
 
 Every varying column has a place: world and temperature are facets (a
-column of panels each; a row each beyond two facets), tree, rule and variant the line's style
-(:func:`relaxspec.figstyle.method_style`), delta and lam the x axis; k,
+column of panels each; a row each beyond two facets), tree, rule, variant and boost the line's style
+(:func:`relaxspec.figstyle.method_style`; a boosted run, relax ``none``, is a series of its own: a point
+at the exact x of ``tokens_vs_relaxation``, at its TV bound in ``tradeoff``, a bar of its own in
+``depth``), delta and lam the x axis; k,
 n_sequences, seq_len and seed, where they vary, the line's label and a
 shade of its colour. Rows a figure does not draw are named in notes
 (:func:`render`). Each figure is first computed as data (:func:`plan`:
@@ -39,6 +41,8 @@ from relaxspec.figstyle import (
     FULL_WIDTH,
     METHODS,
     MethodStyle,
+    boost_key,
+    boost_label,
     depth_bars,
     figure_legend,
     method_key,
@@ -78,8 +82,15 @@ FAMILIES = (
 )
 
 
+def boost_of(row: dict) -> str:
+    """A row's ``boost`` column (``none`` where it has none: a file from before boosts, a synthetic row)."""
+    b = row.get("boost")
+    return "none" if b is None or b == "" or (isinstance(b, float) and np.isnan(b)) else str(b)
+
+
 class LineKey(NamedTuple):
-    """What one line is drawn for (within a facet): a tree, rule, variant and run size; ``k`` or None."""
+    """What one line is drawn for (within a facet): a tree, rule, variant and run size; ``k`` or None; the
+    boost (a boosted run is a series of its own, never the unboosted run's line)."""
 
     tree: str
     rule: str
@@ -88,12 +99,13 @@ class LineKey(NamedTuple):
     seq_len: float
     seed: float
     k: float | None = None
+    boost: str = "none"
 
     @classmethod
     def of(cls, row: dict, k: bool = False) -> LineKey:
         """The key of ``row`` (with its k when ``k``)."""
         return cls(row["tree"], row["rule"], row["variant"], row["n_sequences"], row["seq_len"], row["seed"],
-                   row["k"] if k else None)
+                   row["k"] if k else None, boost_of(row))
 
 
 @dataclass(frozen=True)
@@ -170,11 +182,11 @@ def _labels(keys: list[LineKey], varying: list[str]) -> dict[LineKey, str]:
     """Method label (figstyle), the tree spec where one method has several, the varying extras."""
     specs: dict[tuple, set[str]] = {}
     for key in keys:
-        specs.setdefault((method_key(key.tree), key.rule, key.variant), set()).add(key.tree)
+        specs.setdefault((method_key(key.tree), key.rule, key.variant, key.boost), set()).add(key.tree)
     out = {}
     for key in keys:
-        label = method_style(key.tree, variant=key.variant, rule=key.rule).label
-        if len(specs[method_key(key.tree), key.rule, key.variant]) > 1:
+        label = method_style(key.tree, variant=key.variant, rule=key.rule, boost=key.boost).label
+        if len(specs[method_key(key.tree), key.rule, key.variant, key.boost]) > 1:
             label += f" [{key.tree}]"
         extras = [f"{c}={getattr(key, c):g}" for c in varying if getattr(key, c) is not None]
         out[key] = ", ".join([label, *extras])
@@ -186,8 +198,8 @@ def line_styles(keys: Iterable[LineKey]) -> dict[LineKey, MethodStyle]:
     shades of the colour (darkest first)."""
     keys = list(dict.fromkeys(keys))
     labels = _labels(keys, _varying(keys))
-    styles = {key: replace(method_style(key.tree, variant=key.variant, rule=key.rule), label=labels[key])
-              for key in keys}
+    styles = {key: method_style(key.tree, variant=key.variant, rule=key.rule, boost=key.boost,
+                                label=labels[key]) for key in keys}
     looks: dict[tuple, list[LineKey]] = {}
     for key, st in styles.items():
         looks.setdefault((st.color, st.marker, st.linestyle, st.fillstyle), []).append(key)
@@ -295,19 +307,25 @@ def _line_figure(name: str, s: _Setting, sel: Callable[[dict], bool], x: Callabl
 
 
 def _depth_figure(s: _Setting) -> FigureData:
-    """Tree and accepted depth of the same runs: the exact and the most relaxed of each family, per tree."""
+    """Tree and accepted depth of the same runs, per tree: the exact run, each boosted run and the most
+    relaxed run of each family."""
     rows = [r for facet in s.by_facet for r in facet]
-    keys = list(dict.fromkeys(map(LineKey.of, rows)))
+    keys = list(dict.fromkeys(LineKey.of(r)._replace(boost="none") for r in rows))  # categories: no boost
     labels = _labels(keys, [c for c in _varying(keys) if c != "k"])
-    picked: dict[str, list[list[dict | None]]] = {"exact": []}
+    boosts = list(dict.fromkeys(b for b in map(boost_of, rows) if b != "none"))
+    families = [f for f in s.families if any(r["relax"] == f.kind for r in rows)]  # no empty bars
+    picked: dict[str, list[list[dict | None]]] = {"exact": [], **{b: [] for b in boosts}}
     for sel in s.by_facet:
         exact = _exact_rows(sel)
-        picked["exact"].append([exact.get(k) for k in keys])
-        for fam in s.families:
+        for b in ("exact", *boosts):  # each boost: a bar of its own beside the exact run's
+            picked[b].append([exact.get(k._replace(boost="none" if b == "exact" else b)) for k in keys])
+        for fam in families:
             runs = [[r for r in sel if r["relax"] == fam.kind and LineKey.of(r) == k] for k in keys]
             picked.setdefault(fam.kind, []).append([_most_relaxed(rs, fam) for rs in runs])
     styles = {"exact": METHODS["exact"]}
-    for fam in s.families:
+    for b in boosts:
+        styles[b] = replace(METHODS[boost_key(b)], label=boost_label(b))
+    for fam in families:
         chosen = [r for facet in picked[fam.kind] for r in facet if r]
         label = (relax_label(_relax_of(chosen[0]), show_k=s.k_varies)
                  if chosen and len({(r[fam.param], r["k"]) for r in chosen}) == 1
@@ -318,9 +336,10 @@ def _depth_figure(s: _Setting) -> FigureData:
               for j, title in enumerate(s.titles)]
     drawn = {id(r) for per_facet in picked.values() for facet in per_facet for r in facet if r}
     left = sum(id(r) not in drawn for r in rows)
-    notes = (f"depth: {left} of {len(rows)} rows not drawn: it shows the exact run and the most relaxed run "
-             f"of each family (largest {', '.join(f.symbol for f in s.families)}, then largest k) per tree; "
-             "tokens_vs_relaxation draws them all",) if left else ()
+    largest = ", ".join(f.symbol for f in families)
+    notes = (f"depth: {left} of {len(rows)} rows not drawn: it shows the exact and boosted runs and the most "
+             f"relaxed run of each family (largest {largest}, then largest k) per tree; tokens_vs_relaxation "
+             "draws them all",) if left else ()
     return FigureData("depth", _wrap(panels, min(2, len(panels))), notes, row_height=2.4,
                       legend_title=DEPTH_LEGEND)
 

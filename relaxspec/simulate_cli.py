@@ -90,10 +90,22 @@ def _trace_acceptance(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compile_notice() -> None:
+    """Say on stderr, in one line, that a cold cache's kernels are being compiled (minutes, once)."""
+    import sys
+
+    from simulate.kernel_cache import compile_notice
+
+    notice = compile_notice()
+    if notice:
+        print(f"relaxspec: note: {notice}", file=sys.stderr)
+
+
 def _simulate(args: argparse.Namespace) -> int:
     from relaxspec.sweep import SweepConfig, run_sweep
 
     cfg = SweepConfig.load(args.config)
+    _compile_notice()
     rows = run_sweep(cfg, args.out, progress=not args.no_progress, scheduler=args.scheduler,
                      workers=args.workers)
     print(f"{len(rows)} new rows in {args.out}")
@@ -125,6 +137,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     if args.model not in MODEL_DIRS:
         raise ValueError(f"--model must be one of {', '.join(MODEL_DIRS)}, got {args.model!r}")
+    _compile_notice()
     return main(args.out, threads=args.threads, model=args.model)
 
 

@@ -397,16 +397,17 @@ def budget_scale_kernel(g, c, remaining, t):
 @njit(cache=True, error_model="numpy")
 def budget_stage_kernel(r, qp, alpha, remaining, table, eps, g, c, t):
     """``theory.budget.budget_stage`` on residual target ``r``, draft residual ``qp``, path weight
-    ``alpha`` and ``remaining`` budget: fills ``eps[x]`` (x's proximity mass: the merge of its
-    ``table.shape[1]`` nearest neighbours, ``theory.budget.proximity_masses``) for every x with
+    ``alpha`` and ``remaining`` budget: fills ``eps[x]`` (x's proximity mass: the uncapped sequential sum
+    over its ``table.shape[1]`` nearest neighbours, ``theory.budget.proximity_masses``) for every x with
     ``qp[x] > 0`` and returns (scale s, the stage's charge Delta(s), summed in token order). ``g``, ``c``,
     ``t``: float64[V] scratch. A token's boosted ratio is then :func:`budget_ratio_kernel`."""
     V = r.shape[0]
-    k = table.shape[1]
     n = 0
     for x in range(V):
         if qp[x] > 0.0:
-            _, e = merge_count_row_kernel(r, 1.0, x, table, 1, k, 1.0)  # additive, cap 1: J = k
+            e = 0.0
+            for j in range(table.shape[1]):  # all k, no cap: rounding may lift the sum past 1
+                e += r[table[x, j]]
             eps[x] = e
             gap = max(qp[x] - alpha * r[x], 0.0)
             slope = alpha * e

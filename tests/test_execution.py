@@ -321,3 +321,51 @@ def test_mini_images_on_a_cluster_are_the_serial_images(tmp_path, monkeypatch) -
 
     got = sorted(records, key=lambda r: r["index"])
     assert [same(r) for r in got[:3]] == [same(r) for r in serial]
+
+
+# ------------------------------------------------------------------ Ctrl-C: one line, no Dask noise
+def test_dask_cancellation_noise_is_filtered() -> None:
+    """The log lines Dask writes when tasks are cancelled on purpose (a worker's "... ended with
+    CancelledError", the nanny's "still alive ..., killing" while closing) are dropped; others pass."""
+    import logging
+
+    from core.execution import QuietCancellation
+
+    def record(name: str, level: int, msg: str) -> logging.LogRecord:
+        return logging.LogRecord(name, level, __file__, 1, msg, None, None)
+
+    quiet = QuietCancellation()
+    assert not quiet.filter(record("distributed.worker.state_machine", logging.WARNING,
+                                   "Async instruction for <Task cancelled name=\"execute('x')\"> ended with "
+                                   "CancelledError"))
+    assert not quiet.filter(record("distributed.nanny", logging.WARNING,
+                                   "Worker process still alive after 4.0 seconds, killing"))
+    assert quiet.filter(record("distributed.worker", logging.WARNING, "Worker is at 85% memory usage"))
+    assert quiet.filter(record("distributed.worker.state_machine", logging.ERROR,
+                               "ended with CancelledError"))
+
+
+INTERRUPTED = """
+import sys, time
+from core.execution import Executor
+
+def task(seconds):
+    time.sleep(seconds)
+    return seconds
+
+try:
+    with Executor("local", workers=2) as ex:
+        for i, r in ex.run(task, [(0.0,), (30.0,)]):
+            raise KeyboardInterrupt  # Ctrl-C while the second task runs
+except KeyboardInterrupt:
+    print("relaxspec: interrupted", file=sys.stderr)
+"""
+
+
+def test_an_interrupted_local_run_prints_no_dask_cancellation_noise() -> None:
+    """Leaving a local cluster's run by Ctrl-C cancels the running task and closes the cluster: stderr holds
+    our one line only, not Dask's CancelledError and nanny warnings (issue 26 item 17)."""
+    done = subprocess.run([sys.executable, "-c", INTERRUPTED], cwd=ROOT, capture_output=True, text=True,
+                          timeout=WAIT_S, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines() == ["relaxspec: interrupted"], done.stderr

@@ -12,6 +12,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from theory_strategies import ROUNDING_NB, ROUNDING_P, ROUNDING_Q, full_neighbourhoods
 
 from reference.verify_ops import HostLink
 from reference.verify_traversal import (
@@ -19,6 +20,7 @@ from reference.verify_traversal import (
     budget_scales,
     budget_stages,
     edge_ratios,
+    proximity_masses,
     traversal_step,
 )
 from relaxspec.testing.strategies import codebooks, neighbour_tables, uniforms
@@ -30,6 +32,7 @@ from theory.budget import (
     check_budget,
     sample_budget_r2_step,
 )
+from theory.budget import proximity_masses as theory_proximity_masses
 from theory.jacobi_sampler import node_uniforms, window_tree
 from theory.neighbours import neighbour_table
 from theory.rule_step import sample_window_step
@@ -363,6 +366,31 @@ def test_reference_budget_stages_equal_theory(data, V, seed):
     assert np.array_equal(got.ratio[0].numpy()[want.tokens], want.ratio)
     assert np.array_equal(got.accept[0].numpy()[want.tokens], want.accept)
     assert got.charge.item() == want.charge
+
+
+def test_reference_budget_sums_all_k_neighbours():
+    """Issue 26 item 19's hand case: eps(0) = 0.34 + 0.56 + 0.10 > 1.0 (rounding) is all of it, as in
+    theory, and one draft of token 0 with delta = 1 is accepted by a uniform of 0.98 (surely)."""
+    boost = Boost.budget(1.0, 3)
+    eps = proximity_masses(tensor(ROUNDING_P[None]), table(ROUNDING_NB))[0].numpy()
+    assert eps.tolist() == theory_proximity_masses(ROUNDING_P, np.arange(4), ROUNDING_NB, boost).tolist()
+    assert eps[0] > 1.0
+    tree = Tree(np.array([-1, 0]), np.array([0, 0]))
+    P, Q = np.tile(ROUNDING_P, (2, 1)), np.tile(ROUNDING_Q, (2, 1))
+    ua, ud = np.array([0.5, 0.98]), np.array([0.5, 0.5])
+    assert device_budget_r2(tree, P, Q, ua, ud, boost, ROUNDING_NB) == \
+        theory_budget_r2(tree, P, Q, ua, ud, boost, ROUNDING_NB) == ([0, 1], 2)
+
+
+@settings(max_examples=100, deadline=None)
+@given(case=full_neighbourhoods(max_v=24))
+def test_reference_proximity_masses_equal_theory_past_one(case):
+    """x's V - 1 neighbours carry all of p (their sum 1 up to rounding, often just above): the batched
+    eps is theory's bit for bit, for every token."""
+    p, _, nb, _ = case
+    boost = Boost.budget(1.0, p.size - 1)
+    got = proximity_masses(tensor(p[None]), table(nb))[0].numpy()
+    assert got.tolist() == theory_proximity_masses(p, np.arange(p.size), nb, boost).tolist()
 
 
 @settings(max_examples=80, deadline=None)

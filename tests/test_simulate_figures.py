@@ -175,3 +175,37 @@ def test_plot_writes_pdf_and_png_and_the_cli_names_the_rows_not_drawn(tmp_path, 
     assert main(["plot", str(csv_path), "--out", str(tmp_path / "c")]) == 0
     err = capsys.readouterr().err
     assert "tradeoff: 5 of 6 rows not drawn" in err and "r2" in err
+
+
+GSD, BUDGET = "gsd:G=10,tau=0.3,dist=1", "budget:delta=0.05,k=8"
+
+
+def boosted_rows() -> list[dict]:
+    """Issue 26 item 15: one tree and rule, unboosted and with two boosts (relax none on every row)."""
+    return [{**row("sequoia:57,8", rule="r4", tokens=t, tv=tv), "boost": b}
+            for b, t, tv in (("none", 6.23, 0.0), (GSD, 6.70, 0.01), (BUDGET, 8.35, 0.05))]
+
+
+def test_boosted_rows_are_series_of_their_own() -> None:
+    """Each boost is its own series, labelled with its boost and styled as its method (figstyle.METHODS:
+    GSD rose, the budget cyan), in every figure; nothing collapses onto the unboosted line."""
+    from relaxspec.figstyle import METHODS
+
+    figs, notes = figures(boosted_rows())
+    assert not notes
+    for name in ("tokens_vs_relaxation", "tradeoff"):
+        assert_sorted_and_labelled(figs[name])
+        (panel,) = panels(figs[name])
+        by_label = {ln.style.label: ln for ln in panel.lines}
+        assert {label: ln.y for label, ln in by_label.items()} == {
+            "Sequoia, r4": (6.23,), f"Sequoia, r4 + GSD {GSD[4:]}": (6.70,),
+            f"Sequoia, r4 + budget {BUDGET[7:]}": (8.35,)}
+        assert len({(ln.style.color, ln.style.marker) for ln in panel.lines}) == 3
+        assert by_label[f"Sequoia, r4 + GSD {GSD[4:]}"].style.color == METHODS["gsd"].color
+        assert by_label[f"Sequoia, r4 + budget {BUDGET[7:]}"].style.color == METHODS["budget-r4"].color
+    tradeoff = {ln.y: ln.x for ln in panels(figs["tradeoff"])[0].lines}
+    assert tradeoff == {(6.23,): (0.0,), (6.70,): (0.01,), (8.35,): (0.05,)}
+    (panel,) = panels(figs["depth"])
+    assert panel.categories == ("Sequoia, r4",)
+    assert {b.style.label: b.accepted_depth for b in panel.bars} == {
+        "exact": (5.23,), f"GSD {GSD[4:]}": (5.70,), f"budget {BUDGET[7:]}": (7.35,)}

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
+from theory_strategies import ROUNDING_NB, ROUNDING_P, ROUNDING_Q, full_neighbourhoods
 
 from core.trees import Eagle2Tree, StaticTree
 from core.trees.jacobi import JacobiWindow
@@ -114,6 +116,49 @@ def test_step_kernel_at_llamagen_size():
             got = verify_step(tree, P, ua, ud, rule="r4", relax=Relax.none(), q_dists=Q, **kw)
             want = sample_traversal_step(tree, P, Q, ua, ud, **kw)
             assert got == (list(want[0]), want[1])
+
+
+# ---------------------------------------------------------------- the budget's eps past 1 by rounding
+def _budget_step_both(p, q, nb, kids, ua, ud, rule):
+    """One budgeted step on a root with children ``kids`` (tokens): the kernel's (path, bonus) and
+    expected tokens, and theory's."""
+    n = len(kids) + 1
+    tree = Tree(np.array([-1] + [0] * len(kids)), np.array([0, *kids]))
+    P, Q = np.tile(p, (n, 1)), np.tile(q, (n, 1))
+    boost = Boost.budget(1.0, nb.shape[1])
+    got = verify_step(tree, P, ua, ud, rule=rule, relax=Relax.none(), q_dists=Q, boost=boost, neighbours=nb)
+    e = step_expectation(tree, P, rule=rule, q_dists=Q, boost=boost, neighbours=nb)
+    if rule == "r4":
+        want = sample_traversal_step(tree, P, Q, ua, ud, boost=boost, neighbours=nb)
+        tokens = traversal_ends(tree, P, Q, boost=boost, neighbours=nb).tokens
+    else:
+        want = sample_budget_r2_step(tree, P, Q, ua, ud, boost=boost, neighbours=nb)
+        ends, _ = budget_r2_step_ends(tree, P, Q, boost=boost, neighbours=nb)
+        tokens = sum(x.prob * (tree.depths[x.node] + 1) for x in ends)
+    return (got, e.tokens), ((list(want[0]), want[1]), tokens)
+
+
+@pytest.mark.parametrize("rule", ["r2", "r4"])
+def test_budget_kernel_sums_all_k_neighbours(rule):
+    """Issue 26 item 19's hand case: token 0's three neighbours carry 0.34 + 0.56 + 0.10 > 1.0 (rounding);
+    eps(0) is all of it, so with delta = 1 one draft of token 0 is accepted surely (not with 0.96): a
+    uniform of 0.98 accepts, in the kernel as in theory, and the step emits 2 tokens for sure."""
+    got, want = _budget_step_both(ROUNDING_P, ROUNDING_Q, ROUNDING_NB, [0], np.array([0.5, 0.98]),
+                                  np.array([0.5, 0.5]), rule)
+    assert got[0] == want[0] == ([0, 1], got[0][1])
+    assert got[1] == pytest.approx(2.0, abs=1e-12) and abs(got[1] - want[1]) <= 1e-12
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=full_neighbourhoods(), u=st.lists(st.floats(0.0, 1.0, exclude_max=True), min_size=6, max_size=6),
+       rule=st.sampled_from(["r2", "r4"]), m=st.integers(1, 2))
+def test_budget_kernel_matches_theory_where_rounding_lifts_eps(case, u, rule, m):
+    """A token's V - 1 neighbours carry all of p (their sum 1 up to rounding): the kernel takes theory's
+    decisions with the same uniforms and its expected tokens, with one or two drafts."""
+    p, q, nb, x = case
+    kids = [x, (x + 1) % p.size][:m]
+    got, want = _budget_step_both(p, q, nb, kids, np.array(u[:m + 1]), np.array(u[3:4 + m]), rule)
+    assert got[0] == want[0] and abs(got[1] - want[1]) <= 1e-12
 
 
 # ---------------------------------------------------------------- the engine against the NumPy oracle

@@ -4,7 +4,15 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from theory_strategies import assert_counts_match, distributions, neighbour_tables
+from theory_strategies import (
+    ROUNDING_NB,
+    ROUNDING_P,
+    ROUNDING_Q,
+    assert_counts_match,
+    distributions,
+    full_neighbourhoods,
+    neighbour_tables,
+)
 
 from theory import Boost, PrefixModel, Relax, Tree, node_outcome, sample_node, sample_step, total_variation
 from theory.budget import (
@@ -13,6 +21,7 @@ from theory.budget import (
     budget_scale,
     budget_stage,
     check_budget,
+    proximity_masses,
     sample_budget_node,
     sample_budget_r2_step,
 )
@@ -244,3 +253,33 @@ def test_theory_budget_bad_input():
     with pytest.raises(ValueError, match="shape"):
         budget_r2_step_ends(tree, np.tile(p, (3, 1)), np.tile(p, (3, 1)), boost=Boost.budget(0.1, 0),
                             neighbours=None)
+
+
+# ------------------------------------------------------------------ eps(x): the mass of all k neighbours
+def test_theory_budget_proximity_mass_is_the_uncapped_sum_of_k():
+    """docs/theory.md 14.1: eps(x) is the residual mass of all k neighbours, a sequential sum with no cap,
+    even where rounding lifts it past 1 (issue 26 item 19: 0.34 + 0.56 + 0.10 > 1.0 in float64). One
+    draft with delta = 1: token 0 is accepted surely, so the node accepts with 1.0, not 0.96."""
+    boost = Boost.budget(1.0, 3)
+    nb = check_budget(boost, ROUNDING_NB, 4)
+    eps = proximity_masses(ROUNDING_P, np.arange(4), nb, boost)
+    assert eps[0] == 0.34 + 0.56 + 0.10 > 1.0
+    assert eps.tolist() == [float(np.add.accumulate(ROUNDING_P[nb[x]])[-1]) for x in range(4)]
+    out = budget_node_outcome(ROUNDING_P, ROUNDING_Q, 1, boost=boost, neighbours=ROUNDING_NB)
+    assert 1.0 - out.reject_prob == pytest.approx(1.0, abs=1e-12)
+    assert sample_budget_node(ROUNDING_P, ROUNDING_Q, np.array([0]), np.array([0.98]), 0.5, boost=boost,
+                              nb=nb) == (0, 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=full_neighbourhoods())
+def test_theory_budget_proximity_mass_survives_rounding(case):
+    """x's V - 1 neighbours carry all of p (their sum is 1 up to rounding): eps is the sequential sum of
+    the k = V - 1 masses bit for bit, and with delta = 1 one draft is accepted surely (every token's
+    neighbours carry 1 - p(x) >= q(x) - p(x))."""
+    p, q, nb, x = case
+    boost = Boost.budget(1.0, p.size - 1)
+    eps = proximity_masses(p, np.arange(p.size), nb, boost)
+    assert eps.tolist() == [float(np.add.accumulate(p[nb[y]])[-1]) for y in range(p.size)]
+    out = budget_node_outcome(p, q, 1, boost=boost, neighbours=nb)
+    assert 1.0 - out.reject_prob == pytest.approx(1.0, abs=1e-12)

@@ -3,9 +3,10 @@ proved, for recursive rejection R2 and (through :mod:`theory.traversal`) for tra
 
 A stage tests a draft x drawn from the draft residual q' against the residual target r, with path
 weight ``alpha`` (1 for R2; alpha(u) for an R4 stage at node u). For every token x that q' can draw,
-its proximity mass eps(x) is the residual mass of its k nearest latent neighbours (SPEC 2's merge
-``theory.relax.merge_count`` with the budget's k and no mass cap, ``Relax.additive(k, 1)``: the budget,
-not a per-candidate cap, bounds the distortion; k only keeps the moved mass latent-local). With a
+its proximity mass eps(x) is the residual mass of its k nearest latent neighbours, r(n_1) + ... + r(n_k)
+summed sequentially with no mass cap (:func:`proximity_masses`; not ``theory.relax.merge_count``, whose
+running sum stops once it exceeds its bound, and rounding can lift a sum of masses past 1): the budget,
+not a per-candidate cap, bounds the distortion; k only keeps the moved mass latent-local. With a
 scale s in [0, 1] the stage accepts x with
 
     a_s(x) = min(1, alpha (r(x) + s eps(x)) / q'(x))
@@ -33,7 +34,7 @@ import numpy as np
 from theory.boost import Boost, standard_residual
 from theory.distributions import total_variation, validate_distribution
 from theory.neighbours import validate_neighbour_rows
-from theory.relax import Relax, merge_count
+from theory.relax import Relax
 from theory.rules import neighbour_rows
 from theory.sampled_trees import StepEnd, check_drawn_tree
 from theory.sampler import draw_token
@@ -42,31 +43,28 @@ from theory.tree import Tree
 from theory.verify import R2_EXACT_MAX_M, R2_EXACT_MAX_V, NodeOutcome, check_children
 
 
-def merge_rule(boost: Boost) -> Relax:
-    """The proximity set a budget boost merges: x's k nearest neighbours (``Relax.additive(k, 1)``: the
-    cap 1 never binds on a distribution, so J = k)."""
-    return Relax.additive(boost.k, 1.0)
-
-
 def check_budget(boost: Boost, neighbours: np.ndarray | None, vocab_size: int,
                  rows: np.ndarray | None = None) -> np.ndarray:
-    """Validate a budget boost and its neighbour table; return the table as int64 (empty when k = 0).
+    """Validate a budget boost and its neighbour table (at least k columns); return the table as int64
+    (empty when k = 0).
 
     ``rows``: the tokens whose rows the rule reads (default: all)."""
     if not isinstance(boost, Boost) or boost.kind != "budget":
         raise ValueError(f"expected a budget boost (Boost.budget(delta, k)), got {boost!r}")
-    relax = merge_rule(boost)
-    nb = neighbour_rows(neighbours, vocab_size, relax, "principled")
+    # Relax.additive(k, 1) only names the k columns the table must have (neighbour_rows' check and
+    # message); its cap plays no part in eps (proximity_masses).
+    nb = neighbour_rows(neighbours, vocab_size, Relax.additive(boost.k, 1.0), "principled")
     validate_neighbour_rows(nb, np.arange(vocab_size) if rows is None else rows, boost.k)
     return nb
 
 
 def proximity_masses(r: np.ndarray, tokens: np.ndarray, nb: np.ndarray, boost: Boost) -> np.ndarray:
-    """eps(x) = C_J of :func:`merge_rule` on ``r`` (normalised) for each of ``tokens``."""
-    relax = merge_rule(boost)
-    if relax.is_exact:
+    """eps(x) = r(n_1) + ... + r(n_k) for each x of ``tokens`` (n_j: row x of ``nb``): all k neighbours,
+    summed left to right (what a plain loop computes, so the kernels' sums are these bit for bit) with
+    no cap, even where rounding lifts the sum past 1 (docs/theory.md, section 14.1)."""
+    if boost.k == 0 or tokens.size == 0:
         return np.zeros(tokens.size)
-    return np.array([merge_count(r, 1.0, int(x), nb[x], relax)[1] for x in tokens])
+    return np.add.accumulate(r[nb[tokens, :boost.k]], axis=1, dtype=np.float64)[:, -1]
 
 
 def budget_scale(gap: np.ndarray, slope: np.ndarray, remaining: float) -> float:

@@ -2,7 +2,7 @@
 
     python benchmarks/frontier.py                 # worlds + shipped model, resumable; writes docs/frontier.md
     python benchmarks/frontier.py --skip-shipped  # the synthetic worlds only
-    python benchmarks/frontier.py --quick         # smoke run (results/frontier-quick)
+    python benchmarks/frontier.py --quick         # smoke run, a few minutes (results/frontier-quick)
 
 Every method of :data:`METHODS` is one row: AR, EAGLE-2 exact, LANTERN delta, LANTERN++ lam on the static
 tree (R2), SJD, GSD at G in {3, 10, 25, 50}, Cool-SD at two strengths (and, as issue 15's rules land,
@@ -36,6 +36,10 @@ WINDOW = 15  # SJD's window: 16 positions per forward, 15 drafts (docs/frontier_
 EAGLE2 = "eagle2:10,4,58"
 STATIC = "static:naive_extend_57"
 WORLD_K, SHIPPED_K = 1000, 50  # proximity-set sizes: ~6% of V = 16384; ~10% of the shipped model's 512
+# --quick, a smoke run of every method in a few minutes on 2 cores (BENCHMARKS.md): the worlds at
+# study_options.QUICK_WORLD's V, this many shipped images per method, and the shipped optimality row over
+# the first QUICK_TRACE_NODES tree nodes of one image (each node's optimum costs about 0.3 s).
+QUICK_SHIPPED_IMAGES, QUICK_TRACE_IMAGES, QUICK_TRACE_NODES = 3, 1, 24
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,16 @@ def world_rows(out: Path, n_sequences: int, seq_len: int, overrides: dict) -> li
     return [r for r in read_results(path) if r["n_sequences"] == n_sequences and r["seq_len"] == seq_len]
 
 
+def world_vocab(overrides: dict) -> int:
+    """The vocabulary size V the worlds run at: the overrides' (``--quick``), else the presets' (one V)."""
+    from simulate.worlds import PRESETS
+
+    sizes = {int(overrides.get("vocab_size", PRESETS[w].vocab_size)) for w in WORLDS}
+    if len(sizes) != 1:
+        raise ValueError(f"the worlds {WORLDS} run at different vocabulary sizes {sorted(sizes)}")
+    return sizes.pop()
+
+
 def relax_spec(row: dict) -> str:
     """A result row's relaxation as a spec string."""
     if row["relax"] == "none":
@@ -175,12 +189,13 @@ def optimality_rows(overrides: dict, n_sequences: int, seq_len: int, drafts: int
 
 
 def trace_optimality_rows(path: str | Path, setting: str, *, emb: np.ndarray | None = None,
-                          group: int = 10) -> list[dict]:
+                          group: int = 10, max_nodes: int | None = None) -> list[dict]:
     """:func:`optimality_rows` at every node of a recorded trace that has children (one row per number of
     children): the trace's own p and q (its samplings) and its drafted children, in their draw order.
 
     The trace must hold sampled drafts (rule r2 or r4: children drawn from q without replacement);
-    ``emb`` is GSD's embedding table (G = ``group``), or None to leave GSD out.
+    ``emb`` is GSD's embedding table (G = ``group``), or None to leave GSD out; ``max_nodes`` stops after
+    that many nodes (in step order).
 
     Raises
     ------
@@ -199,12 +214,16 @@ def trace_optimality_rows(path: str | Path, setting: str, *, emb: np.ndarray | N
                          "without replacement (the optimal bound of SPEC 9.7 needs rule r2 or r4)")
     gsd = Boost.group(group) if emb is not None else None
     by_k: dict[int, list] = {}
+    nodes = 0
     for step in trace.steps():
         tree = Tree(step.parents, step.tokens)
         for v in range(tree.size):
             kids = tree.children(v)
             if kids.size == 0:
                 continue
+            if max_nodes is not None and nodes >= max_nodes:
+                return [_optimality_row(setting, accs, k) for k, accs in sorted(by_k.items())]
+            nodes += 1
             p = h.target_sampling.probs(step.target_logits[v].astype(np.float64))
             q = h.draft_sampling.probs(step.draft_logits[v].astype(np.float64))
             by_k.setdefault(int(kids.size), []).append(
@@ -362,8 +381,9 @@ def shipped_optimality_rows(out: Path, quick: bool = False) -> list[dict]:
     mini = load_mini()
     config = next(c for c, m in zip(shipped_configs(), methods(), strict=True)
                   if m.label == "exact static tree (R2)")
-    path = capture(mini, config, 2 if quick else SHIPPED_TRACE_IMAGES, out, progress=False)
-    return trace_optimality_rows(path, "shipped", emb=gsd_embedding("token", mini.target))
+    path = capture(mini, config, QUICK_TRACE_IMAGES if quick else SHIPPED_TRACE_IMAGES, out, progress=False)
+    return trace_optimality_rows(path, "shipped", emb=gsd_embedding("token", mini.target),
+                                 max_nodes=QUICK_TRACE_NODES if quick else None)
 
 
 def optimality_table(rows: list[dict]) -> list[str]:
@@ -381,8 +401,10 @@ def fmt_tv(x: float) -> str:
     return "n/a" if not np.isfinite(x) else f"{x:.4f}"
 
 
-def table(world: list[dict], shipped: list[dict], n_images: int, floor: dict | None) -> list[str]:
-    lines = ["### Synthetic worlds (V = 16384)", "",
+def table(world: list[dict], shipped: list[dict], n_images: int, floor: dict | None, vocab_size: int
+          ) -> list[str]:
+    """The report's tables; ``vocab_size``: the V the worlds ran at (:func:`world_vocab`)."""
+    lines = [f"### Synthetic worlds (V = {vocab_size})", "",
              "| world | method | tokens per target forward | exact TV per token |", "|---|---|---|---|"]
     for r in world:
         lines.append(f"| {r['setting']} | {r['method']} | {r['tokens']:.3f} ± {r['se']:.3f} | "
@@ -439,7 +461,7 @@ def figure(world: list[dict], shipped: list[dict], out: Path, name: str = "front
 
 def main(argv: list[str] | None = None) -> tuple[list[str], Path]:
     """Run the comparison; returns the report's lines and the output folder."""
-    ap = study_parser("frontier", __doc__, quick_images=10)
+    ap = study_parser("frontier", __doc__, quick_images=QUICK_SHIPPED_IMAGES)
     ap.add_argument("--shipped-images", type=int, default=200, help="images per shipped-model method")
     ap.add_argument("--report-only", action="store_true",
                     help="generate no shipped image: score the images already generated")
@@ -447,7 +469,7 @@ def main(argv: list[str] | None = None) -> tuple[list[str], Path]:
                     help="run no world configuration (report the rows already in OUT/worlds.csv)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    overrides, out = study_setup(args, "frontier", shipped_images=10)
+    overrides, out = study_setup(args, "frontier", shipped_images=QUICK_SHIPPED_IMAGES)
     if args.skip_worlds:
         done = read_results(out / "worlds.csv") if (out / "worlds.csv").exists() else []
         world = world_table([r for r in done if r["n_sequences"] == args.sequences
@@ -466,7 +488,8 @@ def main(argv: list[str] | None = None) -> tuple[list[str], Path]:
     if not args.skip_shipped:
         opt_rows += shipped_optimality_rows(out / "shipped", args.quick)
     figure(world, shipped, out)
-    report = [*table(world, shipped, args.shipped_images, floor), "", "### Claims", "", *claims, "",
+    report = [*table(world, shipped, args.shipped_images, floor, world_vocab(overrides)), "",
+              "### Claims", "", *claims, "",
               "### Distance to the optimal multi-draft acceptance (SPEC 9.7)", "",
               *(optimality_table(opt_rows) if opt_rows else
                 ["(not run: `--skip-worlds` reports only what exists)"]), "",

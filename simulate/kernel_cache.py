@@ -1,0 +1,52 @@
+"""Whether the simulator's Numba kernels are compiled in Numba's on-disk cache (issue 26 item 17).
+
+The kernels are compiled with ``cache=True``: the first run on a machine (or with an empty
+``NUMBA_CACHE_DIR``, or after a kernel's source changed) compiles them, for minutes with no output, while
+a progress bar's first estimate reads hours; every later run loads them in seconds. :func:`compile_notice`
+says so in one line before such a run (``relaxspec simulate`` and ``relaxspec demo`` print it).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+
+ENTRY_KERNELS: tuple[tuple[str, str], ...] = (
+    ("simulate.engine", "simulate_kernel"),
+    ("simulate.jacobi_kernels", "jacobi_kernel"),
+)
+"""(module, name) of the kernels a simulation calls from Python; compiling one compiles every kernel it
+calls, each cached on its own."""
+COMPILE_MINUTES = (1, 4)
+"""A cold compilation's wall time in minutes: 1.5-2 on an idle 2-core machine (BENCHMARKS.md, ``relaxspec
+demo`` from a cold cache), 4 on a loaded one (issue 26)."""
+
+
+def is_cached(dispatcher: object) -> bool | None:
+    """Whether Numba's cache holds a current compilation of ``dispatcher`` (a ``@njit(cache=True)``
+    function); None when that cannot be told (no cache, ``NUMBA_DISABLE_JIT``, other Numba internals)."""
+    try:
+        # Numba's own test when it loads a function: an index file of this Numba version for this source
+        # file's stamp (an edited source reads as empty).
+        return bool(dispatcher._cache._cache_file._load_index())  # type: ignore[attr-defined]
+    except Exception:  # internals of another Numba version: say nothing rather than guess
+        return None
+
+
+def cold_kernels(kernels: Iterable[tuple[str, str]] = ENTRY_KERNELS) -> list[str]:
+    """``module.name`` of each of ``kernels`` that Numba's cache lacks (it will be compiled on first use)."""
+    cold = []
+    for module, name in kernels:
+        if is_cached(getattr(importlib.import_module(module), name)) is False:
+            cold.append(f"{module}.{name}")
+    return cold
+
+
+def compile_notice() -> str | None:
+    """One line announcing the compilation of a cold cache, or None when the kernels are cached."""
+    if not cold_kernels():
+        return None
+    lo, hi = COMPILE_MINUTES
+    return (f"compiling the simulator's Numba kernels into Numba's cache, once: about {lo}-{hi} minutes "
+            "before the first configuration finishes (more on a busy machine; the progress bar's first "
+            "estimate means nothing until then); later runs load them in seconds")

@@ -1,0 +1,64 @@
+"""The one-line notice before a cold first run compiles the simulator's Numba kernels (issue 26 item 17):
+it appears when Numba's cache lacks them (an empty ``NUMBA_CACHE_DIR``) and not once they are cached."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from relaxspec.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = "from numba import njit\n\n\n@njit(cache=True)\ndef bump(x):\n    return x + 1\n"
+
+
+def _python(code: str, cache: Path, *path: Path) -> str:
+    """Run ``code`` in a fresh interpreter whose Numba cache is ``cache``; its stdout."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache),
+           "PYTHONPATH": os.pathsep.join(map(str, (ROOT, *path)))}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_cold_cache_is_announced(tmp_path) -> None:
+    """An empty Numba cache: the simulator's entry kernels are not cached, and the notice says that they
+    are compiled once and roughly how long it takes."""
+    code = "from simulate.kernel_cache import compile_notice\nprint(compile_notice())"
+    out = _python(code, tmp_path / "empty")
+    assert "compiling the simulator's Numba kernels" in out and "minutes" in out and "once" in out
+    assert "\n" not in out
+
+
+def test_a_warm_cache_is_not_announced(tmp_path) -> None:
+    """A cached kernel (compiled by an earlier process into the same cache) is not cold; before its first
+    compilation it is."""
+    (tmp_path / "tiny_kernel.py").write_text(TINY)
+    code = ("from simulate.kernel_cache import cold_kernels\nimport tiny_kernel\n"
+            "print(cold_kernels([('tiny_kernel', 'bump')]))\ntiny_kernel.bump(1)")
+    cache = tmp_path / "cache"
+    assert _python(code, cache, tmp_path) == "['tiny_kernel.bump']"
+    assert _python(code, cache, tmp_path) == "[]"
+
+
+@pytest.mark.parametrize("notice", ["compiling the simulator's Numba kernels (once)", None])
+def test_the_simulate_command_prints_the_notice_before_running(tmp_path, monkeypatch, capsys, notice) -> None:
+    """``relaxspec simulate`` prints the notice (one line on stderr) before its sweep, and nothing when the
+    cache is warm."""
+    import relaxspec.sweep
+    import simulate.kernel_cache
+
+    order = []
+    monkeypatch.setattr(simulate.kernel_cache, "compile_notice", lambda: order.append("notice") or notice)
+    monkeypatch.setattr(relaxspec.sweep, "run_sweep", lambda *a, **kw: order.append("sweep") or [])
+    cfg = tmp_path / "grid.toml"
+    cfg.write_text('worlds = ["ambiguous"]\ntrees = ["chain:2"]\n')
+    assert main(["simulate", str(cfg), "--out", str(tmp_path / "r.csv"), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert order == ["notice", "sweep"]
+    assert err == (f"relaxspec: note: {notice}\n" if notice else "")
