@@ -48,18 +48,18 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.cost import TABLES  # noqa: E402  (the packaged latency tables the cost model reads)
-from core.trace import Sampling  # noqa: E402
-from reference.cuda_graph import graphed  # noqa: E402
-from reference.decode import guide  # noqa: E402
-from reference.drafter import EagleHead  # noqa: E402
-from reference.model import Transformer, TreeExecution, gpt_config, run_layers, tree_inputs  # noqa: E402
-from reference.verify_ops import HostLink  # noqa: E402
-from theory.boost import NO_BOOST  # noqa: E402
-from theory.relax import Relax  # noqa: E402
-from theory.rule_step import sample_rule_step, step_neighbours  # noqa: E402
-from theory.sampler import draw_without_replacement  # noqa: E402
-from theory.tree import Tree  # noqa: E402
+from relaxspec.core.cost import TABLES  # noqa: E402  (the packaged latency tables the cost model reads)
+from relaxspec.core.trace import Sampling  # noqa: E402
+from relaxspec.reference.cuda_graph import graphed  # noqa: E402
+from relaxspec.reference.decode import guide  # noqa: E402
+from relaxspec.reference.drafter import EagleHead  # noqa: E402
+from relaxspec.reference.model import Transformer, TreeExecution, gpt_config, run_layers, tree_inputs  # noqa: E402
+from relaxspec.reference.verify_ops import HostLink  # noqa: E402
+from relaxspec.theory.boost import NO_BOOST  # noqa: E402
+from relaxspec.theory.relax import Relax  # noqa: E402
+from relaxspec.theory.rule_step import sample_rule_step, step_neighbours  # noqa: E402
+from relaxspec.theory.sampler import draw_without_replacement  # noqa: E402
+from relaxspec.theory.tree import Tree  # noqa: E402
 
 FIELDS = ["device", "device_name", "model", "role", "dtype", "batch", "prefix", "n_tokens", "mode",
           "latency_ms", "weight_bytes", "floor_ms"]
@@ -213,7 +213,7 @@ def internal_nodes(tree: Tree) -> np.ndarray:
 def device_verifier_class():
     """``reference.verify.DeviceVerifier``, or None (with a note) while it cannot be imported."""
     try:
-        from reference.verify import DeviceVerifier
+        from relaxspec.reference.verify import DeviceVerifier
     except ImportError as err:
         print(f"decoder_bench: the device verifier is not importable ({err}): its column is left out")
         return None

@@ -23,12 +23,12 @@ from pathlib import Path
 WORKER = """
 import json, sys
 if sys.argv[2] == "core":
-    from core.trees import Eagle2Tree
+    from relaxspec.core.trees import Eagle2Tree
 else:  # checkouts before core/ (issue 13)
-    from simulate.policies import Eagle2Tree
-from simulate.engine import run
-from simulate.worlds import LatentWorld
-from theory import Relax
+    from relaxspec.simulate.policies import Eagle2Tree
+from relaxspec.simulate.engine import run
+from relaxspec.simulate.worlds import LatentWorld
+from relaxspec.theory import Relax
 
 n = int(sys.argv[1])
 world, relax, tree = LatentWorld.preset("ambiguous"), Relax.additive(1000, 0.1), Eagle2Tree(10, 4, 59)

@@ -32,12 +32,12 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.trees.policies import Eagle2Tree  # noqa: E402
-from simulate.engine import run  # noqa: E402
-from simulate.policy_kernels import top_tokens  # noqa: E402
-from simulate.world_kernels import F_BQMAX, _block_logits, row_exp, row_scratch, rows_exp  # noqa: E402
-from simulate.worlds import LatentWorld  # noqa: E402
-from theory import Relax  # noqa: E402
+from relaxspec.core.trees.policies import Eagle2Tree  # noqa: E402
+from relaxspec.simulate.engine import run  # noqa: E402
+from relaxspec.simulate.policy_kernels import top_tokens  # noqa: E402
+from relaxspec.simulate.world_kernels import F_BQMAX, _block_logits, row_exp, row_scratch, rows_exp  # noqa: E402
+from relaxspec.simulate.worlds import LatentWorld  # noqa: E402
+from relaxspec.theory import Relax  # noqa: E402
 
 KEEP = "## Reading these figures"
 

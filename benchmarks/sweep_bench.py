@@ -115,7 +115,7 @@ def makespan(durations: list[float], workers: int) -> float:
 def main() -> int:
     from distributed import Client
 
-    from core.execution import local_cluster
+    from relaxspec.core.execution import local_cluster
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a smaller grid (a smoke run)")

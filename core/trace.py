@@ -46,11 +46,11 @@ from pathlib import Path
 
 import numpy as np
 
-from core.trace_header import LOGIT_DTYPES, TRACE_VERSION, Sampling, TraceHeader  # re-exported
-from theory.boost import check_embedding
-from theory.neighbours import load_neighbours, validate_neighbours
-from theory.relax import Relax
-from theory.tree import Tree
+from relaxspec.core.trace_header import LOGIT_DTYPES, TRACE_VERSION, Sampling, TraceHeader  # re-exported
+from relaxspec.theory.boost import check_embedding
+from relaxspec.theory.neighbours import load_neighbours, validate_neighbours
+from relaxspec.theory.relax import Relax
+from relaxspec.theory.tree import Tree
 
 _CHUNK_KEYS = (
     "sequence", "position", "n_nodes", "parents", "tokens", "target_logits", "draft_logits",

@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from core.cost import CostModel
-from core.trees.policies import TreePolicy
-from core.trees.spec import parse_tree
-from theory.boost import Boost
-from theory.distributions import logits_to_probs
-from theory.relax import Relax
+from relaxspec.core.cost import CostModel
+from relaxspec.core.trees.policies import TreePolicy
+from relaxspec.core.trees.spec import parse_tree
+from relaxspec.theory.boost import Boost
+from relaxspec.theory.distributions import logits_to_probs
+from relaxspec.theory.relax import Relax
 
 TRACE_VERSION = 1
 LOGIT_DTYPES = ("float16", "float32")

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mini.shipped import MiniModel
-from simulate.worlds import ambiguity
-from theory.distributions import total_variation
+from relaxspec.mini.shipped import MiniModel
+from relaxspec.simulate.worlds import ambiguity
+from relaxspec.theory.distributions import total_variation
 
 
 def position_stats(p: np.ndarray, drafters: dict[str, np.ndarray]) -> dict[str, float]:

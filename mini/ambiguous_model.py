@@ -38,10 +38,10 @@ machine shared with other work.
 
 from __future__ import annotations
 
-from mini.eagle_training import EagleBudget
-from mini.gpt_training import GPTBudget
-from mini.tokenizer import TokenizerBudget
-from mini.weights import MODEL_DIRS
+from relaxspec.mini.eagle_training import EagleBudget
+from relaxspec.mini.gpt_training import GPTBudget
+from relaxspec.mini.tokenizer import TokenizerBudget
+from relaxspec.mini.weights import MODEL_DIRS
 
 AMBIGUOUS_DIR = MODEL_DIRS["ambiguous"]
 CODEBOOK_SIZE = 8192

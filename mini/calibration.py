@@ -39,8 +39,15 @@ from dataclasses import asdict, replace
 
 import numpy as np
 
-from simulate.worlds import PRESETS, LatentParams, LatentWorld, ambiguity, sampled_nodes, world_stats
-from theory.distributions import total_variation
+from relaxspec.simulate.worlds import (
+    PRESETS,
+    LatentParams,
+    LatentWorld,
+    ambiguity,
+    sampled_nodes,
+    world_stats,
+)
+from relaxspec.theory.distributions import total_variation
 
 # The world presets fitted to the shipped models, by the SHA-256 of the target's weights and by drafter
 # and greedy decoding (:func:`world_key`; the "calibrated world" of the simulator validation,

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from mini.timing import Clock
+from relaxspec.mini.timing import Clock
 
 _STOP_REQUESTED = {"signal": None}
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.execution import add_scheduler_arguments
+from relaxspec.core.execution import add_scheduler_arguments
 
 DEFAULT_OUT = Path("results/mini")
 
@@ -69,8 +69,8 @@ def _at_least(args: argparse.Namespace, **minimum: int) -> None:
 def _load(args: argparse.Namespace, drafters: bool = True):
     import torch
 
-    from mini.shipped import load_mini
-    from mini.weights import WEIGHTS_DIR
+    from relaxspec.mini.shipped import load_mini
+    from relaxspec.mini.weights import WEIGHTS_DIR
 
     torch.set_num_threads(1)
     return load_mini(args.weights or WEIGHTS_DIR, drafters=drafters)
@@ -79,12 +79,12 @@ def _load(args: argparse.Namespace, drafters: bool = True):
 def _ambiguity(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from mini.ambiguity import model_ambiguity, teacher_forced
-    from mini.calibration import fit_world, model_figures, params_literal, stats_of
-    from mini.decoding import CFG_SCALE, DecodeConfig, make_decoder
-    from mini.fashion_mnist import NUM_CLASSES
-    from mini.quality import QUALITY_CONFIGS, generate_config
-    from simulate.worlds import PRESETS
+    from relaxspec.mini.ambiguity import model_ambiguity, teacher_forced
+    from relaxspec.mini.calibration import fit_world, model_figures, params_literal, stats_of
+    from relaxspec.mini.decoding import CFG_SCALE, DecodeConfig, make_decoder
+    from relaxspec.mini.fashion_mnist import NUM_CLASSES
+    from relaxspec.mini.quality import QUALITY_CONFIGS, generate_config
+    from relaxspec.simulate.worlds import PRESETS
 
     _at_least(args, seed=0, n_images=1)
     mini = _load(args)
@@ -124,10 +124,10 @@ def _ambiguity(args: argparse.Namespace) -> int:
 
 
 def _quality(args: argparse.Namespace) -> int:
-    from core.execution import Executor
-    from mini.fashion_mnist import load_sample
-    from mini.figures import sample_grid
-    from mini.quality import (
+    from relaxspec.core.execution import Executor
+    from relaxspec.mini.fashion_mnist import load_sample
+    from relaxspec.mini.figures import sample_grid
+    from relaxspec.mini.quality import (
         IMAGES_PER_TASK,
         QUALITY_CONFIGS,
         finished_rows,
@@ -139,7 +139,7 @@ def _quality(args: argparse.Namespace) -> int:
         slug,
         write_table,
     )
-    from mini.tokenizer import decode_tokens
+    from relaxspec.mini.tokenizer import decode_tokens
 
     _at_least(args, seed=0, n_images=2)  # FD needs two images
     configs = QUALITY_CONFIGS
@@ -175,8 +175,8 @@ def _quality(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from mini.calibration import fitted_preset, world_key
-    from mini.validation import VALIDATION_CONFIGS, run_validation
+    from relaxspec.mini.calibration import fitted_preset, world_key
+    from relaxspec.mini.validation import VALIDATION_CONFIGS, run_validation
 
     _at_least(args, seed=0, n_sequences=1)
     mini = _load(args)
@@ -197,7 +197,7 @@ def _validate(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     import torch
 
-    from mini.model_comparison import compare, render
+    from relaxspec.mini.model_comparison import compare, render
 
     _at_least(args, seed=0, n_images=10)
     torch.set_num_threads(1)
@@ -206,8 +206,8 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from mini.report import render
-    from mini.weights import WEIGHTS_DIR
+    from relaxspec.mini.report import render
+    from relaxspec.mini.weights import WEIGHTS_DIR
 
     text = render(args.weights or WEIGHTS_DIR, args.out)
     args.out.mkdir(parents=True, exist_ok=True)

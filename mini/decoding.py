@@ -25,22 +25,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.cost import DEFAULT_TABLE, CostModel
-from core.trace import Sampling, TraceStep, TraceWriter
-from core.trees.spec import R2_FORMS, check_tree_spec, draws_children, parse_tree, tree_kind
-from mini.shipped import MiniModel
-from reference.decode import Decoder, DecodeSettings, gsd_embedding
-from reference.drafter import EagleDraftSession, GPTDraftSession
-from simulate.verify import step_expectation
-from theory.boost import Boost
-from theory.relax import Relax
-from theory.rule_step import (
+from relaxspec.core.cost import DEFAULT_TABLE, CostModel
+from relaxspec.core.trace import Sampling, TraceStep, TraceWriter
+from relaxspec.core.trees.spec import R2_FORMS, check_tree_spec, draws_children, parse_tree, tree_kind
+from relaxspec.mini.shipped import MiniModel
+from relaxspec.reference.decode import Decoder, DecodeSettings, gsd_embedding
+from relaxspec.reference.drafter import EagleDraftSession, GPTDraftSession
+from relaxspec.simulate.verify import step_expectation
+from relaxspec.theory.boost import Boost
+from relaxspec.theory.relax import Relax
+from relaxspec.theory.rule_step import (
     check_step_rule,
     own_oracle,
     rule_step_expectation,
     step_neighbours,
 )
-from theory.rules import SAMPLED_DRAFT_RULES
+from relaxspec.theory.rules import SAMPLED_DRAFT_RULES
 
 DRAFTERS = ("eagle", "draft_gpt")
 CFG_SCALE = 2.0

@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mini.decoding import DecodeConfig
-from mini.figures import sample_grid
-from mini.quality import BOOTSTRAP, QUALITY_CONFIGS, generate_config, summarise
-from mini.shipped import load_mini
-from mini.tokenizer import decode_tokens
-from mini.weights import MODEL_DIRS
+from relaxspec.mini.decoding import DecodeConfig
+from relaxspec.mini.figures import sample_grid
+from relaxspec.mini.quality import BOOTSTRAP, QUALITY_CONFIGS, generate_config, summarise
+from relaxspec.mini.shipped import load_mini
+from relaxspec.mini.tokenizer import decode_tokens
+from relaxspec.mini.weights import MODEL_DIRS
 
 DEMO_NAMES = ("AR", "exact EAGLE-2", "LANTERN delta=0.2", "exact static", "LANTERN++ lam=5")
 DEMO_IMAGES = 10

@@ -18,11 +18,11 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from mini.checkpointing import LoopCheckpoint
-from mini.gpt_training import GPTBudget, check_tokens, optimise
-from reference.drafter import EagleHead
-from reference.model import Transformer
-from reference.train_drafter import eagle_loss
+from relaxspec.mini.checkpointing import LoopCheckpoint
+from relaxspec.mini.gpt_training import GPTBudget, check_tokens, optimise
+from relaxspec.reference.drafter import EagleHead
+from relaxspec.reference.model import Transformer
+from relaxspec.reference.train_drafter import eagle_loss
 
 
 @dataclass(frozen=True)

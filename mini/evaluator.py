@@ -21,9 +21,9 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from mini.fashion_mnist import IMAGE_SIZE, NUM_CLASSES, pad_to_32, to_unit_range
-from mini.timing import Clock
-from mini.weights import WEIGHTS_DIR, load_component, load_state_strict
+from relaxspec.mini.fashion_mnist import IMAGE_SIZE, NUM_CLASSES, pad_to_32, to_unit_range
+from relaxspec.mini.timing import Clock
+from relaxspec.mini.weights import WEIGHTS_DIR, load_component, load_state_strict
 
 FEATURE_DIM = 128
 

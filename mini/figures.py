@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from mini.fashion_mnist import CLASS_NAMES  # noqa: E402
+from relaxspec.mini.fashion_mnist import CLASS_NAMES  # noqa: E402
 
 
 def sample_grid(rows: list[tuple[str, np.ndarray]], labels: np.ndarray, path: Path, title: str) -> Path:

@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from mini.checkpointing import LoopCheckpoint
-from mini.timing import Clock
-from reference.model import GPTConfig, Transformer
+from relaxspec.mini.checkpointing import LoopCheckpoint
+from relaxspec.mini.timing import Clock
+from relaxspec.reference.model import GPTConfig, Transformer
 
 
 @dataclass(frozen=True)

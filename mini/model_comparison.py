@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from mini.decoding import CFG_SCALE
-from mini.evaluator import fd_between, image_quality
-from mini.fashion_mnist import load_sample
-from mini.object_positions import split_ambiguity
-from mini.quality import BOOTSTRAP, QUALITY_CONFIGS, decoded_images, generate_config, real_halves
-from mini.shipped import load_mini
-from mini.weights import MODEL_DIRS
+from relaxspec.mini.decoding import CFG_SCALE
+from relaxspec.mini.evaluator import fd_between, image_quality
+from relaxspec.mini.fashion_mnist import load_sample
+from relaxspec.mini.object_positions import split_ambiguity
+from relaxspec.mini.quality import BOOTSTRAP, QUALITY_CONFIGS, decoded_images, generate_config, real_halves
+from relaxspec.mini.shipped import load_mini
+from relaxspec.mini.weights import MODEL_DIRS
 
 AR = QUALITY_CONFIGS[0]
 
@@ -51,8 +51,8 @@ def compare(out: Path, n_images: int = 200, seed: int = 0, progress: bool = True
             models: dict[str, Path] | None = None) -> dict[str, Any]:
     """Measure every model (default: both shipped ones) and the world presets; write
     ``out/comparison.json`` and ``out/comparison.md``; return the results."""
-    from mini.calibration import stats_of
-    from simulate.worlds import PRESETS
+    from relaxspec.mini.calibration import stats_of
+    from relaxspec.simulate.worlds import PRESETS
 
     if n_images < 10:
         raise ValueError(f"--n-images must be >= 10 (one image per class at least), got {n_images}")

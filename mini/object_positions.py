@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from mini.ambiguity import position_stats, teacher_forced
-from mini.shipped import MiniModel
-from mini.tokenizer import decode_tokens
+from relaxspec.mini.ambiguity import position_stats, teacher_forced
+from relaxspec.mini.shipped import MiniModel
+from relaxspec.mini.tokenizer import decode_tokens
 
 OBJECT_THRESHOLD = 32
 PARTS = ("all", "object", "background")

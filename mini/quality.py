@@ -30,14 +30,14 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from mini.decoding import DecodeConfig, StepScorer, make_decoder
-from mini.evaluator import fd_between, image_quality
-from mini.fashion_mnist import NUM_CLASSES
-from mini.shipped import MiniModel, load_mini
-from mini.tokenizer import decode_tokens
+from relaxspec.mini.decoding import DecodeConfig, StepScorer, make_decoder
+from relaxspec.mini.evaluator import fd_between, image_quality
+from relaxspec.mini.fashion_mnist import NUM_CLASSES
+from relaxspec.mini.shipped import MiniModel, load_mini
+from relaxspec.mini.tokenizer import decode_tokens
 
 if TYPE_CHECKING:
-    from core.execution import Executor
+    from relaxspec.core.execution import Executor
 
 EAGLE2 = "eagle2:10,4,59"
 STATIC = "static:naive_extend_57"

@@ -12,8 +12,8 @@ import csv
 import json
 from pathlib import Path
 
-from mini.shipped import COMPONENT_NAMES
-from mini.weights import card_path, read_card
+from relaxspec.mini.shipped import COMPONENT_NAMES
+from relaxspec.mini.weights import card_path, read_card
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -77,7 +77,7 @@ def ambiguity_table(path: Path) -> list[str]:
 def fit_table(fitted: dict) -> list[str]:
     """Each fitted world's figures next to the model's (``relaxspec mini ambiguity --fit``): the fitted
     ones first, then those only reported."""
-    from mini.calibration import DEEP_FIGURE, FIT_FIGURES, REPORTED_FIGURES
+    from relaxspec.mini.calibration import DEEP_FIGURE, FIT_FIGURES, REPORTED_FIGURES
 
     keys = list(fitted)
     rows = []

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mini.timing import Clock, load_average
+from relaxspec.mini.timing import Clock, load_average
 
 LEDGER_NAME = "training_log.json"
 

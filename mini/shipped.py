@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from mini.evaluator import FashionClassifier, load_evaluator
-from mini.tokenizer import config_from_dict
-from mini.weights import WEIGHTS_DIR, card_path, load_component, load_state_strict
-from reference.drafter import EagleHead
-from reference.model import GPTConfig, Transformer
-from reference.vq import VQModel
+from relaxspec.mini.evaluator import FashionClassifier, load_evaluator
+from relaxspec.mini.tokenizer import config_from_dict
+from relaxspec.mini.weights import WEIGHTS_DIR, card_path, load_component, load_state_strict
+from relaxspec.reference.drafter import EagleHead
+from relaxspec.reference.model import GPTConfig, Transformer
+from relaxspec.reference.vq import VQModel
 
 GRID_TOKENS = 64
 COMPONENT_NAMES = ("evaluator", "tokenizer", "target", "eagle_head", "draft_gpt")

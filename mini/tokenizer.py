@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from mini.checkpointing import LoopCheckpoint
-from mini.evaluator import images_to_tensor
-from mini.timing import Clock
-from reference.vq import VQConfig, VQModel, vq_config
+from relaxspec.mini.checkpointing import LoopCheckpoint
+from relaxspec.mini.evaluator import images_to_tensor
+from relaxspec.mini.timing import Clock
+from relaxspec.reference.vq import VQConfig, VQModel, vq_config
 
 COMMITMENT = 0.25
 
@@ -202,7 +202,7 @@ def codebook_geometry(model: VQModel, images: np.ndarray, batch: int = 1024) -> 
 
 def tokenizer_metrics(model: VQModel, images: np.ndarray) -> tuple[dict[str, float], np.ndarray]:
     """Reconstruction PSNR (32 x 32, uint8) and codebook usage on ``images``; also their tokens."""
-    from mini.fashion_mnist import pad_to_32
+    from relaxspec.mini.fashion_mnist import pad_to_32
 
     tokens = encode_images(model, images)
     recon = decode_tokens(model, tokens)

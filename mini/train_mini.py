@@ -29,21 +29,21 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from mini import ambiguous_model, fashion_mnist
-from mini.checkpointing import (
+from relaxspec.mini import ambiguous_model, fashion_mnist
+from relaxspec.mini.checkpointing import (
     CheckpointPolicy,
     LoopCheckpoint,
     TrainingInterrupted,
     stop_requested,
     termination_handler,
 )
-from mini.eagle_training import EagleBudget, eagle_metrics, train_eagle_head
-from mini.evaluator import EvaluatorBudget, predict, train_evaluator
-from mini.gpt_training import GPTBudget, token_nll, train_gpt
-from mini.run_ledger import RunLedger
-from mini.shipped import GRID_TOKENS, load_gpt_component, load_tokenizer
-from mini.timing import Clock, load_average
-from mini.tokenizer import (
+from relaxspec.mini.eagle_training import EagleBudget, eagle_metrics, train_eagle_head
+from relaxspec.mini.evaluator import EvaluatorBudget, predict, train_evaluator
+from relaxspec.mini.gpt_training import GPTBudget, token_nll, train_gpt
+from relaxspec.mini.run_ledger import RunLedger
+from relaxspec.mini.shipped import GRID_TOKENS, load_gpt_component, load_tokenizer
+from relaxspec.mini.timing import Clock, load_average
+from relaxspec.mini.tokenizer import (
     TokenizerBudget,
     codebook_geometry,
     codebook_usage,
@@ -51,8 +51,8 @@ from mini.tokenizer import (
     tokenizer_metrics,
     train_tokenizer,
 )
-from mini.weights import WEIGHTS_DIR, component_done, read_card, save_component
-from reference.model import GPTConfig
+from relaxspec.mini.weights import WEIGHTS_DIR, component_done, read_card, save_component
+from relaxspec.reference.model import GPTConfig
 
 # Full training uses both cores; the quick path's tiny matmuls run faster on one (no thread handoff).
 TRAIN_THREADS = 2

@@ -23,16 +23,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.trees.spec import parse_tree
-from mini.calibration import world_key
-from mini.decoding import DecodeConfig, make_decoder
-from mini.fashion_mnist import NUM_CLASSES
-from mini.quality import EAGLE2, NEIGHBOURS_K, STATIC, slug
-from mini.shipped import MiniModel
-from reference.capture import capture_trace
-from reference.replay import replay
-from simulate import run
-from simulate.worlds import LatentWorld, TraceWorld
+from relaxspec.core.trees.spec import parse_tree
+from relaxspec.mini.calibration import world_key
+from relaxspec.mini.decoding import DecodeConfig, make_decoder
+from relaxspec.mini.fashion_mnist import NUM_CLASSES
+from relaxspec.mini.quality import EAGLE2, NEIGHBOURS_K, STATIC, slug
+from relaxspec.mini.shipped import MiniModel
+from relaxspec.reference.capture import capture_trace
+from relaxspec.reference.replay import replay
+from relaxspec.simulate import run
+from relaxspec.simulate.worlds import LatentWorld, TraceWorld
 
 DDD = "ddd:10,11,5/7/9,-0.3,60"
 VALIDATION_CONFIGS: list[DecodeConfig] = [

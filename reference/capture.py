@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from core.trace import TraceHeader, TraceWriter, array_sha256
-from reference.decode import Decoder, DecodeResult
+from relaxspec.core.trace import TraceHeader, TraceWriter, array_sha256
+from relaxspec.reference.decode import Decoder, DecodeResult
 
 
 def module_sha256(module: torch.nn.Module) -> str:

@@ -8,7 +8,7 @@ import sys
 
 def add_generate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``relaxspec generate``."""
-    from reference.generate import add_arguments
+    from relaxspec.reference.generate import add_arguments
 
     gen = sub.add_parser("generate", help="generate images (and a trace) with the reference decoder")
     add_arguments(gen)
@@ -38,7 +38,7 @@ def add_trace_rule_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_rescore_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``relaxspec rescore``."""
-    from core.execution import add_scheduler_arguments
+    from relaxspec.core.execution import add_scheduler_arguments
 
     res = sub.add_parser("rescore", help="exact tokens per step of another rule on traces' logits")
     res.add_argument("trace", nargs="+", help="trace directories (one task each: see --scheduler)")
@@ -52,13 +52,13 @@ def add_rescore_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from reference.generate import run
+    from relaxspec.reference.generate import run
 
     return run(args)
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from reference.replay import replay
+    from relaxspec.reference.replay import replay
 
     report = replay(args.trace, require_simulate=args.require_simulate)
     for line in report.mismatches[:50]:
@@ -70,9 +70,9 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _rescore(args: argparse.Namespace) -> int:
-    from core.execution import Executor
-    from reference.replay import rescore
-    from theory.relax import Relax
+    from relaxspec.core.execution import Executor
+    from relaxspec.reference.replay import rescore
+    from relaxspec.theory.relax import Relax
 
     # one task per trace, printed as it finishes; each task reads its trace (and --neighbours) from its path
     relax = Relax.parse(args.relax)

@@ -66,23 +66,23 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from core.trace import LOGIT_DTYPES, Sampling, TraceStep, TraceWriter
-from core.trees.jacobi import JacobiWindow
-from core.trees.policies import TreePolicy
-from reference.drafter import DraftSession
-from reference.jacobi import Kept
-from reference.model import Transformer
-from reference.verify import DeviceVerifier
-from theory.boost import EMBEDDINGS, Boost
-from theory.relax import Relax
-from theory.rule_step import (
+from relaxspec.core.trace import LOGIT_DTYPES, Sampling, TraceStep, TraceWriter
+from relaxspec.core.trees.jacobi import JacobiWindow
+from relaxspec.core.trees.policies import TreePolicy
+from relaxspec.reference.drafter import DraftSession
+from relaxspec.reference.jacobi import Kept
+from relaxspec.reference.model import Transformer
+from relaxspec.reference.verify import DeviceVerifier
+from relaxspec.theory.boost import EMBEDDINGS, Boost
+from relaxspec.theory.relax import Relax
+from relaxspec.theory.rule_step import (
     check_step_rule,
     sample_rule_step,
     sample_window_step,
     step_neighbours,
 )
-from theory.rules import SAMPLED_DRAFT_RULES, boost_embedding
-from theory.tree import Tree, parent_depths
+from relaxspec.theory.rules import SAMPLED_DRAFT_RULES, boost_embedding
+from relaxspec.theory.tree import Tree, parent_depths
 
 VERIFIERS = ("device", "theory")
 """``device``: :class:`reference.verify.DeviceVerifier` where the logits are (the default); ``theory``:

@@ -29,8 +29,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from reference.checkpoint import load_strict
-from reference.model import (
+from relaxspec.reference.checkpoint import load_strict
+from relaxspec.reference.model import (
     Block,
     GPTConfig,
     KVCache,

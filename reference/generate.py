@@ -44,16 +44,23 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from core.cost import DEFAULT_TABLE, CostModel
-from core.trace import Sampling, TraceHeader, TraceWriter, array_sha256, file_sha256
-from core.trees.spec import check_tree_spec, parse_tree, tree_kind
-from reference.decode import VERIFIERS, VERIFY_DTYPES, Decoder, DecodeSettings, StepStats, gsd_embedding
-from reference.drafter import EagleDraftSession, EagleHead, GPTDraftSession
-from reference.model import DTYPES, TreeExecution, load_gpt, parse_dtype
-from reference.vq import VQModel, save_png, to_uint8, vq_config
-from theory.boost import EMBEDDINGS, Boost
-from theory.neighbours import DEFAULT_K_MAX, load_neighbours
-from theory.relax import Relax
+from relaxspec.core.cost import DEFAULT_TABLE, CostModel
+from relaxspec.core.trace import Sampling, TraceHeader, TraceWriter, array_sha256, file_sha256
+from relaxspec.core.trees.spec import check_tree_spec, parse_tree, tree_kind
+from relaxspec.reference.decode import (
+    VERIFIERS,
+    VERIFY_DTYPES,
+    Decoder,
+    DecodeSettings,
+    StepStats,
+    gsd_embedding,
+)
+from relaxspec.reference.drafter import EagleDraftSession, EagleHead, GPTDraftSession
+from relaxspec.reference.model import DTYPES, TreeExecution, load_gpt, parse_dtype
+from relaxspec.reference.vq import VQModel, save_png, to_uint8, vq_config
+from relaxspec.theory.boost import EMBEDDINGS, Boost
+from relaxspec.theory.neighbours import DEFAULT_K_MAX, load_neighbours
+from relaxspec.theory.relax import Relax
 
 DEFAULT_TREE = "eagle2:10,4,59"
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.jacobi_sampler import fill_window, kept_drafts
+from relaxspec.theory.jacobi_sampler import fill_window, kept_drafts
 
 
 def fresh_logits(tokens: np.ndarray, vocab_size: int, dtype: str | np.dtype) -> np.ndarray:

@@ -56,9 +56,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reference.checkpoint import load_state, read_state_dict
-from reference.cuda_graph import CUDAGraphRunner
-from theory.tree import parent_depths
+from relaxspec.reference.checkpoint import load_state, read_state_dict
+from relaxspec.reference.cuda_graph import CUDAGraphRunner
+from relaxspec.theory.tree import parent_depths
 
 
 def find_multiple(n: int, k: int) -> int:

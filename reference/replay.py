@@ -31,20 +31,20 @@ from pathlib import Path
 
 import numpy as np
 
-from core.trace import Trace, TraceStep, read_trace, trace_neighbours
-from core.trees.jacobi import JacobiWindow
-from reference.jacobi import Kept
-from theory.boost import NO_BOOST
-from theory.relax import Relax
-from theory.rule_step import (
+from relaxspec.core.trace import Trace, TraceStep, read_trace, trace_neighbours
+from relaxspec.core.trees.jacobi import JacobiWindow
+from relaxspec.reference.jacobi import Kept
+from relaxspec.theory.boost import NO_BOOST
+from relaxspec.theory.relax import Relax
+from relaxspec.theory.rule_step import (
     check_step_rule,
     rule_step_expectation,
     sample_rule_step,
     sample_window_step,
     step_neighbours,
 )
-from theory.rules import SAMPLED_DRAFT_RULES
-from theory.sampler import draw_token
+from relaxspec.theory.rules import SAMPLED_DRAFT_RULES
+from relaxspec.theory.sampler import draw_token
 
 Verifier = Callable[..., tuple]
 
@@ -76,7 +76,7 @@ def verifiers() -> tuple[dict[str, Verifier], list[str]]:
     engines: dict[str, Verifier] = {"theory": sample_rule_step}
     missing = []
     try:
-        from simulate import verify_step  # type: ignore[attr-defined]
+        from relaxspec.simulate import verify_step  # type: ignore[attr-defined]
 
         engines["simulate"] = verify_step
     except ImportError:
@@ -102,7 +102,7 @@ def replay(path: str | Path, *, require_simulate: bool = False) -> ReplayReport:
     h = trace.header
     engines, missing = verifiers()
     if require_simulate and missing:
-        raise ValueError("simulate.verify_step is not available in this installation")
+        raise ValueError("relaxspec.simulate.verify_step is not available in this installation")
     window = trace_window(trace)
     if window is not None:
         return replay_windows(trace, window, engines, missing)

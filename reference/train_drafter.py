@@ -23,10 +23,10 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from core.trace import Sampling
-from reference.decode import Decoder, DecodeSettings
-from reference.drafter import EagleHead
-from reference.model import Transformer, gpt_config, load_gpt
+from relaxspec.core.trace import Sampling
+from relaxspec.reference.decode import Decoder, DecodeSettings
+from relaxspec.reference.drafter import EagleHead
+from relaxspec.reference.model import Transformer, gpt_config, load_gpt
 
 FEATURE_WEIGHT, TOKEN_WEIGHT = 1.0, 0.1
 

@@ -42,16 +42,16 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from core.trace import Sampling
-from reference.verify_ops import HostLink, draw_token, normalise_residual, seqsum
-from theory.boost import OFFICIAL_BELOW, Boost, window_extent
-from theory.distributions import SUM_ATOL, TOP_P_TOL, logits_to_probs
-from theory.jacobi_sampler import check_window_size, window_tree
-from theory.relax import NO_RELAX, Relax
-from theory.rule_step import check_step_rule, own_oracle, step_neighbours
-from theory.rules import SAMPLED_DRAFT_RULES, boost_embedding, rows_read
-from theory.stages import EXHAUSTION_CHECK
-from theory.tree import Tree
+from relaxspec.core.trace import Sampling
+from relaxspec.reference.verify_ops import HostLink, draw_token, normalise_residual, seqsum
+from relaxspec.theory.boost import OFFICIAL_BELOW, Boost, window_extent
+from relaxspec.theory.distributions import SUM_ATOL, TOP_P_TOL, logits_to_probs
+from relaxspec.theory.jacobi_sampler import check_window_size, window_tree
+from relaxspec.theory.relax import NO_RELAX, Relax
+from relaxspec.theory.rule_step import check_step_rule, own_oracle, step_neighbours
+from relaxspec.theory.rules import SAMPLED_DRAFT_RULES, boost_embedding, rows_read
+from relaxspec.theory.stages import EXHAUSTION_CHECK
+from relaxspec.theory.tree import Tree
 
 DTYPES = (torch.float32, torch.float64)
 """The dtypes a verifier computes in: float64 (theory's decisions on CPU) or float32."""
@@ -476,7 +476,7 @@ class DeviceVerifier:
     # -- r4 and the budget boost ---------------------------------------------------------------------
     def _own_oracle_step(self, tree: Tree, P: torch.Tensor, Q: torch.Tensor, ua: torch.Tensor,
                          ud: torch.Tensor) -> tuple[np.ndarray, int]:
-        from reference import verify_traversal  # written alongside; imported when first needed
+        from relaxspec.reference import verify_traversal  # written alongside; imported when first needed
 
         table = self.table if self.boost.kind == "budget" else None
         if self.rule == "r4":

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from reference.verify_ops import HostLink, draw_token, normalise_residual, seqsum
-from theory.boost import OFFICIAL_BELOW, Boost, window_extent
-from theory.tree import Tree
+from relaxspec.reference.verify_ops import HostLink, draw_token, normalise_residual, seqsum
+from relaxspec.theory.boost import OFFICIAL_BELOW, Boost, window_extent
+from relaxspec.theory.tree import Tree
 
 
 # ------------------------------------------------------------------ input checks

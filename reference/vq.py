@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reference.checkpoint import load_strict
-from theory.neighbours import DEFAULT_K_MAX, neighbour_table
+from relaxspec.reference.checkpoint import load_strict
+from relaxspec.theory.neighbours import DEFAULT_K_MAX, neighbour_table
 
 
 @dataclass(frozen=True)

@@ -19,17 +19,17 @@ from relaxspec import __version__
 
 # (subcommand, module providing add_parser, or "module:function")
 SUBCOMMANDS: list[tuple[str, str]] = [
-    ("theory", "theory.cli"),
-    ("train-mini", "mini.train_mini"),
-    ("mini", "mini.cli"),
+    ("theory", "relaxspec.theory.cli"),
+    ("train-mini", "relaxspec.mini.train_mini"),
+    ("mini", "relaxspec.mini.cli"),
     ("simulate", "relaxspec.simulate_cli"),
     ("plot", "relaxspec.simulate_cli:add_plot_parser"),
     ("demo", "relaxspec.simulate_cli:add_demo_parser"),
     ("world-stats", "relaxspec.simulate_cli:add_world_stats_parser"),
     ("trace-acceptance", "relaxspec.simulate_cli:add_trace_acceptance_parser"),
-    ("generate", "reference.cli:add_generate_parser"),
-    ("replay", "reference.cli:add_replay_parser"),
-    ("rescore", "reference.cli:add_rescore_parser"),
+    ("generate", "relaxspec.reference.cli:add_generate_parser"),
+    ("replay", "relaxspec.reference.cli:add_replay_parser"),
+    ("rescore", "relaxspec.reference.cli:add_rescore_parser"),
     ("figures", "relaxspec.notebooks"),
 ]
 

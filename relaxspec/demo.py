@@ -31,9 +31,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.cost import CostModel
-from mini.timing import Clock, load_average
+from relaxspec.core.cost import CostModel
 from relaxspec.figures import render
+from relaxspec.mini.timing import Clock, load_average
 from relaxspec.results import read_results
 from relaxspec.sweep import SweepConfig, run_sweep
 
@@ -104,7 +104,7 @@ def numba_cache_counts() -> tuple[int, int]:
 
     seen: dict[int, CPUDispatcher] = {}
     for name, module in list(sys.modules.items()):
-        if name.startswith("simulate.") and module is not None:
+        if name.startswith("relaxspec.simulate.") and module is not None:
             seen.update({id(f): f for f in vars(module).values() if isinstance(f, CPUDispatcher)})
     compiled = sum(sum(f.stats.cache_misses.values()) for f in seen.values())
     cached = sum(sum(f.stats.cache_hits.values()) for f in seen.values())
@@ -394,7 +394,7 @@ def main(out: str | Path = "demo-output", threads: int | None = None, progress: 
     rows = read_results(out / "results.csv")
     rendered = render(out / "results.csv", out)
     figs = rendered.paths
-    from mini.demo import mini_section  # the same comparison on the shipped real model (issue 5)
+    from relaxspec.mini.demo import mini_section  # the same comparison on the shipped real model (issue 5)
 
     mini_start = clock.wall()
     mini_lines = mini_section(out / ("mini" if model == "mini" else f"mini-{model}"), progress=progress,

@@ -35,9 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from core.trees.spec import tree_kind
-from theory.boost import Boost
-from theory.relax import Relax
+from relaxspec.core.trees.spec import tree_kind
+from relaxspec.theory.boost import Boost
+from relaxspec.theory.relax import Relax
 
 COLUMN_WIDTH = 3.3  # inches: one column of a two-column paper
 FULL_WIDTH = 6.9  # inches: a figure across both columns

@@ -53,7 +53,7 @@ from relaxspec.figstyle import (
     shades,
 )
 from relaxspec.results import config_key, load
-from theory.relax import Relax
+from relaxspec.theory.relax import Relax
 
 EXTRAS = ("k", "n_sequences", "seq_len", "seed")  # varying: in a line's label and a shade of its colour
 TOKENS, TV = "mean_tokens_per_step", "tv_bound_per_token"

@@ -104,7 +104,7 @@ SHIPPED_COMPONENTS = ("tokenizer", "target", "eagle_head", "draft_gpt", "evaluat
 
 def _model_folders() -> dict[str, str]:
     """``mini.weights.MODEL_DIRS`` as folders of the repository (imported when asked for: it loads torch)."""
-    from mini.weights import MODEL_DIRS, WEIGHTS_DIR
+    from relaxspec.mini.weights import MODEL_DIRS, WEIGHTS_DIR
 
     return {name: path.relative_to(WEIGHTS_DIR.parent).as_posix() for name, path in MODEL_DIRS.items()}
 
@@ -124,7 +124,7 @@ def shipped_model_missing() -> str | None:
     is missing. The ``ambiguous`` model shares the first one's evaluator."""
     import importlib.util
 
-    if importlib.util.find_spec("mini") is None or importlib.util.find_spec("mini.shipped") is None:
+    if importlib.util.find_spec("mini") is None or importlib.util.find_spec("relaxspec.mini.shipped") is None:
         return "the `mini` package (issue 5, the Fashion-MNIST model) is not in this checkout yet"
     folder = _model_folders()[shipped_model()]
     weights = repo_root() / folder
@@ -138,6 +138,6 @@ def shipped_model_missing() -> str | None:
 
 def load_shipped():
     """``mini.shipped.load_mini`` on the folder of :func:`shipped_model`."""
-    from mini.shipped import load_mini
+    from relaxspec.mini.shipped import load_mini
 
     return load_mini(repo_root() / _model_folders()[shipped_model()])

@@ -30,7 +30,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from simulate.results import SimResult
+from relaxspec.simulate.results import SimResult
 
 if TYPE_CHECKING:
     import pandas as pd

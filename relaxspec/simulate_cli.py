@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from core.execution import add_scheduler_arguments
-from reference.cli import add_trace_rule_arguments
+from relaxspec.core.execution import add_scheduler_arguments
+from relaxspec.reference.cli import add_trace_rule_arguments
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -44,7 +44,7 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def add_world_stats_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``relaxspec world-stats``."""
-    from simulate.worlds import PRESETS  # the package imports it anyway: no cost for --help
+    from relaxspec.simulate.worlds import PRESETS  # the package imports it anyway: no cost for --help
 
     p = sub.add_parser("world-stats", help="ambiguity of a world preset: mean top-1, entropy, top-10 mass, "
                                            "1 - TV(p, q)")
@@ -74,11 +74,11 @@ def add_trace_acceptance_parser(sub: argparse._SubParsersAction) -> argparse.Arg
 def _trace_acceptance(args: argparse.Namespace) -> int:
     import json
 
-    from core.trace import read_trace, trace_neighbours
-    from core.trees.selection import ChildSelector
-    from simulate.acceptance import trace_positional_acceptance
-    from simulate.worlds import TraceWorld
-    from theory.relax import Relax
+    from relaxspec.core.trace import read_trace, trace_neighbours
+    from relaxspec.core.trees.selection import ChildSelector
+    from relaxspec.simulate.acceptance import trace_positional_acceptance
+    from relaxspec.simulate.worlds import TraceWorld
+    from relaxspec.theory.relax import Relax
 
     relax = Relax.parse(args.relax)
     table = trace_neighbours(read_trace(args.trace), relax, args.neighbours)
@@ -94,7 +94,7 @@ def _compile_notice() -> None:
     """Say on stderr, in one line, that a cold cache's kernels are being compiled (minutes, once)."""
     import sys
 
-    from simulate.kernel_cache import compile_notice
+    from relaxspec.simulate.kernel_cache import compile_notice
 
     notice = compile_notice()
     if notice:
@@ -133,7 +133,7 @@ def _demo(args: argparse.Namespace) -> int:
     top = numba.config.NUMBA_NUM_THREADS
     if args.threads is not None and not 1 <= args.threads <= top:
         raise ValueError(f"--threads must be in [1, {top}], got {args.threads}")
-    from mini.weights import MODEL_DIRS
+    from relaxspec.mini.weights import MODEL_DIRS
 
     if args.model not in MODEL_DIRS:
         raise ValueError(f"--model must be one of {', '.join(MODEL_DIRS)}, got {args.model!r}")
@@ -142,8 +142,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _world_stats(args: argparse.Namespace) -> int:
-    from simulate.rng import check_seed
-    from simulate.worlds import LatentWorld, world_stats
+    from relaxspec.simulate.rng import check_seed
+    from relaxspec.simulate.worlds import LatentWorld, world_stats
 
     check_seed(args.seed, "--seed")
     if args.sequences < 1 or args.seq_len < 1:

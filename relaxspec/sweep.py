@@ -96,13 +96,13 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from core.cost import DEFAULT_TABLE, CostModel
-from core.trees.policies import (
+from relaxspec.core.cost import DEFAULT_TABLE, CostModel
+from relaxspec.core.trees.policies import (
     MAX_TREE_NODES,
     check_budget,
 )
-from core.trees.selection import ChildSelector
-from core.trees.spec import R2_FORMS, check_tree_spec, draws_children, parse_tree, tree_kind
+from relaxspec.core.trees.selection import ChildSelector
+from relaxspec.core.trees.spec import R2_FORMS, check_tree_spec, draws_children, parse_tree, tree_kind
 from relaxspec.results import (
     ResultsLock,
     append_line,
@@ -112,14 +112,14 @@ from relaxspec.results import (
     read_done,
     result_row,
 )
+from relaxspec.simulate.acceptance import measure_positional_acceptance
+from relaxspec.simulate.engine import run
+from relaxspec.simulate.rng import check_seed
+from relaxspec.simulate.worlds import PRESETS, LatentWorld, check_world_settings
 from relaxspec.sweep_checks import is_int, is_number, no_repeats, table, world_overrides
-from simulate.acceptance import measure_positional_acceptance
-from simulate.engine import run
-from simulate.rng import check_seed
-from simulate.worlds import PRESETS, LatentWorld, check_world_settings
-from theory.boost import NO_BOOST, Boost
-from theory.relax import Relax
-from theory.rules import RULES, SAMPLED_DRAFT_RULES, VARIANTS
+from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.relax import Relax
+from relaxspec.theory.rules import RULES, SAMPLED_DRAFT_RULES, VARIANTS
 
 _LIST_KEYS = {"worlds": "strings", "trees": "strings", "rules": "strings", "variants": "strings",
               "relaxations": "strings", "boosts": "strings", "temperatures": "numbers"}
@@ -434,7 +434,7 @@ def _run_locked(cfg: SweepConfig, out: Path, lock: ResultsLock, progress: bool, 
 
     from tqdm import tqdm
 
-    from core.execution import Executor
+    from relaxspec.core.execution import Executor
 
     drop_torn_tail(out, lock)  # refuses a file that is not ours before it changes anything
     done = read_done(out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from simulate.worlds import PRESETS, LatentParams
+from relaxspec.simulate.worlds import PRESETS, LatentParams
 
 
 def no_repeats(key: str, written: list, values: list, source: str) -> None:

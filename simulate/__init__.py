@@ -12,11 +12,18 @@ Public API
 - :func:`measure_positional_acceptance`: Sequoia's acceptance vector measured in a world.
 """
 
-from simulate.acceptance import measure_positional_acceptance
-from simulate.engine import run
-from simulate.results import SimResult
-from simulate.verify import StepExpectation, step_expectation, verify_step
-from simulate.worlds import PRESETS, LatentParams, LatentWorld, StationaryWorld, TraceWorld, world_stats
+from relaxspec.simulate.acceptance import measure_positional_acceptance
+from relaxspec.simulate.engine import run
+from relaxspec.simulate.results import SimResult
+from relaxspec.simulate.verify import StepExpectation, step_expectation, verify_step
+from relaxspec.simulate.worlds import (
+    PRESETS,
+    LatentParams,
+    LatentWorld,
+    StationaryWorld,
+    TraceWorld,
+    world_stats,
+)
 
 __all__ = [
     "PRESETS",

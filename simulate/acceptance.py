@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.trees.policies import StaticTree
-from core.trees.selection import ChildSelector
+from relaxspec.core.trees.policies import StaticTree
+from relaxspec.core.trees.selection import ChildSelector
 
 
 def measure_positional_acceptance(world, *, width: int = 16, rule: str = "r1", relax=None,
@@ -23,8 +23,8 @@ def measure_positional_acceptance(world, *, width: int = 16, rule: str = "r1", r
 
     ``selector`` ranks the children (default: by q); with a latent-aware one
     the vector is the relaxation-aware tree's (issue 7)."""
-    from simulate.engine import run
-    from theory.relax import Relax
+    from relaxspec.simulate.engine import run
+    from relaxspec.theory.relax import Relax
 
     if int(width) != width or width < 1:
         raise ValueError(f"width must be a positive integer, got {width!r}")
@@ -47,9 +47,9 @@ def trace_positional_acceptance(trace, *, width: int = 16, rule: str = "r1", rel
     is theory's exact ``node_outcome`` on the recorded target distribution
     under ``rule`` (r1 or r3) and ``relax``; the vector is the mean over
     steps (ranks a step could not fill count 0)."""
-    from simulate.worlds import TraceWorld
-    from theory.relax import Relax
-    from theory.verify import node_outcome
+    from relaxspec.simulate.worlds import TraceWorld
+    from relaxspec.theory.relax import Relax
+    from relaxspec.theory.verify import node_outcome
 
     if not isinstance(trace, TraceWorld):
         raise ValueError(f"trace must be a simulate.TraceWorld, got {type(trace).__name__}")

@@ -50,28 +50,28 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from core.trees.jacobi import JacobiWindow
-from core.trees.policies import KIND_STATIC, PolicySpec, TreePolicy
-from simulate.jacobi import check_jacobi_run, run_windows
-from simulate.policy_kernels import EXPAND_BATCH, build_dynamic, build_static
-from simulate.results import SimResult
-from simulate.rng import U_ACCEPT, U_DRAW, U_TREE, check_seed, step_counter, stream_key, uniform
-from simulate.step_kernels import (
+from relaxspec.core.trees.jacobi import JacobiWindow
+from relaxspec.core.trees.policies import KIND_STATIC, PolicySpec, TreePolicy
+from relaxspec.simulate.jacobi import check_jacobi_run, run_windows
+from relaxspec.simulate.policy_kernels import EXPAND_BATCH, build_dynamic, build_static
+from relaxspec.simulate.results import SimResult
+from relaxspec.simulate.rng import U_ACCEPT, U_DRAW, U_TREE, check_seed, step_counter, stream_key, uniform
+from relaxspec.simulate.step_kernels import (
     children_csr,
     leaf_bonus,
     path_tv,
     sample_step_walk_kernel,
     step_expectation_kernel,
 )
-from simulate.traversal_kernels import (
+from relaxspec.simulate.traversal_kernels import (
     child_tokens_csr,
     traversal_expectation_kernel,
     traversal_reset,
     traversal_scratch,
     traversal_walk_kernel,
 )
-from simulate.verify import RuleSpec
-from simulate.world_kernels import (
+from relaxspec.simulate.verify import RuleSpec
+from relaxspec.simulate.world_kernels import (
     ensure_state,
     initial_state,
     row_scratch,
@@ -79,11 +79,11 @@ from simulate.world_kernels import (
     transition,
     vocab_size,
 )
-from simulate.worlds import LatentWorld, StationaryWorld, TraceWorld, World
-from theory.boost import NO_BOOST, Boost
-from theory.relax import Relax
-from theory.rules import SAMPLED_DRAFT_RULES, check_step_boost
-from theory.tree import parent_depths
+from relaxspec.simulate.worlds import LatentWorld, StationaryWorld, TraceWorld, World
+from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.relax import Relax
+from relaxspec.theory.rules import SAMPLED_DRAFT_RULES, check_step_boost
+from relaxspec.theory.tree import parent_depths
 
 BACKENDS = ("numba", "numpy")
 STEP_FIELDS = ("tokens", "tree_size", "tree_depth", "accepted_depth", "draft_calls", "root_choice")
@@ -346,7 +346,7 @@ def run(
     exact = bool(exact_expectations)
     emb = world.embedding() if boost.kind == "group" else None
     if isinstance(world, TraceWorld):
-        from simulate.replay import replay_trace
+        from relaxspec.simulate.replay import replay_trace
 
         return replay_trace(world, rule=rule, relax=relax, variant=variant, boost=boost)
     width = max(0 if relax.is_exact else relax.k, boost.k if boost.kind == "budget" else 0)
@@ -413,7 +413,7 @@ def _run_numba(world, ps: PolicySpec, spec: RuleSpec, n_seq, seq_len, temperatur
 
 
 def _run_numpy(world, tree, spec, rule, relax, variant, n_seq, seq_len, temperature, seed, exact, boost, emb):
-    from simulate.oracle import oracle_sequence
+    from relaxspec.simulate.oracle import oracle_sequence
 
     out = _outputs(n_seq, seq_len)
     o_int, o_exp, o_tv, o_ttv, n_steps = out

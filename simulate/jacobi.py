@@ -27,16 +27,16 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from core.trees.jacobi import JacobiWindow
-from simulate.jacobi_kernels import FRESH_COPY, FRESH_UNIFORM, jacobi_kernel
-from simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_uniforms, stream_key
-from simulate.verify import RuleSpec
-from simulate.worlds import LatentWorld, StationaryWorld, TraceWorld, World
-from theory.boost import Boost
-from theory.jacobi_sampler import check_window, decode_jacobi, fill_window, kept_drafts
-from theory.relax import Relax
-from theory.rule_step import own_oracle, sample_window_step, window_rule_expectation
-from theory.rules import RULE_CODES, SAMPLED_DRAFT_RULES, check_step_boost
+from relaxspec.core.trees.jacobi import JacobiWindow
+from relaxspec.simulate.jacobi_kernels import FRESH_COPY, FRESH_UNIFORM, jacobi_kernel
+from relaxspec.simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_uniforms, stream_key
+from relaxspec.simulate.verify import RuleSpec
+from relaxspec.simulate.worlds import LatentWorld, StationaryWorld, TraceWorld, World
+from relaxspec.theory.boost import Boost
+from relaxspec.theory.jacobi_sampler import check_window, decode_jacobi, fill_window, kept_drafts
+from relaxspec.theory.relax import Relax
+from relaxspec.theory.rule_step import own_oracle, sample_window_step, window_rule_expectation
+from relaxspec.theory.rules import RULE_CODES, SAMPLED_DRAFT_RULES, check_step_boost
 
 FRESH_CODES = {"uniform": FRESH_UNIFORM, "copy": FRESH_COPY}
 
@@ -122,7 +122,7 @@ def _decode_rule_numpy(world, window: JacobiWindow, rule: str, boost: Boost, emb
     """The readable oracle of R4 and of the budget on windows (which ``decode_jacobi`` does not take): the
     window's life of ``decode_jacobi`` (``fill_window``, ``kept_drafts``, the same uniforms) around
     ``theory.rule_step``'s verification of the window's chain."""
-    from simulate.oracle import step_record_tv
+    from relaxspec.simulate.oracle import step_record_tv
 
     o_int, o_exp, o_tv, o_ttv, n_steps = out
     L, V = window.window, world.vocab_size

@@ -22,10 +22,17 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_counter, stream_key, uniform
-from simulate.step_kernels import expected_tokens_per_step_kernel, sample_step_kernel
-from simulate.verify_kernels import draw_token_kernel
-from simulate.world_kernels import KIND_LATENT, initial_state, row_scratch, target_row, transition, vocab_size
+from relaxspec.simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_counter, stream_key, uniform
+from relaxspec.simulate.step_kernels import expected_tokens_per_step_kernel, sample_step_kernel
+from relaxspec.simulate.verify_kernels import draw_token_kernel
+from relaxspec.simulate.world_kernels import (
+    KIND_LATENT,
+    initial_state,
+    row_scratch,
+    target_row,
+    transition,
+    vocab_size,
+)
 
 FRESH_UNIFORM, FRESH_COPY = 0, 1
 F_TOKENS, F_SIZE, F_DEPTH, F_ACCEPTED, F_CALLS, F_CHOICE = range(6)

@@ -12,8 +12,8 @@ import importlib
 from collections.abc import Iterable
 
 ENTRY_KERNELS: tuple[tuple[str, str], ...] = (
-    ("simulate.engine", "simulate_kernel"),
-    ("simulate.jacobi_kernels", "jacobi_kernel"),
+    ("relaxspec.simulate.engine", "simulate_kernel"),
+    ("relaxspec.simulate.jacobi_kernels", "jacobi_kernel"),
 )
 """(module, name) of the kernels a simulation calls from Python; compiling one compiles every kernel it
 calls, each cached on its own."""

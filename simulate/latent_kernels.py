@@ -20,8 +20,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from simulate.row_kernels import keep_row, top_of_row
-from simulate.verify_kernels import merge_count_kernel, merge_count_row_kernel, r1_reject_kernel, r1_value
+from relaxspec.simulate.row_kernels import keep_row, top_of_row
+from relaxspec.simulate.verify_kernels import (
+    merge_count_kernel,
+    merge_count_row_kernel,
+    r1_reject_kernel,
+    r1_value,
+)
 
 
 @njit(cache=True, error_model="numpy")

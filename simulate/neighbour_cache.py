@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from theory.neighbours import check_table_order, neighbour_table, validate_neighbours
+from relaxspec.theory.neighbours import check_table_order, neighbour_table, validate_neighbours
 
 
 def cache_dir() -> Path:

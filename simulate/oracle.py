@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_counter, stream_key, uniform
-from simulate.worlds import LatentWorld
-from theory.boost import NO_BOOST, Boost
-from theory.budget import budget_r2_given_states, check_budget
-from theory.rule_step import own_oracle, rule_step_expectation, sample_rule_step
-from theory.rules import SAMPLED_DRAFT_RULES
-from theory.traversal import TraversalWalk, check_traversal_inputs
-from theory.tree import Tree, path_tv, sample_step, step_expectation
+from relaxspec.simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_counter, stream_key, uniform
+from relaxspec.simulate.worlds import LatentWorld
+from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.budget import budget_r2_given_states, check_budget
+from relaxspec.theory.rule_step import own_oracle, rule_step_expectation, sample_rule_step
+from relaxspec.theory.rules import SAMPLED_DRAFT_RULES
+from relaxspec.theory.traversal import TraversalWalk, check_traversal_inputs
+from relaxspec.theory.tree import Tree, path_tv, sample_step, step_expectation
 
 
 class States:

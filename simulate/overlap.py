@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.trees.selection import ChildSelector, top_ranked
-from theory.relax import Relax
+from relaxspec.core.trees.selection import ChildSelector, top_ranked
+from relaxspec.theory.relax import Relax
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,8 @@ def sibling_overlap(world, relax: Relax, *, top_k: int = 10, n_sequences: int = 
                     seed: int = 0, temperature: float = 1.0) -> OverlapStats:
     """:class:`OverlapStats` of the top-``top_k`` children of q at the positions of sequences sampled from
     a world's target (``simulate.worlds.world_stats``'s sampling)."""
-    from simulate.rng import stream_key, uniform
-    from simulate.worlds import LatentWorld
+    from relaxspec.simulate.rng import stream_key, uniform
+    from relaxspec.simulate.worlds import LatentWorld
 
     if not isinstance(world, LatentWorld):
         raise ValueError("sibling_overlap samples sequences of a LatentWorld")

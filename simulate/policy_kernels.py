@@ -24,16 +24,16 @@ import math
 import numpy as np
 from numba import njit
 
-from simulate.latent_kernels import select_children
-from simulate.row_kernels import keep_row, top_m, top_tokens  # noqa: F401  (top_tokens: re-exported)
-from simulate.verify_kernels import draw_token_kernel
-from simulate.world_kernels import (
+from relaxspec.simulate.latent_kernels import select_children
+from relaxspec.simulate.row_kernels import keep_row, top_m, top_tokens  # noqa: F401  (top_tokens: re-exported)
+from relaxspec.simulate.verify_kernels import draw_token_kernel
+from relaxspec.simulate.world_kernels import (
     draft_exps,
     ensure_state,
     row_scratch,
     vocab_size,
 )
-from theory.tree import parent_depths
+from relaxspec.theory.tree import parent_depths
 
 EXPAND_BATCH = 16  # drafter rows computed in one pass over the codebook (a beam, a tree level)
 
@@ -259,7 +259,7 @@ def kernel_draft(world, z0: np.ndarray, h0: np.uint64, temperature: float = 1.0)
 
     With it, a policy's NumPy ``build`` sees exactly the q rows its Numba
     builder computes (used to test the builders against each other)."""
-    from simulate.oracle import States, world_draft
+    from relaxspec.simulate.oracle import States, world_draft
 
     return world_draft(world, States(world, z0, np.uint64(h0)), temperature)
 
@@ -270,7 +270,7 @@ def kernel_build(policy, world, z0: np.ndarray, h0: np.uint64, temperature: floa
 
     Returns ``(parents, tokens, q, draft_calls)`` with q the draft rows of the
     final nodes (uniform where never expanded), as ``BuiltTree`` holds them."""
-    from core.trees.policies import KIND_STATIC
+    from relaxspec.core.trees.policies import KIND_STATIC
 
     policy.check_vocab(world.vocab_size)
     ps = policy.kernel_spec()

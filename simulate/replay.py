@@ -11,12 +11,12 @@ import time
 
 import numpy as np
 
-from simulate.results import SimResult
-from simulate.verify import step_expectation, verify_step
-from simulate.worlds import TraceWorld
-from theory.boost import NO_BOOST, Boost
-from theory.relax import Relax
-from theory.rules import SAMPLED_DRAFT_RULES
+from relaxspec.simulate.results import SimResult
+from relaxspec.simulate.verify import step_expectation, verify_step
+from relaxspec.simulate.worlds import TraceWorld
+from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.relax import Relax
+from relaxspec.theory.rules import SAMPLED_DRAFT_RULES
 
 
 def replay_trace(world: TraceWorld, *, rule: str, relax: Relax, variant: str = "principled",

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from theory.boost import NO_BOOST, Boost
-from theory.relax import Relax
+from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.relax import Relax
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from simulate.world_kernels import KIND_STATIONARY, scale_into, vocab_size
+from relaxspec.simulate.world_kernels import KIND_STATIONARY, scale_into, vocab_size
 
 
 @njit(cache=True, error_model="numpy")

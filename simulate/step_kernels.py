@@ -22,8 +22,8 @@ import math
 import numpy as np
 from numba import njit
 
-from simulate.traversal_kernels import traversal_step_expectation_kernel, traversal_step_kernel
-from simulate.verify_kernels import (
+from relaxspec.simulate.traversal_kernels import traversal_step_expectation_kernel, traversal_step_kernel
+from relaxspec.simulate.verify_kernels import (
     argmax_row,
     boosted_stage_kernel,
     budget_r2_node_kernel,

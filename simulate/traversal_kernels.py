@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from simulate.verify_kernels import (
+from relaxspec.simulate.verify_kernels import (
     budget_ratio_kernel,
     budget_stage_kernel,
     draft_residual_kernel,

@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simulate.step_kernels import (
+from relaxspec.simulate.step_kernels import (
     expected_tokens_per_step_kernel,
     sample_step_kernel,
 )
-from theory.boost import NO_BOOST, Boost
-from theory.distributions import validate_distribution
-from theory.relax import Relax
-from theory.rules import SAMPLED_DRAFT_RULES, EncodedBoost, encode, encode_boost, rule_table
-from theory.tree import StepExpectation, Tree
+from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.distributions import validate_distribution
+from relaxspec.theory.relax import Relax
+from relaxspec.theory.rules import SAMPLED_DRAFT_RULES, EncodedBoost, encode, encode_boost, rule_table
+from relaxspec.theory.tree import StepExpectation, Tree
 
 
 @dataclass(frozen=True)

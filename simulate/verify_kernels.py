@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from theory.stages import EXHAUSTION_CHECK
+from relaxspec.theory.stages import EXHAUSTION_CHECK
 
 
 # ---------------------------------------------------------------- R1 residual

@@ -32,7 +32,7 @@ import math
 import numpy as np
 from numba import njit
 
-from simulate.rng import combine, normals
+from relaxspec.simulate.rng import combine, normals
 
 F_BETA, F_RHO, F_SIGMA, F_BETA_Q, F_SIGMA_Q, F_BMAX, F_BQMAX, F_SPREAD, F_DRIFT = range(9)
 N_FPARAMS = 9  # then the d entries of the difficulty axis (latent worlds)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulate.rng import check_seed
+from relaxspec.simulate.rng import check_seed
 
 CODEBOOKS = ("sphere", "clustered")
 # Size bounds, checked before anything is allocated (as tree sizes are): V up to 2**18 (Open-MAGVIT2's

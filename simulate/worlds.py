@@ -35,10 +35,10 @@ from pathlib import Path
 
 import numpy as np
 
-from core.trace import Trace, read_trace
-from simulate.neighbour_cache import cached_neighbours
-from simulate.rng import fmix, stream_key, uniform
-from simulate.world_kernels import (
+from relaxspec.core.trace import Trace, read_trace
+from relaxspec.simulate.neighbour_cache import cached_neighbours
+from relaxspec.simulate.rng import fmix, stream_key, uniform
+from relaxspec.simulate.world_kernels import (
     F_BETA,
     F_BETA_Q,
     F_BMAX,
@@ -59,7 +59,7 @@ from simulate.world_kernels import (
     target_row,
     transition,
 )
-from simulate.world_params import (  # re-exported: worlds are built from them
+from relaxspec.simulate.world_params import (  # re-exported: worlds are built from them
     CODEBOOKS,
     MAX_CODEBOOK_ENTRIES,
     MAX_DIM,
@@ -67,9 +67,9 @@ from simulate.world_params import (  # re-exported: worlds are built from them
     PRESETS,
     LatentParams,
 )
-from theory.boost import check_embedding
-from theory.distributions import logits_to_probs, total_variation, validate_distribution
-from theory.neighbours import check_neighbour_count
+from relaxspec.theory.boost import check_embedding
+from relaxspec.theory.distributions import logits_to_probs, total_variation, validate_distribution
+from relaxspec.theory.neighbours import check_neighbour_count
 
 # The kernels evaluate logits in float32 (simulate.world_kernels): a logit of magnitude L carries a
 # rounding error of about d L 2**-24 nats, and the float32 exp fails (NaN rows) once that error passes

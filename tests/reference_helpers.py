@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from reference.model import GPTConfig, Transformer, gpt_config
+from relaxspec.reference.model import GPTConfig, Transformer, gpt_config
 
 torch.set_num_threads(1)
 

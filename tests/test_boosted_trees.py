@@ -11,8 +11,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from core.trees import StaticTree
+from relaxspec.core.trees import StaticTree
 from relaxspec.results import COLUMNS, LEGACY_COLUMNS, config_key, drop_torn_tail, read_done, read_results
+from relaxspec.simulate.engine import STEP_FIELDS, run
+from relaxspec.simulate.verify import RuleSpec, step_expectation, verify_step
+from relaxspec.simulate.verify_kernels import rank_order_kernel
+from relaxspec.simulate.worlds import LatentWorld, StationaryWorld
 from relaxspec.sweep import SweepConfig, jobs
 from relaxspec.testing import (
     KernelRule,
@@ -23,15 +27,11 @@ from relaxspec.testing import (
     nodes,
 )
 from relaxspec.testing.strategies import codebooks, distributions
-from simulate.engine import STEP_FIELDS, run
-from simulate.verify import RuleSpec, step_expectation, verify_step
-from simulate.verify_kernels import rank_order_kernel
-from simulate.worlds import LatentWorld, StationaryWorld
-from theory import Relax, Tree, expected_tokens_per_step, node_outcome, sample_step
-from theory import step_expectation as theory_step_expectation
-from theory.boost import NO_BOOST, Boost, acceptance_vector, boosted_law, boosted_tv, rank_order
-from theory.sampler import draw_without_replacement
-from theory.tree import path_tv
+from relaxspec.theory import Relax, Tree, expected_tokens_per_step, node_outcome, sample_step
+from relaxspec.theory import step_expectation as theory_step_expectation
+from relaxspec.theory.boost import NO_BOOST, Boost, acceptance_vector, boosted_law, boosted_tv, rank_order
+from relaxspec.theory.sampler import draw_without_replacement
+from relaxspec.theory.tree import path_tv
 
 EXACT = 1e-12
 FEW = settings(max_examples=30, deadline=None)
@@ -296,7 +296,7 @@ def test_bad_input_is_refused(small_world):
         node_outcome(p, 1, rule="r2", q=q, boost=Boost.depth([2.0]), depth=0)
     with pytest.raises(ValueError, match="not verified on draft trees"):
         node_outcome(p, 1, rule="r2", q=q, boost=Boost.budget(0.1, 4))
-    with pytest.raises(ValueError, match="theory.boost.Boost"):
+    with pytest.raises(ValueError, match="relaxspec.theory.boost.Boost"):
         node_outcome(p, 1, rule="r2", q=q, boost="gsd:G=3")
     tree = Tree(np.array([-1, 0]), np.array([0, 1]))
     with pytest.raises(ValueError, match="needs rule r2"):

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-import theory.cli
 from relaxspec.cli import error_message, main
-from theory.relax import Relax
+from relaxspec.theory import cli as theory_cli
+from relaxspec.theory.relax import Relax
 
 ROOT = Path(__file__).resolve().parents[1]
 BAD_RELAX = "additive:k=10,delta=0.1,lam=2"
@@ -131,7 +131,7 @@ def test_ctrl_c_exits_130_with_one_line(monkeypatch, capsys) -> None:
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(theory.cli, "_demo", interrupted)
+    monkeypatch.setattr(theory_cli, "_demo", interrupted)
     assert run_cli(capsys, "theory", "demo") == (130, "relaxspec: interrupted")
 
 
@@ -139,7 +139,7 @@ def test_internal_errors_are_not_swallowed(monkeypatch) -> None:
     def bug(args):
         raise TypeError("an internal bug")
 
-    monkeypatch.setattr(theory.cli, "_demo", bug)
+    monkeypatch.setattr(theory_cli, "_demo", bug)
     with pytest.raises(TypeError, match="an internal bug"):
         main(["theory", "demo"])
 

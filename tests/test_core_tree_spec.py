@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.cost import DEFAULT_TABLE, CostModel
-from core.trees.spec import check_tree_spec, draws_children, parse_tree, tree_kind
-from theory.neighbours import neighbour_table
-from theory.relax import Relax
+from relaxspec.core.cost import DEFAULT_TABLE, CostModel
+from relaxspec.core.trees.spec import check_tree_spec, draws_children, parse_tree, tree_kind
+from relaxspec.theory.neighbours import neighbour_table
+from relaxspec.theory.relax import Relax
 
 NB = neighbour_table(np.random.default_rng(0).normal(size=(32, 3)), k_max=31)
 CONTEXT = {"relax": Relax.additive(4, 0.2), "neighbours": NB, "acceptance": [0.5, 0.2, 0.1, 0.05],

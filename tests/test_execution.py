@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from distributed import Client, WorkerPlugin
 
-from core.execution import Executor, TasksLost, check_reachable, check_scheduler, local_cluster
 from relaxspec.cli import main
+from relaxspec.core.execution import Executor, TasksLost, check_reachable, check_scheduler, local_cluster
 from relaxspec.results import COLUMNS, config_key, load, read_done, read_results
 from relaxspec.sweep import SweepConfig, jobs, run_sweep
 
@@ -301,8 +301,8 @@ def test_rescore_many_traces_on_a_cluster_prints_what_the_serial_run_prints(tmp_
 
 
 def test_mini_images_on_a_cluster_are_the_serial_images(tmp_path, monkeypatch) -> None:
-    import mini.quality as quality
-    from mini.shipped import load_mini
+    import relaxspec.mini.quality as quality
+    from relaxspec.mini.shipped import load_mini
 
     mini = load_mini(drafters=False)
     config = quality.QUALITY_CONFIGS[0]  # AR
@@ -329,7 +329,7 @@ def test_dask_cancellation_noise_is_filtered() -> None:
     CancelledError", the nanny's "still alive ..., killing" while closing) are dropped; others pass."""
     import logging
 
-    from core.execution import QuietCancellation
+    from relaxspec.core.execution import QuietCancellation
 
     def record(name: str, level: int, msg: str) -> logging.LogRecord:
         return logging.LogRecord(name, level, __file__, 1, msg, None, None)
@@ -347,7 +347,7 @@ def test_dask_cancellation_noise_is_filtered() -> None:
 
 INTERRUPTED = """
 import sys, time
-from core.execution import Executor
+from relaxspec.core.execution import Executor
 
 def task(seconds):
     time.sleep(seconds)

@@ -8,10 +8,10 @@ import itertools
 import numpy as np
 import pytest
 
-from core.trees.policies import DDDTree, Eagle2Tree, StaticTree
 from relaxspec import figstyle, nbenv
+from relaxspec.core.trees.policies import DDDTree, Eagle2Tree, StaticTree
 from relaxspec.demo import DEMO_CONFIG
-from theory.relax import Relax
+from relaxspec.theory.relax import Relax
 
 FAMILIES = {
     "ar": "AR", "exact": "exact", "eagle2": "EAGLE-2", "ddd": "DDD",

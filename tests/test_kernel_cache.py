@@ -29,7 +29,7 @@ def _python(code: str, cache: Path, *path: Path) -> str:
 def test_a_cold_cache_is_announced(tmp_path) -> None:
     """An empty Numba cache: the simulator's entry kernels are not cached, and the notice says that they
     are compiled once and roughly how long it takes."""
-    code = "from simulate.kernel_cache import compile_notice\nprint(compile_notice())"
+    code = "from relaxspec.simulate.kernel_cache import compile_notice\nprint(compile_notice())"
     out = _python(code, tmp_path / "empty")
     assert "compiling the simulator's Numba kernels" in out and "minutes" in out and "once" in out
     assert "\n" not in out
@@ -39,7 +39,7 @@ def test_a_warm_cache_is_not_announced(tmp_path) -> None:
     """A cached kernel (compiled by an earlier process into the same cache) is not cold; before its first
     compilation it is."""
     (tmp_path / "tiny_kernel.py").write_text(TINY)
-    code = ("from simulate.kernel_cache import cold_kernels\nimport tiny_kernel\n"
+    code = ("from relaxspec.simulate.kernel_cache import cold_kernels\nimport tiny_kernel\n"
             "print(cold_kernels([('tiny_kernel', 'bump')]))\ntiny_kernel.bump(1)")
     cache = tmp_path / "cache"
     assert _python(code, cache, tmp_path) == "['tiny_kernel.bump']"
@@ -51,10 +51,10 @@ def test_the_simulate_command_prints_the_notice_before_running(tmp_path, monkeyp
     """``relaxspec simulate`` prints the notice (one line on stderr) before its sweep, and nothing when the
     cache is warm."""
     import relaxspec.sweep
-    import simulate.kernel_cache
+    from relaxspec.simulate import kernel_cache
 
     order = []
-    monkeypatch.setattr(simulate.kernel_cache, "compile_notice", lambda: order.append("notice") or notice)
+    monkeypatch.setattr(kernel_cache, "compile_notice", lambda: order.append("notice") or notice)
     monkeypatch.setattr(relaxspec.sweep, "run_sweep", lambda *a, **kw: order.append("sweep") or [])
     cfg = tmp_path / "grid.toml"
     cfg.write_text('worlds = ["ambiguous"]\ntrees = ["chain:2"]\n')

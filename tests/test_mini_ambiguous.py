@@ -10,25 +10,25 @@ import numpy as np
 import pytest
 import torch
 
-from mini import fashion_mnist as fm
-from mini.ambiguity import model_ambiguity
-from mini.ambiguous_model import AMBIGUOUS_DIR, COMPONENTS
-from mini.checkpointing import (
+from relaxspec.cli import main
+from relaxspec.mini import fashion_mnist as fm
+from relaxspec.mini.ambiguity import model_ambiguity
+from relaxspec.mini.ambiguous_model import AMBIGUOUS_DIR, COMPONENTS
+from relaxspec.mini.checkpointing import (
     LoopCheckpoint,
     TrainingInterrupted,
     clear_stop,
     stop_requested,
     termination_handler,
 )
-from mini.model_comparison import render
-from mini.object_positions import OBJECT_THRESHOLD, object_cells, split_ambiguity
-from mini.report import training_table
-from mini.run_ledger import LEDGER_NAME
-from mini.shipped import load_mini
-from mini.tokenizer import encode_images
-from mini.train_mini import train_all
-from mini.weights import WEIGHTS_DIR, component_done, read_card
-from relaxspec.cli import main
+from relaxspec.mini.model_comparison import render
+from relaxspec.mini.object_positions import OBJECT_THRESHOLD, object_cells, split_ambiguity
+from relaxspec.mini.report import training_table
+from relaxspec.mini.run_ledger import LEDGER_NAME
+from relaxspec.mini.shipped import load_mini
+from relaxspec.mini.tokenizer import encode_images
+from relaxspec.mini.train_mini import train_all
+from relaxspec.mini.weights import WEIGHTS_DIR, component_done, read_card
 
 needs_data = pytest.mark.skipif(not fm.dataset_available(),
                                 reason="training needs the full Fashion-MNIST data set "
@@ -212,7 +212,7 @@ def test_report_renders_the_training_table_without_an_evaluator(uninterrupted):
 def test_the_shipped_ambiguous_model_loads_and_decodes_in_the_demo(tmp_path):
     """`relaxspec demo --model ambiguous`'s real-model section on the committed weights (2 images per row):
     8,192 codes, every demo configuration decodes, the speculative rows emit more than one token per step."""
-    from mini.demo import mini_section
+    from relaxspec.mini.demo import mini_section
 
     lines = mini_section(tmp_path / "mini-ambiguous", n_images=2, progress=False, model="ambiguous")
     text = "\n".join(lines)

@@ -8,8 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from mini.ambiguity import position_stats
-from mini.calibration import (
+from relaxspec.mini.ambiguity import position_stats
+from relaxspec.mini.calibration import (
     fit_world,
     fitted_preset,
     node_figures,
@@ -18,9 +18,9 @@ from mini.calibration import (
     world_figures,
     world_key,
 )
-from mini.decoding import DecodeConfig
-from mini.quality import QUALITY_CONFIGS, read_records, slug
-from simulate.worlds import PRESETS, LatentParams
+from relaxspec.mini.decoding import DecodeConfig
+from relaxspec.mini.quality import QUALITY_CONFIGS, read_records, slug
+from relaxspec.simulate.worlds import PRESETS, LatentParams
 
 
 def test_position_stats_on_known_distributions():
@@ -107,7 +107,7 @@ def test_fit_world_recovers_a_known_worlds_figures():
 
 
 def test_fitted_presets_by_target_weights():
-    from mini.weights import WEIGHTS_DIR, read_card
+    from relaxspec.mini.weights import WEIGHTS_DIR, read_card
 
     first = read_card(WEIGHTS_DIR, "target")["weights_sha256"]
     second = read_card(WEIGHTS_DIR / "ambiguous", "target")["weights_sha256"]
@@ -122,7 +122,7 @@ def test_fitted_presets_by_target_weights():
 
 
 def test_report_tables_of_a_fit_and_a_validation(tmp_path):
-    from mini.report import ambiguity_table, validation_table
+    from relaxspec.mini.report import ambiguity_table, validation_table
 
     figures = {"top1": 0.2, "top1_sd": 0.1, "top1_lag1": 0.4, "accept_ranked": 0.5, "draft_entropy": 4.0,
                "entropy": 3.0, "top10_mass": 0.6, "accept_sampled": 0.55}

@@ -7,7 +7,7 @@ import gzip
 import numpy as np
 import pytest
 
-from mini import fashion_mnist as fm
+from relaxspec.mini import fashion_mnist as fm
 
 needs_dataset = pytest.mark.skipif(
     not fm.dataset_available(),

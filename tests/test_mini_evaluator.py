@@ -7,8 +7,8 @@ import shutil
 import numpy as np
 import pytest
 
-from mini import fashion_mnist as fm
-from mini.evaluator import (
+from relaxspec.mini import fashion_mnist as fm
+from relaxspec.mini.evaluator import (
     FEATURE_DIM,
     feature_stats,
     frechet_distance,
@@ -16,7 +16,7 @@ from mini.evaluator import (
     load_evaluator,
     predict,
 )
-from mini.weights import WEIGHTS_DIR, load_component
+from relaxspec.mini.weights import WEIGHTS_DIR, load_component
 
 
 @pytest.fixture(scope="module")

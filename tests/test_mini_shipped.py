@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from mini import fashion_mnist as fm
-from mini.decoding import DecodeConfig, StepScorer, make_decoder
-from mini.quality import EAGLE2, STATIC
-from mini.shipped import COMPONENT_NAMES, GRID_TOKENS, check_vocabularies, load_mini
-from mini.tokenizer import decode_tokens, encode_images, psnr
-from mini.validation import capture
-from mini.weights import WEIGHTS_DIR, read_card
-from reference.model import Transformer
-from reference.replay import replay
+from relaxspec.mini import fashion_mnist as fm
+from relaxspec.mini.decoding import DecodeConfig, StepScorer, make_decoder
+from relaxspec.mini.quality import EAGLE2, STATIC
+from relaxspec.mini.shipped import COMPONENT_NAMES, GRID_TOKENS, check_vocabularies, load_mini
+from relaxspec.mini.tokenizer import decode_tokens, encode_images, psnr
+from relaxspec.mini.validation import capture
+from relaxspec.mini.weights import WEIGHTS_DIR, read_card
+from relaxspec.reference.model import Transformer
+from relaxspec.reference.replay import replay
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +119,7 @@ def test_quality_runs_of_different_sizes_share_one_table(tmp_path):
 def test_eagle_below_root_is_the_depth_one_draft(mini):
     """The comb tree gives each position's depth-1 draft over the real prefix: with the real features
     in the leaves it is the head's ordinary teacher-forced output; a leaf does not see later tokens."""
-    from mini.ambiguity import comb_parents, eagle_below_root
+    from relaxspec.mini.ambiguity import comb_parents, eagle_below_root
 
     np.testing.assert_array_equal(comb_parents(4), [-1, 0, 1, 2, 0, 1, 2])
     g = torch.Generator().manual_seed(0)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from mini import fashion_mnist as fm
-from mini.report import training_table
-from mini.train_mini import COMPONENTS, train_all
-from mini.weights import WEIGHTS_DIR, component_done, read_card
 from relaxspec.cli import main
+from relaxspec.mini import fashion_mnist as fm
+from relaxspec.mini.report import training_table
+from relaxspec.mini.train_mini import COMPONENTS, train_all
+from relaxspec.mini.weights import WEIGHTS_DIR, component_done, read_card
 
 
 @pytest.fixture(scope="module")

@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 from reference_helpers import random_model, tiny_config
 
-from core.cost import DEFAULT_TABLE, CostModel, read_table, target_models
-from core.trace import read_trace
-from core.trees.policies import Eagle2Tree
-from reference.capture import capture_trace, module_sha256
-from reference.decode import Decoder, DecodeSettings
-from reference.drafter import GPTDraftSession
-from reference.replay import replay
-from simulate.worlds import TraceWorld, world_stats
-from theory.distributions import total_variation
-from theory.neighbours import neighbour_table
-from theory.relax import Relax
+from relaxspec.core.cost import DEFAULT_TABLE, CostModel, read_table, target_models
+from relaxspec.core.trace import read_trace
+from relaxspec.core.trees.policies import Eagle2Tree
+from relaxspec.reference.capture import capture_trace, module_sha256
+from relaxspec.reference.decode import Decoder, DecodeSettings
+from relaxspec.reference.drafter import GPTDraftSession
+from relaxspec.reference.replay import replay
+from relaxspec.simulate.worlds import TraceWorld, world_stats
+from relaxspec.theory.distributions import total_variation
+from relaxspec.theory.neighbours import neighbour_table
+from relaxspec.theory.relax import Relax
 
 FIELDS = "device,device_name,model,role,dtype,batch,prefix,n_tokens,mode,latency_ms,weight_bytes,floor_ms"
 

@@ -11,14 +11,14 @@ import pytest
 import torch
 from reference_helpers import official_state, tiny_config
 
-from core.trace import TraceHeader, TraceStep, TraceWriter, read_trace
-from reference.train_drafter import main as train_main
-from reference.vq import VQModel, vq_config
 from relaxspec.cli import main
-from theory.neighbours import neighbour_table, save_neighbours
-from theory.relax import Relax
-from theory.rules import neighbour_rows
-from theory.tree import Tree, sample_step
+from relaxspec.core.trace import TraceHeader, TraceStep, TraceWriter, read_trace
+from relaxspec.reference.train_drafter import main as train_main
+from relaxspec.reference.vq import VQModel, vq_config
+from relaxspec.theory.neighbours import neighbour_table, save_neighbours
+from relaxspec.theory.relax import Relax
+from relaxspec.theory.rules import neighbour_rows
+from relaxspec.theory.tree import Tree, sample_step
 
 MODEL_ARGS = ["--gpt-model", "GPT-tiny", "--vq-model", "VQ-tiny", "--codebook-size", "8",
               "--codebook-embed-dim", "4", "--image-size", "4", "--num-classes", "3"]

@@ -11,14 +11,14 @@ import torch
 from reference_helpers import random_model, tiny_config
 from scipy.stats import chi2
 
-from core.trace import Sampling, TraceHeader, TraceWriter, read_trace
-from core.trees.policies import DDDTree, Eagle2Tree, StaticTree
-from reference.decode import Decoder, DecodeSettings
-from reference.drafter import EagleDraftSession, EagleHead, GPTDraftSession
-from reference.replay import replay, rescore, rescore_steps
-from theory.distributions import logits_to_probs
-from theory.neighbours import neighbour_table
-from theory.relax import Relax
+from relaxspec.core.trace import Sampling, TraceHeader, TraceWriter, read_trace
+from relaxspec.core.trees.policies import DDDTree, Eagle2Tree, StaticTree
+from relaxspec.reference.decode import Decoder, DecodeSettings
+from relaxspec.reference.drafter import EagleDraftSession, EagleHead, GPTDraftSession
+from relaxspec.reference.replay import replay, rescore, rescore_steps
+from relaxspec.theory.distributions import logits_to_probs
+from relaxspec.theory.neighbours import neighbour_table
+from relaxspec.theory.relax import Relax
 
 CHOICES = [[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0]]
 SAMPLING = Sampling(temperature=0.8)

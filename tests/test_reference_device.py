@@ -14,12 +14,12 @@ import torch
 from reference_helpers import random_model, tiny_config
 from test_reference_cli import gen_args
 
-from core.trace import Sampling, read_trace
-from core.trees.policies import Eagle2Tree
-from reference.decode import Decoder, DecodeSettings
-from reference.drafter import GPTDraftSession
-from reference.model import Transformer, TreeExecution, rope_table_2d, tree_inputs
 from relaxspec.cli import main
+from relaxspec.core.trace import Sampling, read_trace
+from relaxspec.core.trees.policies import Eagle2Tree
+from relaxspec.reference.decode import Decoder, DecodeSettings
+from relaxspec.reference.drafter import GPTDraftSession
+from relaxspec.reference.model import Transformer, TreeExecution, rope_table_2d, tree_inputs
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(),
                           reason="needs a CUDA device (torch.cuda.is_available() is False): the CUDA-graph, "
@@ -267,7 +267,7 @@ def test_cuda_bf16_decoder_with_graphs_and_compile_matches_padded_eager() -> Non
 
 
 def test_eagle_head_keeps_its_rotary_table_in_float32() -> None:
-    from reference.drafter import EagleHead
+    from relaxspec.reference.drafter import EagleHead
 
     head = EagleHead(tiny_config()).to(torch.bfloat16)
     assert head.rope.dtype == torch.float32 and next(head.parameters()).dtype == torch.bfloat16
@@ -291,10 +291,10 @@ VERIFY_CASES = [  # rule, relaxation, variant, boost, tree ("jacobi": a window o
 
 @pytest.mark.parametrize(("rule", "relax", "variant", "boost", "tree"), VERIFY_CASES)
 def test_the_device_verifier_decodes_what_the_oracle_decodes(rule, relax, variant, boost, tree) -> None:
-    from core.trees.jacobi import JacobiWindow
-    from core.trees.policies import StaticTree
-    from theory.boost import Boost
-    from theory.relax import Relax
+    from relaxspec.core.trees.jacobi import JacobiWindow
+    from relaxspec.core.trees.policies import StaticTree
+    from relaxspec.theory.boost import Boost
+    from relaxspec.theory.relax import Relax
 
     cfg = tiny_config()
     target, draft = random_model(cfg, 0, std=0.5), random_model(cfg, 1, std=0.5)

@@ -12,20 +12,20 @@ import torch
 from reference_helpers import official_state, random_model, tiny_config
 from test_reference_decode import CFG, SAMPLING, chi_square_ok, exact_sequence_probs
 
-from core.trace import Sampling, TraceHeader, read_trace
-from core.trees.jacobi import JacobiWindow
-from core.trees.policies import StaticTree
-from mini.decoding import DecodeConfig, StepScorer, make_decoder
-from mini.shipped import load_mini
-from reference.capture import capture_trace
-from reference.decode import Decoder, DecodeSettings, gsd_embedding
-from reference.drafter import GPTDraftSession
-from reference.generate import parse_boost
-from reference.replay import replay
-from reference.vq import VQModel, vq_config
 from relaxspec.cli import main
-from theory.boost import Boost
-from theory.jacobi_sampler import verify_window, window_expectation
+from relaxspec.core.trace import Sampling, TraceHeader, read_trace
+from relaxspec.core.trees.jacobi import JacobiWindow
+from relaxspec.core.trees.policies import StaticTree
+from relaxspec.mini.decoding import DecodeConfig, StepScorer, make_decoder
+from relaxspec.mini.shipped import load_mini
+from relaxspec.reference.capture import capture_trace
+from relaxspec.reference.decode import Decoder, DecodeSettings, gsd_embedding
+from relaxspec.reference.drafter import GPTDraftSession
+from relaxspec.reference.generate import parse_boost
+from relaxspec.reference.replay import replay
+from relaxspec.reference.vq import VQModel, vq_config
+from relaxspec.theory.boost import Boost
+from relaxspec.theory.jacobi_sampler import verify_window, window_expectation
 
 CHOICES = [[0], [1], [0, 0], [0, 1], [1, 0]]
 EMB = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32).astype(np.float64)

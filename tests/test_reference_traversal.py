@@ -15,24 +15,24 @@ from reference_helpers import random_model, tiny_config
 from test_reference_decode import CFG, SAMPLING, chi_square_ok, exact_sequence_probs
 from test_reference_frontier import ckpts, generate  # noqa: F401 (ckpts: a fixture)
 
-from core.trace import Sampling, TraceHeader, TraceWriter, read_trace
-from core.trees.jacobi import JacobiWindow
-from core.trees.policies import Eagle2Tree, StaticTree
-from mini.decoding import DecodeConfig, StepScorer, make_decoder
-from mini.shipped import load_mini
-from reference.capture import capture_trace, decoder_header
-from reference.decode import Decoder, DecodeSettings
-from reference.drafter import GPTDraftSession
-from reference.replay import replay, rescore
 from relaxspec.cli import main
-from theory.boost import Boost
-from theory.budget import budget_r2_step_ends, sample_budget_r2_step
-from theory.neighbours import neighbour_table
-from theory.relax import Relax
-from theory.rule_step import sample_rule_step, sample_window_step
-from theory.sampled_trees import expected_tokens
-from theory.traversal import sample_traversal_step, traversal_ends
-from theory.tree import Tree, sample_step
+from relaxspec.core.trace import Sampling, TraceHeader, TraceWriter, read_trace
+from relaxspec.core.trees.jacobi import JacobiWindow
+from relaxspec.core.trees.policies import Eagle2Tree, StaticTree
+from relaxspec.mini.decoding import DecodeConfig, StepScorer, make_decoder
+from relaxspec.mini.shipped import load_mini
+from relaxspec.reference.capture import capture_trace, decoder_header
+from relaxspec.reference.decode import Decoder, DecodeSettings
+from relaxspec.reference.drafter import GPTDraftSession
+from relaxspec.reference.replay import replay, rescore
+from relaxspec.theory.boost import Boost
+from relaxspec.theory.budget import budget_r2_step_ends, sample_budget_r2_step
+from relaxspec.theory.neighbours import neighbour_table
+from relaxspec.theory.relax import Relax
+from relaxspec.theory.rule_step import sample_rule_step, sample_window_step
+from relaxspec.theory.sampled_trees import expected_tokens
+from relaxspec.theory.traversal import sample_traversal_step, traversal_ends
+from relaxspec.theory.tree import Tree, sample_step
 
 CHOICES = [[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]  # depth 3: R4 backtracks through inner nodes
 NB = neighbour_table(np.random.default_rng(0).normal(size=(8, 3)), None)  # (8, 7)

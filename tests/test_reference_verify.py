@@ -16,19 +16,19 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import reference
-from core.trace import Sampling
-from reference.verify import DeviceVerifier
+from relaxspec import reference
+from relaxspec.core.trace import Sampling
+from relaxspec.reference.verify import DeviceVerifier
 from relaxspec.testing.strategies import distributions, tree_cases, uniforms
-from theory.boost import NO_BOOST, Boost
-from theory.distributions import logits_to_probs
-from theory.neighbours import neighbour_table
-from theory.relax import Relax, merge_count
-from theory.rule_step import sample_rule_step, sample_window_step
-from theory.sampler import draw_token, sample_node
-from theory.stages import r1_reject, r1_stage
-from theory.tree import Tree
-from theory.verify import BoostAt, r1_walk, r2_given_states
+from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.distributions import logits_to_probs
+from relaxspec.theory.neighbours import neighbour_table
+from relaxspec.theory.relax import Relax, merge_count
+from relaxspec.theory.rule_step import sample_rule_step, sample_window_step
+from relaxspec.theory.sampler import draw_token, sample_node
+from relaxspec.theory.stages import r1_reject, r1_stage
+from relaxspec.theory.tree import Tree
+from relaxspec.theory.verify import BoostAt, r1_walk, r2_given_states
 
 BOOSTS = (NO_BOOST, Boost.group(3, 0.3, 2.0), Boost.group(5, 1.0, 50.0),
           Boost.group(4, 0.5, 8.0, window="official"), Boost.group(14, 1.0, 50.0, window="official"),
@@ -462,9 +462,9 @@ def test_r4_and_budget_go_to_verify_traversal(monkeypatch, rule, boost, function
         calls.append((function, tree, p, q, u_accept, u_draw, kw))
         return [0, 1], 7
 
-    module = types.ModuleType("reference.verify_traversal")
+    module = types.ModuleType("relaxspec.reference.verify_traversal")
     module.traversal_step = module.budget_r2_step = fake
-    monkeypatch.setitem(sys.modules, "reference.verify_traversal", module)
+    monkeypatch.setitem(sys.modules, "relaxspec.reference.verify_traversal", module)
     monkeypatch.setattr(reference, "verify_traversal", module, raising=False)
     V = 6
     nb = neighbour_table(np.random.default_rng(0).standard_normal((V, 2)), 3)
@@ -577,7 +577,7 @@ def test_steps_refuse_bad_input():
 def test_host_mode_is_theory_on_the_tensors_memory():
     """mode="host" (the default on a CPU): theory's probabilities bit for bit, its error messages; a GPU
     verifier cannot run NumPy's kernels."""
-    from theory.distributions import logits_to_probs
+    from relaxspec.theory.distributions import logits_to_probs
 
     z = np.random.default_rng(3).normal(size=(4, 32)).astype(np.float32)
     ver = DeviceVerifier(rule="r1", relax=Relax.none(), variant="principled", boost=NO_BOOST, vocab_size=32)

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from theory_strategies import ROUNDING_NB, ROUNDING_P, ROUNDING_Q, full_neighbourhoods
 
-from reference.verify_ops import HostLink
-from reference.verify_traversal import (
+from relaxspec.reference.verify_ops import HostLink
+from relaxspec.reference.verify_traversal import (
     budget_r2_step,
     budget_scales,
     budget_stages,
@@ -24,22 +24,27 @@ from reference.verify_traversal import (
     traversal_step,
 )
 from relaxspec.testing.strategies import codebooks, neighbour_tables, uniforms
-from theory.boost import Boost, rank_order
-from theory.budget import (
+from relaxspec.theory.boost import Boost, rank_order
+from relaxspec.theory.budget import (
     budget_r2_given_states,
     budget_scale,
     budget_stage,
     check_budget,
     sample_budget_r2_step,
 )
-from theory.budget import proximity_masses as theory_proximity_masses
-from theory.jacobi_sampler import node_uniforms, window_tree
-from theory.neighbours import neighbour_table
-from theory.rule_step import sample_window_step
-from theory.sampled_trees import PrefixModel, draw_sampled_tree
-from theory.sampler import draw_without_replacement
-from theory.traversal import TraversalWalk, check_traversal_inputs, edge_ratio, sample_traversal_step
-from theory.tree import Tree, choices_to_parents
+from relaxspec.theory.budget import proximity_masses as theory_proximity_masses
+from relaxspec.theory.jacobi_sampler import node_uniforms, window_tree
+from relaxspec.theory.neighbours import neighbour_table
+from relaxspec.theory.rule_step import sample_window_step
+from relaxspec.theory.sampled_trees import PrefixModel, draw_sampled_tree
+from relaxspec.theory.sampler import draw_without_replacement
+from relaxspec.theory.traversal import (
+    TraversalWalk,
+    check_traversal_inputs,
+    edge_ratio,
+    sample_traversal_step,
+)
+from relaxspec.theory.tree import Tree, choices_to_parents
 
 SEEDS = st.integers(0, 2**32 - 1)
 ROW_STYLES = ("integer", "dirichlet", "sparse", "onehot")

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from core.trees.policies import StaticTree
+from relaxspec.core.trees.policies import StaticTree
 from relaxspec.testing import (
     KernelRule,
     Law,
@@ -34,10 +34,10 @@ from relaxspec.testing import (
     tree_cases,
     uniforms,
 )
-from theory import Relax, node_outcome
-from theory.sampler import draw_token
-from theory.stages import r1_reject, r1_stage
-from theory.verify import check_node_inputs
+from relaxspec.theory import Relax, node_outcome
+from relaxspec.theory.sampler import draw_token
+from relaxspec.theory.stages import r1_reject, r1_stage
+from relaxspec.theory.verify import check_node_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
 # small runs on top of the active profile (tests/conftest.py: derandomized under CI)

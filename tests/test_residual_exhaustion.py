@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulate.verify import verify_step
-from theory import Relax, Tree, node_outcome, sample_step
-from theory.neighbours import neighbour_table
-from theory.stages import EXHAUSTION_CHECK, r1_reject, r1_stage
+from relaxspec.simulate.verify import verify_step
+from relaxspec.theory import Relax, Tree, node_outcome, sample_step
+from relaxspec.theory.neighbours import neighbour_table
+from relaxspec.theory.stages import EXHAUSTION_CHECK, r1_reject, r1_stage
 
 
 def random_nodes(n: int, seed: int = 7):

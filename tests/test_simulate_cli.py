@@ -6,8 +6,8 @@ import csv
 
 import pytest
 
-from core.trees.spec import parse_tree
 from relaxspec.cli import main
+from relaxspec.core.trees.spec import parse_tree
 from relaxspec.results import COLUMNS
 from relaxspec.sweep import SweepConfig
 

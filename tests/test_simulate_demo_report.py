@@ -8,9 +8,7 @@ import math
 
 import pytest
 
-from core.cost import CostModel
-from mini.demo import DEMO_NAMES, QUALITY_COMMAND, committed_quality, fd_lines, lossless_twin
-from mini.quality import QUALITY_CONFIGS
+from relaxspec.core.cost import CostModel
 from relaxspec.demo import (
     DEMO_CONFIG,
     EAGLE_TREE,
@@ -21,6 +19,8 @@ from relaxspec.demo import (
     row_speedup,
     write_report,
 )
+from relaxspec.mini.demo import DEMO_NAMES, QUALITY_COMMAND, committed_quality, fd_lines, lossless_twin
+from relaxspec.mini.quality import QUALITY_CONFIGS
 from relaxspec.results import COLUMNS, config_key
 from relaxspec.sweep import jobs
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.trees import DDDTree, Eagle2Tree, StaticTree
-from simulate.engine import STEP_FIELDS, run
-from simulate.worlds import LatentWorld, StationaryWorld
-from theory import Relax, Tree
-from theory.tree import choices_to_parents, expected_tokens_per_step
+from relaxspec.core.trees import DDDTree, Eagle2Tree, StaticTree
+from relaxspec.simulate.engine import STEP_FIELDS, run
+from relaxspec.simulate.worlds import LatentWorld, StationaryWorld
+from relaxspec.theory import Relax, Tree
+from relaxspec.theory.tree import choices_to_parents, expected_tokens_per_step
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def test_stationary_world_matches_expected_tokens_per_step():
     p = rng.dirichlet(np.full(V, 0.3))
     q = 0.5 * p + 0.5 * rng.dirichlet(np.full(V, 0.3))
     E = rng.standard_normal((V, 3))
-    from theory import neighbour_table
+    from relaxspec.theory import neighbour_table
 
     nb = neighbour_table(E, k_max=V - 1)
     world = StationaryWorld(p, q, neighbours=nb)

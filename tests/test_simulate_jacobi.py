@@ -11,15 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from core.trees.jacobi import JacobiWindow
-from core.trees.spec import check_tree_spec, draws_children, parse_tree
-from simulate.engine import _outputs, run
-from simulate.jacobi import check_jacobi_run, run_windows
-from simulate.verify import RuleSpec
-from simulate.worlds import LatentWorld, StationaryWorld, TraceWorld
-from theory.boost import Boost, boosted_acceptance, standard_residual
-from theory.jacobi import jacobi_expected_tokens
-from theory.jacobi_sampler import (
+from relaxspec.core.trees.jacobi import JacobiWindow
+from relaxspec.core.trees.spec import check_tree_spec, draws_children, parse_tree
+from relaxspec.simulate.engine import _outputs, run
+from relaxspec.simulate.jacobi import check_jacobi_run, run_windows
+from relaxspec.simulate.verify import RuleSpec
+from relaxspec.simulate.worlds import LatentWorld, StationaryWorld, TraceWorld
+from relaxspec.theory.boost import Boost, boosted_acceptance, standard_residual
+from relaxspec.theory.jacobi import jacobi_expected_tokens
+from relaxspec.theory.jacobi_sampler import (
     MAX_WINDOW,
     fill_window,
     kept_drafts,
@@ -27,8 +27,8 @@ from theory.jacobi_sampler import (
     window_expectation,
     window_tv,
 )
-from theory.relax import Relax
-from theory.sampler import draw_token
+from relaxspec.theory.relax import Relax
+from relaxspec.theory.sampler import draw_token
 
 BOOSTS = [Boost.none(), Boost.group(10, tau=0.3, dist=1.0), Boost.depth([3.0, 2.0, 1.5])]
 RNG = np.random.default_rng(20250)

@@ -7,12 +7,12 @@ import itertools
 import numpy as np
 import pytest
 
-from core.trees import DDDTree, Eagle2Tree, StaticTree
-from core.trees.sequoia import SequoiaTree, sequoia_choices
-from simulate.acceptance import measure_positional_acceptance
-from simulate.policy_kernels import kernel_build, kernel_draft
-from simulate.worlds import LatentWorld, StationaryWorld
-from theory import Relax
+from relaxspec.core.trees import DDDTree, Eagle2Tree, StaticTree
+from relaxspec.core.trees.sequoia import SequoiaTree, sequoia_choices
+from relaxspec.simulate.acceptance import measure_positional_acceptance
+from relaxspec.simulate.policy_kernels import kernel_build, kernel_draft
+from relaxspec.simulate.worlds import LatentWorld, StationaryWorld
+from relaxspec.theory import Relax
 
 
 def level_counts(policy: StaticTree) -> list[int]:
@@ -38,7 +38,7 @@ def world():
 
 
 def root_state(world, s):
-    from simulate.rng import stream_key
+    from relaxspec.simulate.rng import stream_key
 
     return world.initial(np.uint64(stream_key(np.int64(5), np.int64(s))))
 
@@ -75,8 +75,8 @@ def test_numba_builder_matches_numpy_build(world, policy, temperature):
 def test_top_tokens_matches_stable_argsort():
     """Top-k of q = e * inv with chunk pruning = the first m of a stable argsort of q (ties by lower
     token id), ties, float32 rows, odd sizes and fewer tokens than m included."""
-    from simulate.policy_kernels import top_tokens
-    from simulate.world_kernels import NCH, chunk_maxima
+    from relaxspec.simulate.policy_kernels import top_tokens
+    from relaxspec.simulate.world_kernels import NCH, chunk_maxima
 
     rng = np.random.default_rng(2)
     rows = [np.ones(100), np.repeat(rng.random(13), 90), rng.random(1000), rng.dirichlet(np.ones(77)) * 3.0,
@@ -167,7 +167,7 @@ def test_sequoia_tree_and_measurement():
                                       seed=3)
     # R1 exact: P(rank-i child accepted) = p(rank-i token of q), whatever the order (SPEC section 3)
     want = p[np.argsort(-q, kind="stable")[:width]]
-    from simulate.engine import run
+    from relaxspec.simulate.engine import run
 
     steps = run(world, StaticTree([[i] for i in range(width)]), rule="r1", n_sequences=n_seq, seq_len=seq_len,
                 seed=3).n_steps

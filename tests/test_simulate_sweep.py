@@ -11,8 +11,14 @@ import pytest
 
 import relaxspec.results as results_mod
 import relaxspec.sweep as sweep
-from core.trees.policies import MAX_POOL_NODES, MAX_TREE_DEPTH, MAX_TREE_NODES, Eagle2Tree, StaticTree
-from core.trees.spec import check_tree_spec
+from relaxspec.core.trees.policies import (
+    MAX_POOL_NODES,
+    MAX_TREE_DEPTH,
+    MAX_TREE_NODES,
+    Eagle2Tree,
+    StaticTree,
+)
+from relaxspec.core.trees.spec import check_tree_spec
 from relaxspec.results import COLUMNS, TEXT_COLUMNS, config_key, read_results
 from relaxspec.sweep import SweepConfig, run_sweep
 
@@ -270,9 +276,9 @@ def test_tree_specs_that_repeat_or_are_not_ascii_are_refused(trees, match):
 def test_a_jacobi_window_with_a_rule_it_cannot_take_is_skipped_before_anything_runs():
     """Jacobi windows verify unrelaxed sampled drafts (rule r2 or r4): other rules and LANTERN relaxations
     are skipped with the grid's other impossible pairs, named in one warning, instead of failing mid-sweep."""
-    from core.trees.jacobi import JacobiWindow
-    from simulate.jacobi import check_jacobi_run
-    from simulate.worlds import LatentWorld
+    from relaxspec.core.trees.jacobi import JacobiWindow
+    from relaxspec.simulate.jacobi import check_jacobi_run
+    from relaxspec.simulate.worlds import LatentWorld
 
     cfg = SweepConfig.from_dict({**GRID, "trees": ["chain:2", "jacobi:15"], "rules": ["r1", "r2", "r3"]})
     skipped = [s for s in cfg.skipped() if "jacobi:15" in s]
@@ -342,7 +348,7 @@ def test_a_new_results_file_is_not_left_empty_by_a_failed_start(tmp_path, monkey
     def refused(*args, **kwargs):
         raise ValueError("no scheduler")
 
-    monkeypatch.setattr("core.execution.Executor", refused)
+    monkeypatch.setattr("relaxspec.core.execution.Executor", refused)
     out = tmp_path / "new.csv"
     with pytest.raises(ValueError, match="no scheduler"):
         run_sweep(SweepConfig.from_dict({**GRID, "trees": ["chain:3"]}), out, progress=False)

@@ -12,8 +12,12 @@ from hypothesis import strategies as st
 from scipy import stats
 from theory_strategies import ROUNDING_NB, ROUNDING_P, ROUNDING_Q, full_neighbourhoods
 
-from core.trees import Eagle2Tree, StaticTree
-from core.trees.jacobi import JacobiWindow
+from relaxspec.core.trees import Eagle2Tree, StaticTree
+from relaxspec.core.trees.jacobi import JacobiWindow
+from relaxspec.simulate.engine import STEP_FIELDS, _outputs, run
+from relaxspec.simulate.jacobi import run_windows
+from relaxspec.simulate.verify import RuleSpec, step_expectation, verify_step
+from relaxspec.simulate.worlds import LatentWorld, StationaryWorld
 from relaxspec.sweep import SweepConfig, jobs, run_sweep
 from relaxspec.testing import (
     KernelRule,
@@ -25,16 +29,12 @@ from relaxspec.testing import (
     proved_bound,
     theory_expected_tokens,
 )
-from simulate.engine import STEP_FIELDS, _outputs, run
-from simulate.jacobi import run_windows
-from simulate.verify import RuleSpec, step_expectation, verify_step
-from simulate.worlds import LatentWorld, StationaryWorld
-from theory import Relax, Tree, node_outcome, sample_step
-from theory.boost import Boost
-from theory.budget import budget_r2_step_ends, sample_budget_r2_step
-from theory.sampled_trees import PrefixModel, draw_sampled_tree, r2_step_ends, step_law
-from theory.sampler import draw_without_replacement
-from theory.traversal import sample_traversal_step, traversal_ends
+from relaxspec.theory import Relax, Tree, node_outcome, sample_step
+from relaxspec.theory.boost import Boost
+from relaxspec.theory.budget import budget_r2_step_ends, sample_budget_r2_step
+from relaxspec.theory.sampled_trees import PrefixModel, draw_sampled_tree, r2_step_ends, step_law
+from relaxspec.theory.sampler import draw_without_replacement
+from relaxspec.theory.traversal import sample_traversal_step, traversal_ends
 
 ALPHA = 1e-6
 BOOSTS = [Boost.none(), Boost.depth([2.5, 1.5]), Boost.group(10, tau=0.3, dist=1.0), Boost.budget(0.05, 4)]

@@ -7,10 +7,10 @@ import itertools
 import numpy as np
 import pytest
 
-from simulate import step_expectation, verify_step
-from theory import Relax, Tree, neighbour_table, node_outcome, sample_step
-from theory.rules import neighbour_rows
-from theory.tree import choices_to_parents, expected_tokens_per_step
+from relaxspec.simulate import step_expectation, verify_step
+from relaxspec.theory import Relax, Tree, neighbour_table, node_outcome, sample_step
+from relaxspec.theory.rules import neighbour_rows
+from relaxspec.theory.tree import choices_to_parents, expected_tokens_per_step
 
 V = 24
 RELAXES = [
@@ -150,7 +150,7 @@ def test_r2_expectation_conditional_on_draws(table):
 @pytest.mark.parametrize("rule", ["r1", "r2", "r3"])
 def test_kernel_step_expectation_is_the_twin_of_theorys(table, rule):
     """simulate.step_expectation (Numba) against theory.step_expectation, the one NumPy home of the sum."""
-    from theory import step_expectation as theory_step_expectation
+    from relaxspec.theory import step_expectation as theory_step_expectation
 
     rng = np.random.default_rng(11)
     for trial, relax in itertools.product(range(6), RELAXES):
@@ -226,8 +226,8 @@ def test_r1_exact_residual_without_mass():
 def test_kernel_draw_token_matches_theory():
     """The kernel's draw (one sequential pass, binary search on the stored cumulative sums) takes
     theory's draws, edge cases included (no mass, u * total rounding up to total, zero weights)."""
-    from simulate.verify_kernels import draw_token_kernel as kernel_draw
-    from theory import draw_token
+    from relaxspec.simulate.verify_kernels import draw_token_kernel as kernel_draw
+    from relaxspec.theory import draw_token
 
     rng = np.random.default_rng(8)
     rows = [np.zeros(4), np.array([0.2, 0.3, 0.5, 0.0]), np.array([0.0, 0.0, 1e-300, 0.0]),

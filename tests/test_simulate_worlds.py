@@ -7,11 +7,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from core.trace import Sampling, TraceHeader, TraceStep, TraceWriter
-from mini.calibration import FITTED_PRESETS
-from simulate.engine import run
-from simulate.rng import combine, normals, stream_key
-from simulate.world_kernels import (
+from relaxspec.core.trace import Sampling, TraceHeader, TraceStep, TraceWriter
+from relaxspec.mini.calibration import FITTED_PRESETS
+from relaxspec.simulate.engine import run
+from relaxspec.simulate.rng import combine, normals, stream_key
+from relaxspec.simulate.world_kernels import (
     NCH,
     draft_row,
     pad_bias,
@@ -21,7 +21,7 @@ from simulate.world_kernels import (
     rows_exp,
     target_row,
 )
-from simulate.worlds import (
+from relaxspec.simulate.worlds import (
     PRESETS,
     LatentParams,
     LatentWorld,
@@ -31,7 +31,7 @@ from simulate.worlds import (
     sampled_nodes,
     world_stats,
 )
-from theory import Relax, Tree, neighbour_table, sample_step
+from relaxspec.theory import Relax, Tree, neighbour_table, sample_step
 
 # Rows are float32 exps shifted by a bound at most 19.4 nats above the row's max, so a token
 # more than 87.3 - 19.4 = 67.9 nats below the max may flush to 0: exp(-67.9) < 3.5e-30.
@@ -133,8 +133,8 @@ def test_draft_drift_adds_noise_below_the_root():
     q_formula = softmax64(drift.draft_prior + drift.params.draft_beta * (drift.codebook @ zq), 1.0)
     np.testing.assert_allclose(drift.draft_probs(z, h, depth=2), q_formula, rtol=1e-4, atol=UNDERFLOW)
     np.testing.assert_array_equal(drift.draft_probs(z, h, depth=5), drift.draft_probs(z, h, depth=1))
-    from core.trees.spec import parse_tree
-    from simulate.policy_kernels import kernel_build, kernel_draft
+    from relaxspec.core.trees.spec import parse_tree
+    from relaxspec.simulate.policy_kernels import kernel_build, kernel_draft
 
     for spec in ("static:naive_extend_57", "eagle2:4,3,12"):
         policy = parse_tree(spec)
@@ -225,7 +225,7 @@ def test_trace_world_replays_exactly_and_rescores(tmp_path):
     rng = np.random.default_rng(0)
     recorded = _write_trace(tmp_path / "run.trace", rng)
     world = TraceWorld(tmp_path / "run.trace")
-    from simulate.replay import replay_trace
+    from relaxspec.simulate.replay import replay_trace
 
     res = replay_trace(world, rule="r1", relax=Relax.additive(4, 0.2), check=True)
     np.testing.assert_array_equal(res.tokens, recorded)

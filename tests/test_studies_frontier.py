@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from relaxspec.simulate.worlds import PRESETS
 from relaxspec.studies.frontier import WORLDS, table, world_vocab
 from relaxspec.studies.study_options import QUICK_WORLD
-from simulate.worlds import PRESETS
 
 
 @pytest.mark.parametrize("overrides", [QUICK_WORLD, {}], ids=["quick", "full"])

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relaxspec.testing.strategies import codebooks, distributions
-from theory.boost import (
+from relaxspec.theory.boost import (
     NO_BOOST,
     Boost,
     acceptance_vector,
@@ -25,7 +25,7 @@ from theory.boost import (
     rank_window,
     standard_residual,
 )
-from theory.stages import seqsum
+from relaxspec.theory.stages import seqsum
 
 TOL = 1e-12
 

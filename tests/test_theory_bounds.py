@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from theory_strategies import VARIANTS, nodes
 
-from theory import (
+from relaxspec.theory import (
     Relax,
     node_outcome,
     proximity_set,
@@ -22,7 +22,7 @@ from theory import (
     total_variation,
     tv_bound,
 )
-from theory.rules import neighbour_rows
+from relaxspec.theory.rules import neighbour_rows
 
 TOL = 1e-12
 

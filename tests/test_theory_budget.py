@@ -14,8 +14,17 @@ from theory_strategies import (
     neighbour_tables,
 )
 
-from theory import Boost, PrefixModel, Relax, Tree, node_outcome, sample_node, sample_step, total_variation
-from theory.budget import (
+from relaxspec.theory import (
+    Boost,
+    PrefixModel,
+    Relax,
+    Tree,
+    node_outcome,
+    sample_node,
+    sample_step,
+    total_variation,
+)
+from relaxspec.theory.budget import (
     budget_node_outcome,
     budget_r2_step_ends,
     budget_scale,
@@ -25,9 +34,9 @@ from theory.budget import (
     sample_budget_node,
     sample_budget_r2_step,
 )
-from theory.sampled_trees import r2_step_ends, step_law, step_tv, tree_depth
-from theory.sampler import draw_without_replacement
-from theory.traversal import sample_traversal_step, traversal_ends
+from relaxspec.theory.sampled_trees import r2_step_ends, step_law, step_tv, tree_depth
+from relaxspec.theory.sampler import draw_without_replacement
+from relaxspec.theory.traversal import sample_traversal_step, traversal_ends
 
 DELTAS = [0.0, 0.01, 0.05, 0.2, 1.0]
 

@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from theory import (
+from relaxspec.theory import (
     Relax,
     node_outcome,
     optimal_multidraft_acceptance,
     r2_tv_bound,
     total_variation,
 )
-from theory.demo import exact_rows, main, make_example, r2_rows, relaxations
-from theory.sampler import draw_without_replacement
+from relaxspec.theory.demo import exact_rows, main, make_example, r2_rows, relaxations
+from relaxspec.theory.sampler import draw_without_replacement
 
 
 def test_theory_demo_example_is_flat_with_top_children():

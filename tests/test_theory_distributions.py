@@ -9,8 +9,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from theory import cfg_logits, logits_to_probs, total_variation, validate_distribution
-from theory.distributions import TOP_P_TOL
+from relaxspec.theory import cfg_logits, logits_to_probs, total_variation, validate_distribution
+from relaxspec.theory.distributions import TOP_P_TOL
 
 finite_logits = arrays(np.float64, st.integers(1, 30),
                        elements=st.floats(-20, 20, allow_nan=False))

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relaxspec.testing.strategies import codebooks, distributions
-from theory.boost import NO_BOOST, Boost, boosted_law, onehot_acceptance
-from theory.jacobi import (
+from relaxspec.theory.boost import NO_BOOST, Boost, boosted_law, onehot_acceptance
+from relaxspec.theory.jacobi import (
     jacobi_expected_tokens,
     jacobi_kept_chain,
     jacobi_markov_tokens_per_forward,

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from theory_strategies import distributions
 
-from theory import (
+from relaxspec.theory import (
     Boost,
     node_acceptance,
     node_outcome,

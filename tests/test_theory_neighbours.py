@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from theory.neighbours import (
+from relaxspec.theory.neighbours import (
     load_neighbours,
     neighbour_dtype,
     neighbour_table,

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from theory_strategies import VARIANTS, distributions, neighbour_tables, nodes, relaxations
 
-from theory import Relax, node_outcome, proximity_set
-from theory.verify import R2_EXACT_MAX_V
+from relaxspec.theory import Relax, node_outcome, proximity_set
+from relaxspec.theory.verify import R2_EXACT_MAX_V
 
 RULES = ("r1", "r2", "r3")
 

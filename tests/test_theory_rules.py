@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.trees.selection import ChildSelector
-from simulate.verify import RuleSpec
-from theory.neighbours import neighbour_table
-from theory.relax import Relax
-from theory.rules import encode, neighbour_rows, relax_args, rows_read, rule_table
+from relaxspec.core.trees.selection import ChildSelector
+from relaxspec.simulate.verify import RuleSpec
+from relaxspec.theory.neighbours import neighbour_table
+from relaxspec.theory.relax import Relax
+from relaxspec.theory.rules import encode, neighbour_rows, relax_args, rows_read, rule_table
 
 NB = neighbour_table(np.random.default_rng(0).normal(size=(12, 2)), k_max=11)
 
@@ -38,7 +38,7 @@ def test_one_encoding_for_the_kernels_and_the_selection() -> None:
 @pytest.mark.parametrize("args, match", [
     (("r5", Relax.none(), "principled"), "unknown rule"),
     (("r1", Relax.none(), "offical"), "unknown variant"),
-    (("r1", "additive:k=1,delta=0.1", "principled"), "theory.Relax"),
+    (("r1", "additive:k=1,delta=0.1", "principled"), "relaxspec.theory.Relax"),
 ])
 def test_bad_rules_are_named(args, match) -> None:
     with pytest.raises(ValueError, match=match):

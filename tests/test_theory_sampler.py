@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from theory_strategies import assert_counts_match, binomial_bounds, nodes
 
-from theory import (
+from relaxspec.theory import (
     Relax,
     Tree,
     draw_token,
@@ -26,7 +26,7 @@ from theory import (
     sample_node,
     sample_step,
 )
-from theory.rules import neighbour_rows
+from relaxspec.theory.rules import neighbour_rows
 
 RELAXATIONS = [
     Relax.none(),

@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from theory_strategies import assert_counts_match, distributions, neighbour_tables
 
-from theory import Boost, PrefixModel, Relax, Tree, sample_step
-from theory.sampled_trees import (
+from relaxspec.theory import Boost, PrefixModel, Relax, Tree, sample_step
+from relaxspec.theory.sampled_trees import (
     draw_sampled_tree,
     end_probs,
     law_tv,
@@ -18,8 +18,8 @@ from theory.sampled_trees import (
     target_law,
     tree_depth,
 )
-from theory.traversal import TraversalWalk, sample_traversal_step, traversal_ends
-from theory.tree import choices_to_parents
+from relaxspec.theory.traversal import TraversalWalk, sample_traversal_step, traversal_ends
+from relaxspec.theory.tree import choices_to_parents
 
 SHAPES = [  # small static shapes: stars, chains and bushy trees (parents arrays)
     [-1, 0], [-1, 0, 0], [-1, 0, 0, 0], [-1, 0, 1], [-1, 0, 1, 2], [-1, 0, 0, 1], [-1, 0, 0, 2],
@@ -256,7 +256,7 @@ def test_theory_traversal_bad_input():
     tree = Tree(np.array([-1, 0, 0]), np.array([0, 1, 2]))
     rows = np.tile(p, (3, 1))
     qz = np.tile(np.array([0.5, 0.5, 0.0]), (3, 1))
-    with pytest.raises(ValueError, match="theory.tree.Tree"):
+    with pytest.raises(ValueError, match="relaxspec.theory.tree.Tree"):
         traversal_ends([-1, 0], rows, rows)
     with pytest.raises(ValueError, match="shape"):
         traversal_ends(tree, rows[:2], rows[:2])
@@ -270,7 +270,7 @@ def test_theory_traversal_bad_input():
         traversal_ends(tree, rows, rows, boost=Boost.group(3))
     with pytest.raises(ValueError, match="needs a neighbour table"):
         traversal_ends(tree, rows, rows, boost=Boost.budget(0.1, 2))
-    with pytest.raises(ValueError, match="theory.boost.Boost"):
+    with pytest.raises(ValueError, match="relaxspec.theory.boost.Boost"):
         traversal_ends(tree, rows, rows, boost="gsd:G=3")
     with pytest.raises(ValueError, match="tokens with mass"):
         draw_sampled_tree([-1, 0, 0], PrefixModel.stationary(p, np.array([1.0, 0, 0])), np.zeros(3))

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from theory_strategies import distributions, neighbour_tables, relaxations
 
-from theory import (
+from relaxspec.theory import (
     Relax,
     Tree,
     chain_expected_tokens,
@@ -16,7 +16,7 @@ from theory import (
     node_outcome,
     sample_step,
 )
-from theory.rules import neighbour_rows
+from relaxspec.theory.rules import neighbour_rows
 
 
 @st.composite

@@ -9,11 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from relaxspec.testing.strategies import relaxations
-from theory.boost import NO_BOOST, Boost
-from theory.relax import Relax
-from theory.rule_step import own_oracle, step_neighbours
-from theory.rules import RULES, VARIANTS
-from theory.verification import DraftSource, Oracle, Verification, parse
+from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.relax import Relax
+from relaxspec.theory.rule_step import own_oracle, step_neighbours
+from relaxspec.theory.rules import RULES, VARIANTS
+from relaxspec.theory.verification import DraftSource, Oracle, Verification, parse
 
 NUMBERS = st.floats(min_value=0.0, max_value=1.0, allow_nan=False).filter(lambda x: x == 0 or x > 1e-300)
 

@@ -12,19 +12,19 @@ import torch
 from reference_helpers import random_model, tiny_config
 from test_reference_decode import CFG, SAMPLING, chi_square_ok, exact_sequence_probs
 
-from core.cost import DEFAULT_TABLE, CostModel
-from core.trace import TraceHeader, TraceWriter
-from core.trees.costaware import choose_static_size
-from core.trees.policies import LatentAwareTree, StaticTree
-from core.trees.selection import ChildSelector
-from core.trees.sequoia import sequoia_choices
-from core.trees.spec import check_tree_spec, parse_tree
-from reference.decode import Decoder, DecodeSettings
-from reference.drafter import GPTDraftSession
+from relaxspec.core.cost import DEFAULT_TABLE, CostModel
+from relaxspec.core.trace import TraceHeader, TraceWriter
+from relaxspec.core.trees.costaware import choose_static_size
+from relaxspec.core.trees.policies import LatentAwareTree, StaticTree
+from relaxspec.core.trees.selection import ChildSelector
+from relaxspec.core.trees.sequoia import sequoia_choices
+from relaxspec.core.trees.spec import check_tree_spec, parse_tree
+from relaxspec.reference.decode import Decoder, DecodeSettings
+from relaxspec.reference.drafter import GPTDraftSession
+from relaxspec.simulate.acceptance import trace_positional_acceptance
+from relaxspec.simulate.worlds import TraceWorld
 from relaxspec.sweep import SweepConfig, jobs
-from simulate.acceptance import trace_positional_acceptance
-from simulate.worlds import TraceWorld
-from theory import Relax, neighbour_table, node_outcome
+from relaxspec.theory import Relax, neighbour_table, node_outcome
 
 
 def test_a_gpu_table_plugs_in(tmp_path):
@@ -61,7 +61,7 @@ def test_cost_aware_size_maximises_the_predicted_speedup():
 
 
 def test_sweep_specs_of_the_new_trees():
-    from simulate.worlds import LatentWorld
+    from relaxspec.simulate.worlds import LatentWorld
 
     world = LatentWorld.preset("ambiguous", vocab_size=256, n_clusters=16)
     relax = Relax.additive(20, 0.1)

@@ -9,17 +9,17 @@ import pytest
 from scipy.stats import chi2
 from test_simulate_engine import test_numba_run_matches_numpy_oracle as engine_matches_oracle
 
-from core.trees import Eagle2Tree, StaticTree
-from core.trees.policies import LatentAwareTree
-from core.trees.selection import ChildSelector
-from core.trees.sequoia import SequoiaTree
-from simulate.engine import run
-from simulate.policy_kernels import kernel_build, kernel_draft
-from simulate.rng import stream_key
-from simulate.verify import step_expectation, verify_step
-from simulate.worlds import LatentWorld, StationaryWorld
-from theory import Relax, Tree, neighbour_table
-from theory.tree import expected_tokens_per_step
+from relaxspec.core.trees import Eagle2Tree, StaticTree
+from relaxspec.core.trees.policies import LatentAwareTree
+from relaxspec.core.trees.selection import ChildSelector
+from relaxspec.core.trees.sequoia import SequoiaTree
+from relaxspec.simulate.engine import run
+from relaxspec.simulate.policy_kernels import kernel_build, kernel_draft
+from relaxspec.simulate.rng import stream_key
+from relaxspec.simulate.verify import step_expectation, verify_step
+from relaxspec.simulate.worlds import LatentWorld, StationaryWorld
+from relaxspec.theory import Relax, Tree, neighbour_table
+from relaxspec.theory.tree import expected_tokens_per_step
 
 FALSE_FAILURE = 1e-6
 RELAX = Relax.additive(40, 0.1)

@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.trees.selection import SELECTION_MODES, ChildSelector, top_ranked
-from simulate.latent_kernels import select_children
-from simulate.world_kernels import NCH, chunk_maxima
-from simulate.worlds import StationaryWorld
-from theory import Relax, neighbour_table, node_outcome, proximity_set
+from relaxspec.core.trees.selection import SELECTION_MODES, ChildSelector, top_ranked
+from relaxspec.simulate.latent_kernels import select_children
+from relaxspec.simulate.world_kernels import NCH, chunk_maxima
+from relaxspec.simulate.worlds import StationaryWorld
+from relaxspec.theory import Relax, neighbour_table, node_outcome, proximity_set
 
 V = 60
 RELAXES = [Relax.additive(12, 0.1), Relax.additive(40, 0.3), Relax.multiplicative(12, 3.0),
@@ -142,7 +142,7 @@ def test_bad_selection_input(table):
         ChildSelector("best", relax, table)
     with pytest.raises(ValueError, match="pool"):
         ChildSelector("latent", relax, table, pool=0)
-    with pytest.raises(ValueError, match="theory.Relax"):
+    with pytest.raises(ValueError, match="relaxspec.theory.Relax"):
         ChildSelector("latent", "additive", table)
     with pytest.raises(ValueError, match="needs the neighbour table"):
         ChildSelector("latent", relax, None)

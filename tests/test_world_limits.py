@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.trees.spec import parse_tree
 from relaxspec.cli import main
+from relaxspec.core.trees.spec import parse_tree
+from relaxspec.simulate.engine import run
+from relaxspec.simulate.worlds import LatentParams, LatentWorld, StationaryWorld
 from relaxspec.sweep import SweepConfig
-from simulate.engine import run
-from simulate.worlds import LatentParams, LatentWorld, StationaryWorld
-from theory.neighbours import neighbour_table
+from relaxspec.theory.neighbours import neighbour_table
 
 V = 64  # small worlds: building one takes milliseconds
 

@@ -1,6 +1,6 @@
 """Exact analysis of relaxed speculative verification (float64, no Monte Carlo)."""
 
-from theory.boost import (
+from relaxspec.theory.boost import (
     NO_BOOST,
     Boost,
     boost_excess,
@@ -12,7 +12,7 @@ from theory.boost import (
     onehot_acceptance,
     rank_window,
 )
-from theory.bounds import (
+from relaxspec.theory.bounds import (
     R1Distortion,
     r1_distortion,
     r2_stage_bound,
@@ -20,7 +20,7 @@ from theory.bounds import (
     r3_tv_bound,
     tv_bound,
 )
-from theory.budget import (
+from relaxspec.theory.budget import (
     budget_node_outcome,
     budget_r2_step_ends,
     budget_scale,
@@ -28,14 +28,14 @@ from theory.budget import (
     sample_budget_node,
     sample_budget_r2_step,
 )
-from theory.distributions import (
+from relaxspec.theory.distributions import (
     cfg_logits,
     logits_to_probs,
     total_variation,
     validate_distribution,
     validate_logits,
 )
-from theory.jacobi import (
+from relaxspec.theory.jacobi import (
     KeptChain,
     SequenceLaw,
     jacobi_expected_tokens,
@@ -44,7 +44,7 @@ from theory.jacobi import (
     jacobi_sequence_law,
     markov_sequence_law,
 )
-from theory.multidraft import (
+from relaxspec.theory.multidraft import (
     NodeAcceptance,
     node_acceptance,
     optimal_deterministic_acceptance,
@@ -53,16 +53,16 @@ from theory.multidraft import (
     wor_all_in_prefixes,
     wor_all_in_table,
 )
-from theory.neighbours import (
+from relaxspec.theory.neighbours import (
     load_neighbours,
     neighbour_table,
     save_neighbours,
     validate_neighbour_rows,
     validate_neighbours,
 )
-from theory.relax import Relax, merge_count, proximity_set
-from theory.rules import RULES, neighbour_rows
-from theory.sampled_trees import (
+from relaxspec.theory.relax import Relax, merge_count, proximity_set
+from relaxspec.theory.rules import RULES, neighbour_rows
+from relaxspec.theory.sampled_trees import (
     PrefixModel,
     StepEnd,
     StepLaw,
@@ -72,9 +72,9 @@ from theory.sampled_trees import (
     step_law,
     step_tv,
 )
-from theory.sampler import draw_token, draw_without_replacement, sample_node
-from theory.traversal import TraversalOutcome, sample_traversal_step, traversal_ends
-from theory.tree import (
+from relaxspec.theory.sampler import draw_token, draw_without_replacement, sample_node
+from relaxspec.theory.traversal import TraversalOutcome, sample_traversal_step, traversal_ends
+from relaxspec.theory.tree import (
     Tree,
     chain_expected_tokens,
     choices_to_parents,
@@ -85,7 +85,7 @@ from theory.tree import (
     sample_step,
     step_expectation,
 )
-from theory.verify import (
+from relaxspec.theory.verify import (
     NodeOutcome,
     R1Stage,
     R2State,

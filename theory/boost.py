@@ -37,9 +37,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.distributions import validate_distribution
-from theory.relax import Relax
-from theory.stages import r2_stage, seqsum
+from relaxspec.theory.distributions import validate_distribution
+from relaxspec.theory.relax import Relax
+from relaxspec.theory.stages import r2_stage, seqsum
 
 BOOST_KINDS = ("none", "group", "depth", "budget")
 SPEC_NAMES = {"none": "none", "gsd": "group", "cool": "depth", "budget": "budget"}

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.distributions import validate_distribution
-from theory.neighbours import validate_neighbour_rows
-from theory.relax import NO_RELAX, Relax, merge_count
-from theory.rules import neighbour_rows, rows_read
-from theory.verify import check_node_inputs, r1_walk, r2_states
+from relaxspec.theory.distributions import validate_distribution
+from relaxspec.theory.neighbours import validate_neighbour_rows
+from relaxspec.theory.relax import NO_RELAX, Relax, merge_count
+from relaxspec.theory.rules import neighbour_rows, rows_read
+from relaxspec.theory.verify import check_node_inputs, r1_walk, r2_states
 
 
 @dataclass(frozen=True)

@@ -31,16 +31,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.boost import Boost, standard_residual
-from theory.distributions import total_variation, validate_distribution
-from theory.neighbours import validate_neighbour_rows
-from theory.relax import Relax
-from theory.rules import neighbour_rows
-from theory.sampled_trees import StepEnd, check_drawn_tree
-from theory.sampler import draw_token
-from theory.stages import draft_residual, seqsum
-from theory.tree import Tree
-from theory.verify import R2_EXACT_MAX_M, R2_EXACT_MAX_V, NodeOutcome, check_children
+from relaxspec.theory.boost import Boost, standard_residual
+from relaxspec.theory.distributions import total_variation, validate_distribution
+from relaxspec.theory.neighbours import validate_neighbour_rows
+from relaxspec.theory.relax import Relax
+from relaxspec.theory.rules import neighbour_rows
+from relaxspec.theory.sampled_trees import StepEnd, check_drawn_tree
+from relaxspec.theory.sampler import draw_token
+from relaxspec.theory.stages import draft_residual, seqsum
+from relaxspec.theory.tree import Tree
+from relaxspec.theory.verify import R2_EXACT_MAX_M, R2_EXACT_MAX_V, NodeOutcome, check_children
 
 
 def check_budget(boost: Boost, neighbours: np.ndarray | None, vocab_size: int,

@@ -19,7 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from theory.demo import main
+    from relaxspec.theory.demo import main
 
     if args.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")

@@ -16,13 +16,13 @@ from typing import TextIO
 
 import numpy as np
 
-from theory.bounds import r1_distortion, r2_stage_bound, r3_tv_bound
-from theory.distributions import total_variation
-from theory.multidraft import optimal_deterministic_acceptance, optimal_multidraft_acceptance
-from theory.neighbours import neighbour_table
-from theory.relax import Relax
-from theory.sampler import draw_without_replacement
-from theory.verify import node_outcome, r2_given_states
+from relaxspec.theory.bounds import r1_distortion, r2_stage_bound, r3_tv_bound
+from relaxspec.theory.distributions import total_variation
+from relaxspec.theory.multidraft import optimal_deterministic_acceptance, optimal_multidraft_acceptance
+from relaxspec.theory.neighbours import neighbour_table
+from relaxspec.theory.relax import Relax
+from relaxspec.theory.sampler import draw_without_replacement
+from relaxspec.theory.verify import node_outcome, r2_given_states
 
 TARGET_TOP1 = 0.1
 

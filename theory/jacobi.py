@@ -36,9 +36,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.boost import NO_BOOST, Boost, boosted_acceptance, onehot_acceptance, stage_tv, standard_residual
-from theory.distributions import validate_distribution
-from theory.jacobi_sampler import check_fresh, check_window_boost, check_window_size
+from relaxspec.theory.boost import (
+    NO_BOOST,
+    Boost,
+    boosted_acceptance,
+    onehot_acceptance,
+    stage_tv,
+    standard_residual,
+)
+from relaxspec.theory.distributions import validate_distribution
+from relaxspec.theory.jacobi_sampler import check_fresh, check_window_boost, check_window_size
 
 MAX_ENUM_VOCAB, MAX_ENUM_WINDOW, MAX_ENUM_TOKENS = 4, 3, 5
 """Limits of the exact enumerations (b): V <= 4 tokens, windows L <= 3, sequences n <= 5."""

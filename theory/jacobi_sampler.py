@@ -43,12 +43,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.boost import Boost
-from theory.distributions import validate_distribution
-from theory.relax import NO_RELAX
-from theory.rules import boost_embedding, check_boost, neighbour_rows
-from theory.sampler import draw_token
-from theory.tree import Tree, path_tv, sample_step, step_expectation
+from relaxspec.theory.boost import Boost
+from relaxspec.theory.distributions import validate_distribution
+from relaxspec.theory.relax import NO_RELAX
+from relaxspec.theory.rules import boost_embedding, check_boost, neighbour_rows
+from relaxspec.theory.sampler import draw_token
+from relaxspec.theory.tree import Tree, path_tv, sample_step, step_expectation
 
 FRESH_CHOICES = ("uniform", "copy")
 DEFAULT_FRESH = "uniform"

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.boost import Boost
-from theory.distributions import validate_distribution
-from theory.sampled_trees import PrefixModel, step_law
-from theory.traversal import traversal_ends
-from theory.tree import Tree
-from theory.verify import check_children, node_outcome
+from relaxspec.theory.boost import Boost
+from relaxspec.theory.distributions import validate_distribution
+from relaxspec.theory.sampled_trees import PrefixModel, step_law
+from relaxspec.theory.traversal import traversal_ends
+from relaxspec.theory.tree import Tree
+from relaxspec.theory.verify import check_children, node_outcome
 
 ENUMERATE_MAX_V = 16
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.distributions import validate_distribution
-from theory.neighbours import validate_neighbour_rows, validate_neighbours
+from relaxspec.theory.distributions import validate_distribution
+from relaxspec.theory.neighbours import validate_neighbour_rows, validate_neighbours
 
 KINDS = ("none", "additive", "multiplicative")
 KEYS: dict[str, tuple[str, ...]] = {"none": (), "additive": ("k", "delta"), "multiplicative": ("k", "lam")}

@@ -26,19 +26,19 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from theory.boost import NO_BOOST, Boost
-from theory.budget import budget_r2_step_ends, check_budget, sample_budget_r2_step
-from theory.jacobi_sampler import (
+from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.budget import budget_r2_step_ends, check_budget, sample_budget_r2_step
+from relaxspec.theory.jacobi_sampler import (
     check_window,
     node_uniforms,
     verify_window,
     window_expectation,
 )
-from theory.relax import NO_RELAX, Relax
-from theory.rules import SAMPLED_DRAFT_RULES, check_rule, check_step_boost, neighbour_rows
-from theory.sampled_trees import StepEnd, expected_tokens
-from theory.traversal import sample_traversal_step, traversal_ends
-from theory.tree import StepExpectation, Tree, sample_step, step_expectation
+from relaxspec.theory.relax import NO_RELAX, Relax
+from relaxspec.theory.rules import SAMPLED_DRAFT_RULES, check_rule, check_step_boost, neighbour_rows
+from relaxspec.theory.sampled_trees import StepEnd, expected_tokens
+from relaxspec.theory.traversal import sample_traversal_step, traversal_ends
+from relaxspec.theory.tree import StepExpectation, Tree, sample_step, step_expectation
 
 
 def own_oracle(rule: str, boost: Boost) -> bool:

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from theory.boost import NO_BOOST, OFFICIAL_BELOW, Boost, check_embedding, window_extent
-from theory.neighbours import validate_neighbour_rows, validate_neighbours
-from theory.relax import Relax
+from relaxspec.theory.boost import NO_BOOST, OFFICIAL_BELOW, Boost, check_embedding, window_extent
+from relaxspec.theory.neighbours import validate_neighbour_rows, validate_neighbours
+from relaxspec.theory.relax import Relax
 
 RULES = ("r1", "r2", "r3", "r4")
 VARIANTS = ("principled", "official")
@@ -135,7 +135,7 @@ def check_boost(rule: str, relax: Relax, boost: Boost) -> None:
     check_step_boost(rule, relax, boost)
     if rule == "r4":
         raise ValueError("rule r4 (traversal verification) verifies a whole step, not node by node: "
-                         "theory.traversal (or theory.rule_step) verifies it")
+                         "relaxspec.theory.traversal (or theory.rule_step) verifies it")
     if boost.kind == "budget":
         raise ValueError(f"boost {boost} is not verified on draft trees node by node: its stages share a "
                          "node's budget (theory.budget, or theory.rule_step, verifies it)")

@@ -24,14 +24,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from theory.boost import NO_BOOST, Boost
-from theory.distributions import validate_distribution
-from theory.relax import NO_RELAX
-from theory.rules import boost_embedding, check_boost
-from theory.sampler import draw_without_replacement
-from theory.stages import draft_residual
-from theory.tree import Tree, parent_depths
-from theory.verify import BoostAt, r2_given_states
+from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.distributions import validate_distribution
+from relaxspec.theory.relax import NO_RELAX
+from relaxspec.theory.rules import boost_embedding, check_boost
+from relaxspec.theory.sampler import draw_without_replacement
+from relaxspec.theory.stages import draft_residual
+from relaxspec.theory.tree import Tree, parent_depths
+from relaxspec.theory.verify import BoostAt, r2_given_states
 
 MAX_TREES = 200_000
 """The largest number of draw orders :func:`sampled_trees` enumerates (an upper bound is checked first)."""

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from theory.boost import NO_BOOST, Boost, sampled_draft_stage
-from theory.relax import Relax
-from theory.stages import draft_residual, greedy_acceptable, r1_reject, r1_stage
+from relaxspec.theory.boost import NO_BOOST, Boost, sampled_draft_stage
+from relaxspec.theory.relax import Relax
+from relaxspec.theory.stages import draft_residual, greedy_acceptable, r1_reject, r1_stage
 
 
 def draw_token(r: np.ndarray, u: float) -> int:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from theory.relax import Relax, merge_count
+from relaxspec.theory.relax import Relax, merge_count
 
 
 def seqsum(a: np.ndarray) -> float:

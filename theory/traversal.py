@@ -35,12 +35,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.boost import NO_BOOST, Boost, check_embedding, group_members, rank_order
-from theory.budget import budget_stage, check_budget
-from theory.sampled_trees import StepEnd, check_drawn_tree
-from theory.sampler import draw_token
-from theory.stages import draft_residual, seqsum
-from theory.tree import Tree
+from relaxspec.theory.boost import NO_BOOST, Boost, check_embedding, group_members, rank_order
+from relaxspec.theory.budget import budget_stage, check_budget
+from relaxspec.theory.sampled_trees import StepEnd, check_drawn_tree
+from relaxspec.theory.sampler import draw_token
+from relaxspec.theory.stages import draft_residual, seqsum
+from relaxspec.theory.tree import Tree
 
 
 def check_traversal_boost(boost: Boost, vocab_size: int, neighbours: np.ndarray | None,

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from theory.boost import NO_BOOST, Boost
-from theory.distributions import validate_distribution
-from theory.relax import NO_RELAX, Relax
-from theory.rules import boost_embedding, check_boost, check_rule, neighbour_rows
-from theory.sampler import draw_token, sample_node
-from theory.stages import greedy_acceptable
-from theory.verify import BoostAt, node_outcome, r2_stage_tvs
+from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.distributions import validate_distribution
+from relaxspec.theory.relax import NO_RELAX, Relax
+from relaxspec.theory.rules import boost_embedding, check_boost, check_rule, neighbour_rows
+from relaxspec.theory.sampler import draw_token, sample_node
+from relaxspec.theory.stages import greedy_acceptable
+from relaxspec.theory.verify import BoostAt, node_outcome, r2_stage_tvs
 
 
 def parent_depths(parents: np.ndarray) -> np.ndarray:

@@ -30,9 +30,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from theory.boost import NO_BOOST, Boost, format_number
-from theory.relax import Relax
-from theory.rules import (
+from relaxspec.theory.boost import NO_BOOST, Boost, format_number
+from relaxspec.theory.relax import Relax
+from relaxspec.theory.rules import (
     RULES,
     SAMPLED_DRAFT_RULES,
     VARIANTS,
@@ -71,11 +71,11 @@ class DraftSource(enum.Enum):
 class Oracle(enum.Enum):
     """The theory module that decides a step under a verification (``theory.rule_step`` dispatches)."""
 
-    TREE = "theory.tree"
+    TREE = "relaxspec.theory.tree"
     """R1-R3, and R2 with GSD or Cool-SD: node by node."""
-    TRAVERSAL = "theory.traversal"
+    TRAVERSAL = "relaxspec.theory.traversal"
     """R4, plain or boosted (SPEC 9.6)."""
-    BUDGET = "theory.budget"
+    BUDGET = "relaxspec.theory.budget"
     """R2 with the budgeted relaxation (SPEC 9.5): stages share a node's budget."""
 
 

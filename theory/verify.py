@@ -19,12 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.boost import NO_BOOST, Boost, sampled_draft_stage, stage_tv
-from theory.distributions import total_variation, validate_distribution
-from theory.neighbours import validate_neighbour_rows
-from theory.relax import NO_RELAX, Relax, check_token
-from theory.rules import boost_embedding, check_boost, check_rule, neighbour_rows, rows_read
-from theory.stages import (
+from relaxspec.theory.boost import NO_BOOST, Boost, sampled_draft_stage, stage_tv
+from relaxspec.theory.distributions import total_variation, validate_distribution
+from relaxspec.theory.neighbours import validate_neighbour_rows
+from relaxspec.theory.relax import NO_RELAX, Relax, check_token
+from relaxspec.theory.rules import boost_embedding, check_boost, check_rule, neighbour_rows, rows_read
+from relaxspec.theory.stages import (
     draft_residual,
     greedy_acceptable,
     r1_reject,

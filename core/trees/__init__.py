@@ -1,8 +1,15 @@
 """Draft trees: policies (SPEC section 5), child selection, Sequoia's optimal trees, spec strings."""
 
-from core.trees.policies import BuiltTree, DDDTree, Eagle2Tree, LatentAwareTree, StaticTree, TreePolicy
-from core.trees.selection import ChildSelector
-from core.trees.sequoia import SequoiaTree, sequoia_choices
+from relaxspec.core.trees.policies import (
+    BuiltTree,
+    DDDTree,
+    Eagle2Tree,
+    LatentAwareTree,
+    StaticTree,
+    TreePolicy,
+)
+from relaxspec.core.trees.selection import ChildSelector
+from relaxspec.core.trees.sequoia import SequoiaTree, sequoia_choices
 
 __all__ = [
     "BuiltTree",

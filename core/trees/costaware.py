@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.cost import CostModel
-from core.trees.sequoia import sequoia_table
+from relaxspec.core.cost import CostModel
+from relaxspec.core.trees.sequoia import sequoia_table
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ decodes it with :mod:`simulate.jacobi`; the window's indexing is :mod:`theory.ja
 
 from __future__ import annotations
 
-from core.trees.numbers import spec_int
-from core.trees.policies import BuiltTree, DraftFn, PolicySpec, TreePolicy
-from theory.jacobi_sampler import DEFAULT_FRESH, check_fresh, check_window_size
+from relaxspec.core.trees.numbers import spec_int
+from relaxspec.core.trees.policies import BuiltTree, DraftFn, PolicySpec, TreePolicy
+from relaxspec.theory.jacobi_sampler import DEFAULT_FRESH, check_fresh, check_window_size
 
 FORM = "jacobi:L[,uniform|copy]"
 
@@ -48,7 +48,7 @@ class JacobiWindow(TreePolicy):
 
     def kernel_spec(self) -> PolicySpec:
         raise ValueError(f"{self} is a Jacobi window, not a draft tree: simulate.run decodes it with "
-                         "simulate.jacobi")
+                         "relaxspec.simulate.jacobi")
 
     def __repr__(self) -> str:
         return f"JacobiWindow({self.window}, {self.fresh!r})"

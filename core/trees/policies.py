@@ -54,10 +54,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from core.trees.selection import DEFAULT_POOL, ChildSelector
-from theory.relax import Relax
-from theory.sampler import draw_without_replacement
-from theory.tree import Tree, choices_to_parents
+from relaxspec.core.trees.selection import DEFAULT_POOL, ChildSelector
+from relaxspec.theory.relax import Relax
+from relaxspec.theory.sampler import draw_without_replacement
+from relaxspec.theory.tree import Tree, choices_to_parents
 
 DraftFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 

@@ -48,9 +48,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from theory.relax import Relax, merge_count
-from theory.rules import relax_args
-from theory.stages import r1_reject, zero_set
+from relaxspec.theory.relax import Relax, merge_count
+from relaxspec.theory.rules import relax_args
+from relaxspec.theory.stages import r1_reject, zero_set
 
 SELECTION_MODES = ("q", "latent", "diverse", "walk")
 DEFAULT_POOL = 40

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.trees.policies import StaticTree
-from core.trees.selection import ChildSelector
+from relaxspec.core.trees.policies import StaticTree
+from relaxspec.core.trees.selection import ChildSelector
 
 
 @dataclass(frozen=True)

@@ -49,11 +49,11 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from core.trees.costaware import choose_static_size
-from core.trees.jacobi import FORM as JACOBI_FORM
-from core.trees.jacobi import JacobiWindow
-from core.trees.numbers import spec_float, spec_int
-from core.trees.policies import (
+from relaxspec.core.trees.costaware import choose_static_size
+from relaxspec.core.trees.jacobi import FORM as JACOBI_FORM
+from relaxspec.core.trees.jacobi import JacobiWindow
+from relaxspec.core.trees.numbers import spec_float, spec_int
+from relaxspec.core.trees.policies import (
     MAX_TREE_DEPTH,
     MAX_TREE_NODES,
     DDDTree,
@@ -63,9 +63,9 @@ from core.trees.policies import (
     TreePolicy,
     check_budget,
 )
-from core.trees.selection import SELECTION_MODES, ChildSelector
-from core.trees.sequoia import SequoiaTree
-from theory.relax import Relax
+from relaxspec.core.trees.selection import SELECTION_MODES, ChildSelector
+from relaxspec.core.trees.sequoia import SequoiaTree
+from relaxspec.theory.relax import Relax
 
 LATENT_KINDS = {"latent": "latent", "latent-diverse": "diverse", "latent-walk": "walk"}
 SEQUOIA_KINDS = {"sequoia": "q", "sequoia-lossless": "q", "sequoia-latent": "latent",

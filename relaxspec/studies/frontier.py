@@ -29,7 +29,7 @@ from tqdm import tqdm
 from relaxspec.results import read_results
 from relaxspec.studies.study_options import study_parser, study_setup
 from relaxspec.sweep import SweepConfig, run_sweep
-from theory.boost import Boost
+from relaxspec.theory.boost import Boost
 
 WORLDS = ["ambiguous", "confident"]
 WINDOW = 15  # SJD's window: 16 positions per forward, 15 drafts (docs/frontier_sources.md)
@@ -120,7 +120,7 @@ def world_rows(out: Path, n_sequences: int, seq_len: int, overrides: dict) -> li
 
 def world_vocab(overrides: dict) -> int:
     """The vocabulary size V the worlds run at: the overrides' (``--quick``), else the presets' (one V)."""
-    from simulate.worlds import PRESETS
+    from relaxspec.simulate.worlds import PRESETS
 
     sizes = {int(overrides.get("vocab_size", PRESETS[w].vocab_size)) for w in WORLDS}
     if len(sizes) != 1:
@@ -173,9 +173,9 @@ def optimality_rows(overrides: dict, n_sequences: int, seq_len: int, drafts: int
     """How far each rule is from the best possible (SPEC 9.7): at the nodes a lossless decoder visits in
     each world, ``drafts`` drafts drawn from q without replacement, the mean acceptance of R1 (top drafts
     of q), R2, R4 and GSD (G = ``group``) next to the optimal lossless acceptances."""
-    from simulate.worlds import LatentWorld, sampled_nodes
-    from theory.multidraft import node_acceptance
-    from theory.sampler import draw_without_replacement
+    from relaxspec.simulate.worlds import LatentWorld, sampled_nodes
+    from relaxspec.theory.multidraft import node_acceptance
+    from relaxspec.theory.sampler import draw_without_replacement
 
     rows = []
     for w in WORLDS:
@@ -202,10 +202,10 @@ def trace_optimality_rows(path: str | Path, setting: str, *, emb: np.ndarray | N
     ValueError
         For a trace of another rule (its children were not drawn from q), or a malformed trace.
     """
-    from core.trace import read_trace
-    from theory.multidraft import node_acceptance
-    from theory.rules import SAMPLED_DRAFT_RULES
-    from theory.tree import Tree
+    from relaxspec.core.trace import read_trace
+    from relaxspec.theory.multidraft import node_acceptance
+    from relaxspec.theory.rules import SAMPLED_DRAFT_RULES
+    from relaxspec.theory.tree import Tree
 
     trace = read_trace(path)
     h = trace.header
@@ -234,7 +234,7 @@ def trace_optimality_rows(path: str | Path, setting: str, *, emb: np.ndarray | N
 # ---------------------------------------------------------------- the shipped model
 def shipped_configs() -> list:
     """The methods as the mini model's decoding configurations (EAGLE head as the drafter)."""
-    from mini.decoding import DecodeConfig
+    from relaxspec.mini.decoding import DecodeConfig
 
     return [DecodeConfig(m.label) if m.tree == "ar" else
             DecodeConfig(m.label, tree=m.tree, rule=m.rule, relax=m.relax_for(SHIPPED_K),
@@ -247,9 +247,16 @@ def shipped_rows(out: Path, n_images: int, generate: bool = True) -> tuple[list[
     ``generate=False`` scores the images already generated (methods with fewer than 2 are left out)."""
     import torch
 
-    from mini.fashion_mnist import load_sample
-    from mini.quality import generate_config, noise_floor, read_records, real_halves, slug, summarise
-    from mini.shipped import load_mini
+    from relaxspec.mini.fashion_mnist import load_sample
+    from relaxspec.mini.quality import (
+        generate_config,
+        noise_floor,
+        read_records,
+        real_halves,
+        slug,
+        summarise,
+    )
+    from relaxspec.mini.shipped import load_mini
 
     torch.set_num_threads(1)
     mini = load_mini()
@@ -373,9 +380,9 @@ def shipped_optimality_rows(out: Path, quick: bool = False) -> list[dict]:
     embedding. Returns one row per number of children, setting ``shipped``."""
     import torch
 
-    from mini.shipped import load_mini
-    from mini.validation import capture
-    from reference.decode import gsd_embedding
+    from relaxspec.mini.shipped import load_mini
+    from relaxspec.mini.validation import capture
+    from relaxspec.reference.decode import gsd_embedding
 
     torch.set_num_threads(1)
     mini = load_mini()

@@ -33,19 +33,19 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from core.cost import DEFAULT_TABLE, CostModel
-from core.trees.policies import Eagle2Tree, LatentAwareTree
-from core.trees.selection import ChildSelector, top_ranked
-from core.trees.sequoia import SequoiaTree
+from relaxspec.core.cost import DEFAULT_TABLE, CostModel
+from relaxspec.core.trees.policies import Eagle2Tree, LatentAwareTree
+from relaxspec.core.trees.selection import ChildSelector, top_ranked
+from relaxspec.core.trees.sequoia import SequoiaTree
 from relaxspec.figstyle import relax_label
 from relaxspec.results import read_results
+from relaxspec.simulate.acceptance import measure_positional_acceptance
+from relaxspec.simulate.engine import run
+from relaxspec.simulate.overlap import sibling_overlap
+from relaxspec.simulate.worlds import LatentWorld
 from relaxspec.studies.study_options import study_parser, study_setup
 from relaxspec.sweep import SweepConfig, run_sweep
-from simulate.acceptance import measure_positional_acceptance
-from simulate.engine import run
-from simulate.overlap import sibling_overlap
-from simulate.worlds import LatentWorld
-from theory import Relax, node_outcome, r1_distortion
+from relaxspec.theory import Relax, node_outcome, r1_distortion
 
 WORLDS = ["ambiguous", "confident"]
 RELAXATIONS = ["none", "additive:k=1000,delta=0.1", "additive:k=1000,delta=0.2",
@@ -108,7 +108,7 @@ def root_budget(world: LatentWorld, relax: Relax, selector: ChildSelector | None
     acceptance, the target mass of the children, the merged mass M and its cap (Theorem 6)."""
     nb = world.neighbours(relax.k)
     acc, mass, merged, cap = [], [], [], []
-    from simulate.rng import stream_key, uniform
+    from relaxspec.simulate.rng import stream_key, uniform
 
     for s in range(n_sequences):
         key = np.uint64(stream_key(np.int64(0), np.int64(s)))
@@ -163,12 +163,12 @@ def shipped_rows(out: Path, n_images: int, n_trace: int, cost: CostModel) -> lis
     """Every policy on the shipped model with the EAGLE head: FD, class accuracy, tokens per step, depths."""
     import torch
 
-    from mini.decoding import DecodeConfig, make_decoder
-    from mini.quality import generate_config, summarise
-    from mini.shipped import load_mini
-    from reference.capture import capture_trace
-    from simulate.acceptance import trace_positional_acceptance
-    from simulate.worlds import TraceWorld
+    from relaxspec.mini.decoding import DecodeConfig, make_decoder
+    from relaxspec.mini.quality import generate_config, summarise
+    from relaxspec.mini.shipped import load_mini
+    from relaxspec.reference.capture import capture_trace
+    from relaxspec.simulate.acceptance import trace_positional_acceptance
+    from relaxspec.simulate.worlds import TraceWorld
 
     torch.set_num_threads(1)  # one core each: the worlds can run beside (--skip-worlds / --skip-shipped)
     mini = load_mini()

@@ -27,7 +27,7 @@ from hypothesis import HealthCheck
 from hypothesis import strategies as st
 
 import relaxspec.testing.strategies as S
-from core.trees.policies import TreePolicy
+from relaxspec.core.trees.policies import TreePolicy
 from relaxspec.testing.harness import (
     RuleInfo,
     call,
@@ -41,13 +41,13 @@ from relaxspec.testing.harness import (
 )
 from relaxspec.testing.rules import grid_embedding
 from relaxspec.testing.stats import ALPHA, counts_mismatch, mean_below, mean_outside, tv_exceeds
-from theory.boost import Boost
-from theory.bounds import tv_bound
-from theory.distributions import total_variation
-from theory.relax import Relax
-from theory.rules import check_step_boost
-from theory.tree import Tree, expected_tokens_per_step, path_probs
-from theory.verify import node_outcome
+from relaxspec.theory.boost import Boost
+from relaxspec.theory.bounds import tv_bound
+from relaxspec.theory.distributions import total_variation
+from relaxspec.theory.relax import Relax
+from relaxspec.theory.rules import check_step_boost
+from relaxspec.theory.tree import Tree, expected_tokens_per_step, path_probs
+from relaxspec.theory.verify import node_outcome
 
 __all__ = [
     "EXACT_TOL",

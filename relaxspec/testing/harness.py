@@ -17,8 +17,8 @@ import numpy as np
 
 from relaxspec.testing.rules import Law, Verdict
 from relaxspec.testing.strategies import Node, TreeCase
-from theory.sampler import draw_without_replacement
-from theory.stages import draft_residual
+from relaxspec.theory.sampler import draw_without_replacement
+from relaxspec.theory.stages import draft_residual
 
 __all__ = ["RuleInfo", "call", "children_for", "fail", "node_law", "rule_info", "sample_emitted",
            "target_law", "walk_tokens"]

@@ -51,14 +51,14 @@ from typing import Protocol
 
 import numpy as np
 
-from theory.boost import NO_BOOST, Boost
-from theory.budget import budget_node_outcome, check_budget, sample_budget_node
-from theory.relax import KINDS, Relax
-from theory.rules import SAMPLED_DRAFT_RULES, check_step_boost, encode, encode_boost, rule_table
-from theory.sampler import sample_node
-from theory.traversal import sample_traversal_step, traversal_ends
-from theory.tree import Tree
-from theory.verify import NodeInputs, check_node_inputs, node_outcome
+from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.budget import budget_node_outcome, check_budget, sample_budget_node
+from relaxspec.theory.relax import KINDS, Relax
+from relaxspec.theory.rules import SAMPLED_DRAFT_RULES, check_step_boost, encode, encode_boost, rule_table
+from relaxspec.theory.sampler import sample_node
+from relaxspec.theory.traversal import sample_traversal_step, traversal_ends
+from relaxspec.theory.tree import Tree
+from relaxspec.theory.verify import NodeInputs, check_node_inputs, node_outcome
 
 __all__ = ["KernelRule", "Law", "Rule", "TheoryRule", "Verdict", "grid_embedding"]
 
@@ -309,8 +309,8 @@ class KernelRule:
 
     def __call__(self, p: np.ndarray, q: np.ndarray, children: np.ndarray, relax: Relax,
                  neighbours: np.ndarray, variant: str, u: np.ndarray) -> Verdict:
-        from simulate.step_kernels import sample_step_kernel
-        from simulate.verify_kernels import (
+        from relaxspec.simulate.step_kernels import sample_step_kernel
+        from relaxspec.simulate.verify_kernels import (
             draw_token_kernel,
             draw_token_residual_kernel,
             sample_node_r1_kernel,

@@ -18,11 +18,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 from hypothesis import strategies as st
 
-from core.trees.policies import DDDTree, Eagle2Tree, StaticTree, TreePolicy
-from theory.neighbours import neighbour_table
-from theory.relax import KINDS, Relax
-from theory.rules import VARIANTS
-from theory.tree import Tree
+from relaxspec.core.trees.policies import DDDTree, Eagle2Tree, StaticTree, TreePolicy
+from relaxspec.theory.neighbours import neighbour_table
+from relaxspec.theory.relax import KINDS, Relax
+from relaxspec.theory.rules import VARIANTS
+from relaxspec.theory.tree import Tree
 
 __all__ = [
     "KINDS",
