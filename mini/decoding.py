@@ -27,7 +27,7 @@ import numpy as np
 
 from relaxspec.core.cost import DEFAULT_TABLE, CostModel
 from relaxspec.core.trace import Sampling, TraceStep, TraceWriter
-from relaxspec.core.trees.spec import R2_FORMS, check_tree_spec, draws_children, parse_tree, tree_kind
+from relaxspec.core.trees.spec import check_tree_spec, draft_source, parse_tree, tree_kind
 from relaxspec.mini.shipped import MiniModel
 from relaxspec.reference.decode import Decoder, DecodeSettings, gsd_embedding
 from relaxspec.reference.drafter import EagleDraftSession, GPTDraftSession
@@ -35,12 +35,12 @@ from relaxspec.simulate.verify import step_expectation
 from relaxspec.theory.boost import Boost
 from relaxspec.theory.relax import Relax
 from relaxspec.theory.rule_step import (
-    check_step_rule,
     own_oracle,
     rule_step_expectation,
     step_neighbours,
 )
 from relaxspec.theory.rules import SAMPLED_DRAFT_RULES
+from relaxspec.theory.verification import Verification
 
 DRAFTERS = ("eagle", "draft_gpt")
 CFG_SCALE = 2.0
@@ -69,19 +69,8 @@ class DecodeConfig:
             raise ValueError(f"drafter must be one of {DRAFTERS}, got {self.drafter!r}")
         Relax.parse(self.relax)
         check_tree_spec(self.tree)
-        check_step_rule(self.rule, self.relaxation, "principled", self.boosting)
-        if self.is_jacobi and self.rule not in SAMPLED_DRAFT_RULES:
-            raise ValueError(f"{self.tree} verifies sampled drafts: it needs rule r2 or r4, got rule "
-                             f"{self.rule!r}")
-        if self.is_ar and not self.boosting.is_none:
-            raise ValueError(f"boost {self.boost} raises the acceptance of drafts: AR sampling has none")
-        if self.is_ar and self.rule == "r4":
-            raise ValueError("rule r4 verifies sampled drafts by traversal: AR sampling has none (use a "
-                             "static tree or jacobi:L)")
-        if own_oracle(self.rule, self.boosting) and not self.is_ar and not draws_children(self.tree):
-            what = f"rule {self.rule}" if self.rule == "r4" else f"boost {self.boost}"
-            raise ValueError(f"{what} verifies drafts drawn from q without replacement: tree {self.tree} "
-                             f"ranks its children; use one of {R2_FORMS}")
+        verification = Verification(self.rule, self.relaxation, "principled", self.boosting)
+        verification.check_source(draft_source(self.tree), f"tree {self.tree}")
 
     @property
     def relaxation(self) -> Relax:

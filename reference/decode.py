@@ -62,6 +62,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -69,6 +70,7 @@ import torch
 from relaxspec.core.trace import LOGIT_DTYPES, Sampling, TraceStep, TraceWriter
 from relaxspec.core.trees.jacobi import JacobiWindow
 from relaxspec.core.trees.policies import TreePolicy
+from relaxspec.core.trees.spec import draft_source
 from relaxspec.reference.drafter import DraftSession
 from relaxspec.reference.jacobi import Kept
 from relaxspec.reference.model import Transformer
@@ -76,13 +78,13 @@ from relaxspec.reference.verify import DeviceVerifier
 from relaxspec.theory.boost import EMBEDDINGS, Boost
 from relaxspec.theory.relax import Relax
 from relaxspec.theory.rule_step import (
-    check_step_rule,
     sample_rule_step,
     sample_window_step,
     step_neighbours,
 )
 from relaxspec.theory.rules import SAMPLED_DRAFT_RULES, boost_embedding
 from relaxspec.theory.tree import Tree, parent_depths
+from relaxspec.theory.verification import Verification
 
 VERIFIERS = ("device", "theory")
 """``device``: :class:`reference.verify.DeviceVerifier` where the logits are (the default); ``theory``:
@@ -143,7 +145,7 @@ class DecodeSettings:
     verify_dtype: str = "float64"
 
     def __post_init__(self) -> None:
-        check_step_rule(self.rule, self.relax, self.variant, self.boost)
+        _ = self.verification  # validates (rule, relax, variant, boost) once, when built
         if not np.isfinite(self.cfg_scale) or self.cfg_scale < 1.0:
             raise ValueError(f"cfg_scale must be >= 1 (1 = no guidance), got {self.cfg_scale!r}")
         if self.logits_dtype not in LOGIT_DTYPES:
@@ -154,6 +156,11 @@ class DecodeSettings:
             raise ValueError(f"verifier must be one of {VERIFIERS}, got {self.verifier!r}")
         if self.verify_dtype not in VERIFY_DTYPES:
             raise ValueError(f"verify_dtype must be one of {tuple(VERIFY_DTYPES)}, got {self.verify_dtype!r}")
+
+    @cached_property
+    def verification(self) -> Verification:
+        """(rule, relax, variant, boost) as one value."""
+        return Verification(self.rule, self.relax, self.variant, self.boost)
 
     @property
     def guided(self) -> bool:
@@ -203,12 +210,7 @@ class Decoder:
             _check_jacobi(self.jacobi, settings, drafter)
         elif (drafter is None) != (policy is None):
             raise ValueError("speculative decoding needs both a drafter and a tree policy")
-        if policy is None and not settings.boost.is_none:
-            raise ValueError(f"boost {settings.boost} raises the acceptance of drafts: autoregressive "
-                             "decoding has none (use a static tree or a Jacobi window)")
-        if policy is None and settings.rule == "r4":
-            raise ValueError("rule r4 verifies sampled-draft trees: autoregressive decoding has none (use a "
-                             "static tree or a Jacobi window)")
+        settings.verification.check_source(draft_source(policy), f"tree {policy or 'ar'}")
         if drafter is not None and getattr(drafter, "vocab_size", None) != target.cfg.vocab_size:
             raise ValueError(f"drafter vocabulary {getattr(drafter, 'vocab_size', None)} differs from the "
                              f"target's {target.cfg.vocab_size}")
@@ -224,9 +226,6 @@ class Decoder:
         if emb is not None and not np.array_equal(emb.astype(np.float32), emb):
             raise ValueError("the GSD embedding table must hold float32 values (a trace stores float32): "
                              "build it with reference.decode.gsd_embedding")
-        if policy is not None and settings.rule in SAMPLED_DRAFT_RULES and not policy.supports_draws:
-            raise ValueError(f"rule {settings.rule} drafts children by draws without replacement: tree "
-                             f"policy {policy} ranks by top-k only; use a static tree")
         self.verifier = None if settings.verifier == "theory" else DeviceVerifier(
             rule=settings.rule, relax=settings.relax, variant=settings.variant, boost=settings.boost,
             vocab_size=self.vocab, neighbours=neighbours, embedding=self.embedding, device=self.device,
@@ -479,16 +478,10 @@ def _prune(tree: Tree, max_depth: int, root: int) -> Tree:
 
 
 def _check_jacobi(policy: JacobiWindow, settings: DecodeSettings, drafter: DraftSession | None) -> None:
-    """Raise unless a Jacobi window can run with these settings: no drafter, rule r2 or r4 (sampled-draft
-    tests), no LANTERN relaxation, and q sampled as the target is (a kept draft's q is its target row)."""
+    """Raise unless a Jacobi window can run with these settings: no drafter, and q sampled as the target
+    is (a kept draft's q is its target row); the rule it needs: ``Verification.source_problem``."""
     if drafter is not None:
         raise ValueError(f"{policy} drafts from the target's own samples: it takes no drafter")
-    if settings.rule not in SAMPLED_DRAFT_RULES:
-        raise ValueError(f"{policy} verifies sampled drafts (SPEC 9.1): it needs rule r2 or r4, got rule "
-                         f"{settings.rule!r}")
-    if not settings.relax.is_exact:
-        raise ValueError(f"{policy} takes no LANTERN relaxation (got {settings.relax}): boost it with "
-                         "gsd:.., cool:.. or budget:..")
     if settings.draft_sampling != settings.target_sampling:
         raise ValueError(f"{policy}: a kept draft's q is the target row it was drawn from, so the draft "
                          f"sampling {settings.draft_sampling} must equal the target's "

@@ -46,7 +46,7 @@ from tqdm import tqdm
 
 from relaxspec.core.cost import DEFAULT_TABLE, CostModel
 from relaxspec.core.trace import Sampling, TraceHeader, TraceWriter, array_sha256, file_sha256
-from relaxspec.core.trees.spec import check_tree_spec, parse_tree, tree_kind
+from relaxspec.core.trees.spec import check_tree_spec, draft_source, parse_tree, tree_kind
 from relaxspec.reference.decode import (
     VERIFIERS,
     VERIFY_DTYPES,
@@ -173,10 +173,6 @@ def run(args: argparse.Namespace) -> int:
     is_ar, is_jacobi = tree_kind(tree) == "ar", tree_kind(tree) == "jacobi"
     rule = args.rule or ("r2" if is_jacobi else "r1")
     boost = parse_boost(args.boost, args.gsd_embedding)
-    if is_ar and not boost.is_none:
-        raise ValueError(f"--boost {boost} raises the acceptance of drafts: --tree ar has none")
-    if is_ar and rule == "r4":
-        raise ValueError("--rule r4 verifies sampled drafts by traversal: --tree ar has none")
     if is_jacobi and (args.eagle_ckpt or args.draft_ckpt):
         raise ValueError(f"{tree} drafts from the target's own samples: drop --eagle-ckpt / --draft-ckpt")
     acceptance = load_acceptance(args.acceptance)
@@ -185,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
                               draft_sampling=sampling, cfg_scale=args.cfg_scale,
                               logits_dtype=args.logits_dtype, boost=boost, verifier=args.verifier,
                               verify_dtype=args.verify_dtype)
+    settings.verification.check_source(draft_source(tree), f"--tree {tree}")  # before any model loads
 
     vq = VQModel.load(vq_config(args.vq_model, codebook_size=args.codebook_size,
                                 codebook_embed_dim=args.codebook_embed_dim), args.vq_ckpt)

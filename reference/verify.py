@@ -269,7 +269,7 @@ class DeviceVerifier:
             drafted child with zero draft probability that the walk reaches.
         """
         if not isinstance(tree, Tree):
-            raise ValueError(f"tree must be a theory.tree.Tree, got {type(tree).__name__}")
+            raise ValueError(f"tree must be a relaxspec.theory.tree.Tree, got {type(tree).__name__}")
         n = tree.size
         tree.check_vocab(self.vocab_size)
         P = self._rows(p, n, "p")

@@ -45,9 +45,9 @@ def _check_step(tree: Tree, p: torch.Tensor, q: torch.Tensor, u_accept: torch.Te
     """Shapes, dtypes and devices of a step's inputs (values are the caller's: ``reference.verify``).
     Returns the first k columns of the budget's neighbour table and GSD's embedding (None when unused)."""
     if not isinstance(tree, Tree):
-        raise ValueError(f"tree must be a theory.tree.Tree, got {type(tree).__name__}")
+        raise ValueError(f"tree must be a relaxspec.theory.tree.Tree, got {type(tree).__name__}")
     if not isinstance(boost, Boost):
-        raise ValueError(f"boost must be a theory.boost.Boost, got {type(boost).__name__}")
+        raise ValueError(f"boost must be a relaxspec.theory.boost.Boost, got {type(boost).__name__}")
     for name, t in (("p", p), ("q", q), ("u_accept", u_accept), ("u_draw", u_draw)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")

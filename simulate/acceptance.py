@@ -52,7 +52,7 @@ def trace_positional_acceptance(trace, *, width: int = 16, rule: str = "r1", rel
     from relaxspec.theory.verify import node_outcome
 
     if not isinstance(trace, TraceWorld):
-        raise ValueError(f"trace must be a simulate.TraceWorld, got {type(trace).__name__}")
+        raise ValueError(f"trace must be a relaxspec.simulate.TraceWorld, got {type(trace).__name__}")
     if rule not in ("r1", "r3"):
         raise ValueError(f"the trace measurement is exact for rules r1 and r3, got {rule!r}")
     if int(width) != width or width < 1:

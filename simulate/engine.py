@@ -52,6 +52,7 @@ from numba import njit, prange
 
 from relaxspec.core.trees.jacobi import JacobiWindow
 from relaxspec.core.trees.policies import KIND_STATIC, PolicySpec, TreePolicy
+from relaxspec.core.trees.spec import draft_source
 from relaxspec.simulate.jacobi import check_jacobi_run, run_windows
 from relaxspec.simulate.policy_kernels import EXPAND_BATCH, build_dynamic, build_static
 from relaxspec.simulate.results import SimResult
@@ -82,8 +83,8 @@ from relaxspec.simulate.world_kernels import (
 from relaxspec.simulate.worlds import LatentWorld, StationaryWorld, TraceWorld, World
 from relaxspec.theory.boost import NO_BOOST, Boost
 from relaxspec.theory.relax import Relax
-from relaxspec.theory.rules import SAMPLED_DRAFT_RULES, check_step_boost
 from relaxspec.theory.tree import parent_depths
+from relaxspec.theory.verification import Verification
 
 BACKENDS = ("numba", "numpy")
 STEP_FIELDS = ("tokens", "tree_size", "tree_depth", "accepted_depth", "draft_calls", "root_choice")
@@ -301,9 +302,6 @@ def _check_run_args(world, tree, rule, variant, n_sequences, seq_len, temperatur
         raise ValueError(f"threads must be in [1, {numba.config.NUMBA_NUM_THREADS}], got {threads!r}")
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if rule in SAMPLED_DRAFT_RULES and isinstance(tree, TreePolicy) and not tree.supports_draws:
-        raise ValueError(f"rule {rule} verifies children drawn from q without replacement: tree {tree} ranks "
-                         "by top-k; use a static tree (StaticTree, SequoiaTree)")
     if not isinstance(world, TraceWorld):
         tree.check_vocab(world.vocab_size)
 
@@ -342,7 +340,9 @@ def run(
     _check_run_args(world, tree, rule, variant, n_sequences, seq_len, temperature, seed, threads, backend)
     if isinstance(tree, JacobiWindow):  # SJD's windows (SPEC 9.1): simulate.jacobi
         check_jacobi_run(world, tree, rule, relax, boost)
-    check_step_boost(rule, relax, boost)
+    verification = Verification(rule, relax, variant, boost)
+    if not isinstance(world, TraceWorld):  # a trace brings its own recorded trees
+        verification.check_source(draft_source(tree), f"tree {tree}")
     exact = bool(exact_expectations)
     emb = world.embedding() if boost.kind == "group" else None
     if isinstance(world, TraceWorld):

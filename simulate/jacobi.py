@@ -36,7 +36,8 @@ from relaxspec.theory.boost import Boost
 from relaxspec.theory.jacobi_sampler import check_window, decode_jacobi, fill_window, kept_drafts
 from relaxspec.theory.relax import Relax
 from relaxspec.theory.rule_step import own_oracle, sample_window_step, window_rule_expectation
-from relaxspec.theory.rules import RULE_CODES, SAMPLED_DRAFT_RULES, check_step_boost
+from relaxspec.theory.rules import RULE_CODES
+from relaxspec.theory.verification import DraftSource, Verification
 
 FRESH_CODES = {"uniform": FRESH_UNIFORM, "copy": FRESH_COPY}
 
@@ -50,12 +51,7 @@ def check_jacobi_run(world: World, window: JacobiWindow, rule: str, relax: Relax
                          "in a LatentWorld or StationaryWorld")
     if not isinstance(world, (LatentWorld, StationaryWorld)):
         raise ValueError(f"{window} decodes in a LatentWorld or StationaryWorld, got {type(world).__name__}")
-    if rule not in SAMPLED_DRAFT_RULES:
-        raise ValueError(f"{window} verifies sampled drafts: it needs rule r2 or r4, got rule {rule!r}")
-    if not isinstance(relax, Relax) or not relax.is_exact:
-        raise ValueError(f"{window} takes no LANTERN relaxation (its boosts are gsd / cool / budget: "
-                         f"boost=...), got {relax}")
-    check_step_boost(rule, relax, boost)
+    Verification(rule, relax, boost=boost).check_source(DraftSource.JACOBI, str(window))
 
 
 def run_windows(world: LatentWorld | StationaryWorld, window: JacobiWindow, spec: RuleSpec, boost: Boost,

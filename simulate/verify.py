@@ -89,7 +89,7 @@ def _uniforms(u: np.ndarray, n: int, name: str) -> np.ndarray:
 
 def _prepare(tree: Tree, node_dists, q_dists, rule, relax, neighbours, variant, boost, emb):
     if not isinstance(tree, Tree):
-        raise ValueError(f"tree must be a theory.Tree, got {type(tree).__name__}")
+        raise ValueError(f"tree must be a relaxspec.theory.Tree, got {type(tree).__name__}")
     p = _rows(tree, node_dists, "node_dists")
     spec = RuleSpec.make(rule, relax, neighbours, p.shape[1], variant, boost, emb)
     if rule in SAMPLED_DRAFT_RULES:

@@ -206,7 +206,7 @@ def test_bad_jacobi_and_boost_settings_are_named(models) -> None:
         Decoder(target, settings(rule="r1"), policy=JacobiWindow(2))
     with pytest.raises(ValueError, match="takes no drafter"):
         Decoder(target, settings(), drafter=GPTDraftSession(models[1]), policy=JacobiWindow(2))
-    with pytest.raises(ValueError, match="autoregressive decoding has none"):
+    with pytest.raises(ValueError, match="AR sampling has none"):
         Decoder(target, settings("cool:omega=2"))
     with pytest.raises(ValueError, match="draft sampling"):
         Decoder(target, DecodeSettings(rule="r2", target_sampling=SAMPLING), policy=JacobiWindow(2))
@@ -270,7 +270,8 @@ def test_generate_records_and_replays(tmp_path, ckpts, capsys, extra, embedding)
     (["--tree", "jacobi:2,zigzag"], "fresh must be one of"),
     (["--tree", "static:[[0],[1]]", "--boost", "gsd:G=3"], "needs rule r2 or r4, got rule 'r1'"),
     (["--tree", "jacobi:2", "--rule", "r1"], "needs rule r2 or r4, got rule 'r1'"),
-    (["--tree", "ar", "--boost", "cool:omega=2"], "--tree ar has none"),
+    (["--tree", "ar", "--rule", "r2", "--boost", "cool:omega=2"],
+     "--tree ar: boost cool:omega=2 raises the acceptance of drafts: AR sampling has none"),
     (["--tree", "static:[[0]]", "--rule", "r2", "--boost", "gsd:G=0"], "group size G must be an integer"),
     (["--tree", "static:[[0]]", "--rule", "r2", "--boost", "cool:omega=2", "--gsd-embedding", "token"],
      "--gsd-embedding chooses GSD's embedding"),

@@ -218,7 +218,7 @@ def test_mini_configs_and_scorer_with_traversal_and_budget() -> None:
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"rule": "r4"}, "AR sampling has none"),
-    ({"rule": "r4", "tree": "eagle2:3,2,8"}, "rule r4 verifies drafts drawn from q without replacement"),
+    ({"rule": "r4", "tree": "eagle2:3,2,8"}, "rule r4 verifies children drawn from q without replacement"),
     ({"rule": "r2", "tree": "eagle2:3,2,8", "boost": "budget:delta=0.1,k=4"}, "ranks its children"),
     ({"rule": "r1", "tree": "chain:3", "boost": "budget:delta=0.1,k=4"},
      "needs rule r2 or r4, got rule 'r1'"),
@@ -246,9 +246,9 @@ def test_bad_traversal_and_budget_settings_are_named(tmp_path, models) -> None:
         settings("r4", relax=Relax.additive(3, 0.1))
     with pytest.raises(ValueError, match="needs rule r2 or r4, got rule 'r3'"):
         settings("r3", "budget:delta=0.1,k=3")
-    with pytest.raises(ValueError, match="autoregressive decoding has none"):
+    with pytest.raises(ValueError, match="AR sampling has none"):
         Decoder(target, settings("r4"))
-    with pytest.raises(ValueError, match="rule r4 drafts children by draws without replacement"):
+    with pytest.raises(ValueError, match="rule r4 verifies children drawn from q without replacement"):
         Decoder(target, settings("r4"), drafter=GPTDraftSession(models[1]), policy=Eagle2Tree(3, 2, 8))
     with pytest.raises(ValueError, match="it needs a neighbour table"):
         Decoder(target, settings("r4", "budget:delta=0.1,k=3"), policy=JacobiWindow(2))
@@ -294,13 +294,15 @@ def test_generate_records_and_replays(tmp_path, ckpts, capsys, extra) -> None:  
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--tree", "ar", "--rule", "r4"], "--rule r4 verifies sampled drafts by traversal: --tree ar has none"),
+    (["--tree", "ar", "--rule", "r4"],
+     "--tree ar: rule r4 verifies sampled drafts by traversal: AR sampling has none"),
     (["--tree", "static:[[0]]", "--rule", "r4", "--relax", "additive:k=3,delta=0.1"],
      "takes no LANTERN relaxation"),
     (["--tree", "static:[[0]]", "--rule", "r1", "--boost", "budget:delta=0.1,k=3"],
      "needs rule r2 or r4, got rule 'r1'"),
     (["--tree", "static:[[0]]", "--rule", "r4", "--boost", "budget:delta=0.1"], "needs k"),
-    (["--tree", "eagle2:3,2,8", "--rule", "r4"], "rule r4 drafts children by draws without replacement"),
+    (["--tree", "eagle2:3,2,8", "--rule", "r4"],
+     "rule r4 verifies children drawn from q without replacement"),
     (["--tree", "static:[[0]]", "--rule", "r4", "--boost", "budget:delta=0.1,k=9"],
      "reads k=9 neighbours but the table has only 7 columns"),
 ])

@@ -40,8 +40,7 @@ def verifications(draw: st.DrawFn) -> Verification:
     rule = draw(st.sampled_from(RULES))
     boost = draw(boosts()) if rule in ("r2", "r4") and draw(st.booleans()) else NO_BOOST
     relax = draw(relaxations(K=64)) if boost.is_none and rule != "r4" else Relax.none()
-    official = not relax.is_exact and rule != "r3" and draw(st.booleans())
-    return Verification(rule, relax, "official" if official else "principled", boost)
+    return Verification(rule, relax, draw(st.sampled_from(VARIANTS)), boost)
 
 
 @given(verifications())
@@ -82,8 +81,6 @@ def test_fields_of_a_parsed_spec() -> None:
     ("r5", "unknown rule or method 'r5'"),
     ("r1+gsd:G=3", "needs rule r2 or r4"),
     ("r4+lantern:k=3,delta=0.1", "takes no LANTERN relaxation"),
-    ("r1/official", "identical to principled"),
-    ("r3+lantern:k=3,delta=0.1/official", "identical to principled"),
     ("r2+budget:delta=0.1,k=3", "written tv="),
     ("r2+budget:tv=2,k=3", "in [0, 1]"),
     ("r1+foo:k=1", "unknown method 'foo'"),

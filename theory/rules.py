@@ -77,7 +77,7 @@ def relax_args(relax: Relax) -> tuple[int, int, float]:
     """A relaxation as the kernels take it: ``(code, k, param)`` (code 0 none, 1 additive,
     2 multiplicative; param delta or lam)."""
     if not isinstance(relax, Relax):
-        raise ValueError(f"relax must be a theory.Relax, got {type(relax).__name__}")
+        raise ValueError(f"relax must be a relaxspec.theory.Relax, got {type(relax).__name__}")
     return relax.code, relax.k, float(relax.param)
 
 
@@ -110,10 +110,10 @@ def check_step_boost(rule: str, relax: Relax, boost: Boost) -> None:
     it needs rule r2 or r4 and no LANTERN relaxation; rule r4 (traversal verification, SPEC 9.6) takes no
     LANTERN relaxation at all (its relaxations are the boosts)."""
     if not isinstance(boost, Boost):
-        raise ValueError(f"boost must be a theory.boost.Boost (e.g. Boost.parse('gsd:G=10')), "
+        raise ValueError(f"boost must be a relaxspec.theory.boost.Boost (e.g. Boost.parse('gsd:G=10')), "
                          f"got {type(boost).__name__}")
     if not isinstance(relax, Relax):
-        raise ValueError(f"relax must be a theory.Relax, got {type(relax).__name__}")
+        raise ValueError(f"relax must be a relaxspec.theory.Relax, got {type(relax).__name__}")
     if rule == "r4" and not relax.is_exact:
         raise ValueError(f"rule r4 (traversal verification) takes no LANTERN relaxation (got {relax}): relax "
                          "it with a boost (budget:delta=..,k=.., gsd:.., cool:..)")

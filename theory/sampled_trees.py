@@ -370,7 +370,7 @@ def check_drawn_tree(tree: Tree, p_rows: np.ndarray, q_rows: np.ndarray) -> tupl
     """Validate a drawn tree and its per-node rows (every child's token drawable at its parent); float64
     rows, or ``ValueError`` naming the problem."""
     if not isinstance(tree, Tree):
-        raise ValueError(f"tree must be a theory.tree.Tree, got {type(tree).__name__}")
+        raise ValueError(f"tree must be a relaxspec.theory.tree.Tree, got {type(tree).__name__}")
     p = np.asarray(p_rows, dtype=np.float64)
     q = np.asarray(q_rows, dtype=np.float64)
     if p.ndim != 2 or p.shape[0] != tree.size or q.shape != p.shape:

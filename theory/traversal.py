@@ -48,7 +48,7 @@ def check_traversal_boost(boost: Boost, vocab_size: int, neighbours: np.ndarray 
     """Validate a boost for R4: returns the int64 neighbour table the budget boost reads (empty
     otherwise) and GSD's float64 embedding table (None otherwise)."""
     if not isinstance(boost, Boost):
-        raise ValueError(f"boost must be a theory.boost.Boost, got {type(boost).__name__}")
+        raise ValueError(f"boost must be a relaxspec.theory.boost.Boost, got {type(boost).__name__}")
     nb = np.zeros((vocab_size, 0), dtype=np.int64)
     if boost.kind == "budget":
         nb = check_budget(boost, neighbours, vocab_size)

@@ -94,11 +94,6 @@ class Verification:
         object.__setattr__(self, "rule", RULE_ALIASES.get(self.rule, self.rule))
         check_rule(self.rule, self.variant)
         check_step_boost(self.rule, self.relax, self.boost)
-        if self.variant == "official" and (self.relax.is_exact or self.rule == "r3"):
-            # the official variants differ from the principled ones only in how a relaxed rejection
-            # zeroes neighbours (SPEC 3); R3 rejects nothing
-            raise ValueError(f"variant official is identical to principled for {self._body()}: "
-                             "it changes only a relaxed R1 or R2 rejection")
 
     # ------------------------------------------------------------------ what it is
     @property
@@ -144,7 +139,7 @@ class Verification:
         if source is DraftSource.JACOBI:
             if not self.samples_drafts:
                 return (f"a Jacobi window verifies sampled drafts (SPEC 9.1): it needs rule r2 or r4, "
-                        f"not {self}")
+                        f"got rule {self.rule!r}")
             if not self.relax.is_exact:
                 return (f"a Jacobi window takes no LANTERN relaxation (got {self.relax}): boost it with "
                         "gsd, cool or budget")

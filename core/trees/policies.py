@@ -220,7 +220,7 @@ class StaticTree(TreePolicy):
     def _setup(self, parents: np.ndarray, ranks: np.ndarray, name: str,
                selector: ChildSelector | None) -> None:
         if selector is not None and not isinstance(selector, ChildSelector):
-            raise ValueError("selector must be a core.trees.selection.ChildSelector, "
+            raise ValueError("selector must be a relaxspec.core.trees.selection.ChildSelector, "
                              f"got {type(selector).__name__}")
         kid_parents, kid_ranks = parents[1:], ranks[1:]
         order = np.lexsort((kid_ranks, kid_parents))  # children grouped by parent, in rank order

@@ -83,7 +83,7 @@ class ChildSelector:
         if self.mode not in SELECTION_MODES:
             raise ValueError(f"selection mode must be one of {SELECTION_MODES}, got {self.mode!r}")
         if not isinstance(self.relax, Relax):
-            raise ValueError(f"relax must be a theory.Relax, got {type(self.relax).__name__}")
+            raise ValueError(f"relax must be a relaxspec.theory.Relax, got {type(self.relax).__name__}")
         if isinstance(self.pool, bool) or int(self.pool) != self.pool or self.pool < 1:
             raise ValueError(f"pool must be a positive integer, got {self.pool!r}")
         object.__setattr__(self, "pool", int(self.pool))

@@ -66,6 +66,7 @@ from relaxspec.core.trees.policies import (
 from relaxspec.core.trees.selection import SELECTION_MODES, ChildSelector
 from relaxspec.core.trees.sequoia import SequoiaTree
 from relaxspec.theory.relax import Relax
+from relaxspec.theory.verification import DraftSource
 
 LATENT_KINDS = {"latent": "latent", "latent-diverse": "diverse", "latent-walk": "walk"}
 SEQUOIA_KINDS = {"sequoia": "q", "sequoia-lossless": "q", "sequoia-latent": "latent",
@@ -230,6 +231,17 @@ def draws_children(spec: str) -> bool:
     if kind in SEQUOIA_KINDS or kind == "costaware":
         return _selection_mode(kind, str(spec).strip().partition(":")[2])[0] == "q"
     return False
+
+
+def draft_source(tree: str | TreePolicy | JacobiWindow | None) -> DraftSource:
+    """What a tree (a spec, a built policy, or None for AR) asks a verification to verify
+    (``theory.verification.Verification.source_problem`` says whether it can)."""
+    if tree is None or (isinstance(tree, str) and tree_kind(tree) == "ar"):
+        return DraftSource.AR
+    if isinstance(tree, JacobiWindow) or (isinstance(tree, str) and tree_kind(tree) == "jacobi"):
+        return DraftSource.JACOBI
+    draws = draws_children(tree) if isinstance(tree, str) else tree.supports_draws
+    return DraftSource.DRAWN if draws else DraftSource.RANKED
 
 
 def _sequoia(kind: str, args: str, spec: str, relax: Relax | None, neighbours: Neighbours,
