@@ -215,9 +215,16 @@ def draws_children(spec: str) -> bool:
     kind = tree_kind(spec)
     if kind in ("static", "chain", "jacobi"):
         return True
-    if kind in SEQUOIA_KINDS or kind == "costaware":
+    if measures_acceptance(spec):
         return _selection_mode(kind, str(spec).strip().partition(":")[2])[0] == "q"
     return False
+
+
+def measures_acceptance(spec: str) -> bool:
+    """Whether the tree a spec names is built from a measured positional acceptance vector (the Sequoia-type
+    trees and ``costaware``: a sweep's ``[sequoia]`` settings change it)."""
+    kind = tree_kind(spec)
+    return kind in SEQUOIA_KINDS or kind == "costaware"
 
 
 def _sequoia(kind: str, args: str, spec: str, relax: Relax | None, neighbours: Neighbours,
