@@ -410,6 +410,11 @@ def load(path: str | Path) -> pd.DataFrame:
     if missing:
         raise ValueError(f"{path} is not a results table: it lacks the columns {missing}")
     frame = _typed(frame[COLUMNS].reset_index(drop=True), path)
+    for i, text in enumerate(frame["settings"]):
+        try:
+            check_settings(text)
+        except ValueError as err:
+            raise ValueError(f"{path}, row {i}: {err}") from None
     check_unique(path, [(f"row {i}", row) for i, row in enumerate(frame[CONFIG_COLUMNS].to_dict("records"))])
     return frame
 

@@ -128,3 +128,18 @@ def test_a_file_with_an_older_header_is_not_a_results_csv_and_is_left_as_it_is(t
         assert path.read_bytes() == data
     assert not hasattr(results_mod, "LEGACY_COLUMNS") and not hasattr(results_mod, "add_boost_column")
     assert not hasattr(results_mod.ResultsLock, "replace")
+
+
+def test_a_bad_settings_value_is_named_in_a_csv_and_in_parquet(tmp_path):
+    out = tmp_path / "results.csv"
+    run_sweep(SweepConfig.from_dict({**GRID, "relaxations": ["none"]}), out, progress=False)
+    good = load(out)
+    spaced = '{"world_overrides": {"n_clusters": 20, "vocab_size": 300}}'  # not canonical: keys would differ
+    out.write_text(out.read_text().replace('{""world_overrides"":{""n_clusters"":20,""vocab_size"":300}}',
+                                           spaced.replace('"', '""')))
+    with pytest.raises(ValueError, match=rf"{out}, line 2: not a results row \(column settings holds"):
+        load(out)
+    save(good, tmp_path / "good.parquet")
+    good.assign(settings="oops").to_parquet(tmp_path / "bad.parquet")
+    with pytest.raises(ValueError, match=r"bad.parquet, row 0: column settings holds 'oops'"):
+        load(tmp_path / "bad.parquet")
