@@ -16,7 +16,7 @@ column of panels each; a row each beyond two facets), tree, rule, variant and bo
 (:func:`relaxspec.figstyle.method_style`; a boosted run, relax ``none``, is a series of its own: a point
 at the exact x of ``tokens_vs_relaxation``, at its TV bound in ``tradeoff``, a bar of its own in
 ``depth``), delta and lam the x axis; k,
-n_sequences, seq_len and seed, where they vary, the line's label and a
+n_sequences, seq_len, seed and settings, where they vary, the line's label and a
 shade of its colour. Rows a figure does not draw are named in notes
 (:func:`render`). Each figure is first computed as data (:func:`plan`:
 panels of sorted lines and bars), then drawn (:func:`draw`).
@@ -52,10 +52,11 @@ from relaxspec.figstyle import (
     save,
     shades,
 )
-from relaxspec.results import config_key, load
+from relaxspec.results import NO_SETTINGS, config_key, load, settings_label
 from relaxspec.theory.relax import Relax
 
-EXTRAS = ("k", "n_sequences", "seq_len", "seed")  # varying: in a line's label and a shade of its colour
+# varying: in a line's label and a shade of its colour
+EXTRAS = ("k", "n_sequences", "seq_len", "seed", "settings")
 TOKENS, TV = "mean_tokens_per_step", "tv_bound_per_token"
 
 
@@ -90,7 +91,8 @@ def boost_of(row: dict) -> str:
 
 class LineKey(NamedTuple):
     """What one line is drawn for (within a facet): a tree, rule, variant and run size; ``k`` or None; the
-    boost (a boosted run is a series of its own, never the unboosted run's line)."""
+    boost (a boosted run is a series of its own, never the unboosted run's line); the ``settings`` (a run
+    with another world override or Sequoia measurement is a line of its own)."""
 
     tree: str
     rule: str
@@ -100,12 +102,13 @@ class LineKey(NamedTuple):
     seed: float
     k: float | None = None
     boost: str = "none"
+    settings: str = NO_SETTINGS
 
     @classmethod
     def of(cls, row: dict, k: bool = False) -> LineKey:
         """The key of ``row`` (with its k when ``k``)."""
         return cls(row["tree"], row["rule"], row["variant"], row["n_sequences"], row["seq_len"], row["seed"],
-                   row["k"] if k else None, boost_of(row))
+                   row["k"] if k else None, boost_of(row), row.get("settings", NO_SETTINGS))
 
 
 @dataclass(frozen=True)
@@ -188,7 +191,8 @@ def _labels(keys: list[LineKey], varying: list[str]) -> dict[LineKey, str]:
         label = method_style(key.tree, variant=key.variant, rule=key.rule, boost=key.boost).label
         if len(specs[method_key(key.tree), key.rule, key.variant, key.boost]) > 1:
             label += f" [{key.tree}]"
-        extras = [f"{c}={getattr(key, c):g}" for c in varying if getattr(key, c) is not None]
+        extras = [settings_label(key.settings) if c == "settings" else f"{c}={getattr(key, c):g}"
+                  for c in varying if getattr(key, c) is not None]
         out[key] = ", ".join([label, *extras])
     return out
 

@@ -3,12 +3,11 @@
 Each row is appended with one ``os.write`` and synced (:func:`append_line`): a crash leaves the file
 whole or with a torn last line, which resuming drops with a warning (:func:`drop_torn_tail`) and
 readers skip (:func:`read_results`). A row's configuration columns hash to the key resuming compares
-(:func:`config_key`). :func:`load` returns a results file (CSV, or Parquet written by :func:`save`) as a
-pandas DataFrame with typed columns, for notebooks and ``relaxspec plot``.
-
-Files written before the ``boost`` column existed (:data:`LEGACY_COLUMNS`) still load, their rows read
-as boost ``none`` and keep their keys; resuming one first rewrites it with the column
-(:func:`drop_torn_tail`).
+(:func:`config_key`): every setting that changes a row is one of them, the sweep's tables
+(``[world_overrides]``, ``[sequoia]``, ``[cost]``) in the ``settings`` column (:func:`settings_text`), so a
+rerun with a changed setting writes new rows. Measures are written in full float64 precision (the
+shortest text that reads back as the same float). :func:`load` returns a results file (CSV, or Parquet
+written by :func:`save`) as a pandas DataFrame with typed columns, for notebooks and ``relaxspec plot``.
 
 A file that is not one of ours is never changed: a results path must be a regular file or a new path
 (:func:`check_results_path`: a device, FIFO or folder is refused before it is opened) and its first line
@@ -37,37 +36,61 @@ if TYPE_CHECKING:
 
 COLUMNS = [
     "world", "tree", "rule", "variant", "relax", "k", "delta", "lam", "boost", "temperature", "n_sequences",
-    "seq_len", "seed", "mean_tokens_per_step", "se_tokens_per_step", "mean_accepted_depth", "mean_tree_depth",
-    "mean_tree_size", "draft_calls_per_step", "tv_bound_per_token", "tv_bound_per_sequence", "seconds",
+    "seq_len", "seed", "settings", "mean_tokens_per_step", "se_tokens_per_step", "mean_accepted_depth",
+    "mean_tree_depth", "mean_tree_size", "draft_calls_per_step", "tv_bound_per_token",
+    "tv_bound_per_sequence", "seconds",
 ]
-CONFIG_COLUMNS = COLUMNS[:13]
-TEXT_COLUMNS = ("world", "tree", "rule", "variant", "relax", "boost")
-LEGACY_COLUMNS = [c for c in COLUMNS if c != "boost"]
-"""The columns of a results file written before boosts existed (its rows: boost ``none``)."""
+CONFIG_COLUMNS = COLUMNS[: COLUMNS.index("settings") + 1]
+TEXT_COLUMNS = ("world", "tree", "rule", "variant", "relax", "boost", "settings")
+NO_SETTINGS = "{}"
+"""The ``settings`` of a row that ran with the defaults of every sweep table."""
 INTEGER_COLUMNS = ("k", "n_sequences", "seq_len", "seed")  # the rest of the numbers are float64
 PARQUET_SUFFIXES = (".parquet", ".pq")
 HEADER_PROBE_BYTES = 4096  # more than a header line: what is read to tell a results CSV from another file
-LOCK_ATTEMPTS = 3  # locks taken while a rewrite replaced the file (ResultsLock) before giving up
+LOCK_ATTEMPTS = 3  # locks taken while the file was replaced or removed (ResultsLock) before giving up
 SHOWN_REPEATS = 3  # repeated configurations a duplicate error spells out
 _FILE_TYPES = {stat.S_ISDIR: "a folder", stat.S_ISCHR: "a character device", stat.S_ISBLK: "a block device",
                stat.S_ISFIFO: "a FIFO", stat.S_ISSOCK: "a socket"}
 
 
 def config_key(row: dict) -> str:
-    """Hash of a row's configuration columns (what resuming compares). ``boost`` counts only when it is
-    not ``none``, so that a row written before the column existed keeps its key."""
-    cols = [c for c in CONFIG_COLUMNS if c != "boost" or str(row.get("boost", "none")) != "none"]
-    text = json.dumps({c: str(row[c]) for c in cols}, sort_keys=True)
+    """Hash of a row's configuration columns (:data:`CONFIG_COLUMNS`: what resuming compares). A number
+    counts by its value, so a row as written, as read (floats) and as loaded (int64) have one key."""
+    text = json.dumps({c: _key_value(c, row[c]) for c in CONFIG_COLUMNS}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def result_row(res: SimResult, world: str, tree: str) -> dict:
-    """One CSV row from a run."""
+def _key_value(column: str, value: object) -> str:
+    if column in TEXT_COLUMNS:
+        return str(value)
+    number = float(value)  # type: ignore[arg-type]
+    return str(int(number)) if column in INTEGER_COLUMNS else repr(number)
+
+
+def settings_text(settings: dict) -> str:
+    """The ``settings`` column: the canonical JSON (sorted keys, no spaces) of a row's settings beyond the
+    other configuration columns, one table per sweep table, e.g.
+    ``{"world_overrides":{"vocab_size":4096}}`` (:data:`NO_SETTINGS`: none)."""
+    return json.dumps(settings, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def settings_label(text: str) -> str:
+    """A ``settings`` value as a short label: ``vocab_size=4096, sequoia.width=32`` (world overrides by
+    name, other tables' settings by table and name); ``defaults`` for :data:`NO_SETTINGS`."""
+    tables = json.loads(text)
+    parts = [f"{name if table == 'world_overrides' else f'{table}.{name}'}={value}"
+             for table, values in tables.items() for name, value in values.items()]
+    return ", ".join(parts) or "defaults"
+
+
+def result_row(res: SimResult, world: str, tree: str, settings: str = NO_SETTINGS) -> dict:
+    """One CSV row from a run; ``settings`` as :func:`settings_text` writes it. Measures in full precision
+    (``repr`` of the float64: it reads back as the same number)."""
     r = res.relax
     row = {"world": world, "tree": tree, "rule": res.rule, "variant": res.variant, "relax": r.kind, "k": r.k,
            "delta": r.delta, "lam": r.lam, "boost": str(res.boost), "temperature": res.temperature,
-           "n_sequences": res.n_sequences, "seq_len": res.seq_len, "seed": res.seed}
-    row.update({k: f"{v:.6g}" for k, v in res.summary().items()})
+           "n_sequences": res.n_sequences, "seq_len": res.seq_len, "seed": res.seed, "settings": settings}
+    row.update({k: repr(float(v)) for k, v in res.summary().items()})
     row["seconds"] = f"{res.seconds:.3f}"
     return row
 
@@ -78,14 +101,13 @@ def _fields(line: bytes) -> list[str]:
 
 def _last_line_torn(data: bytes) -> bool:
     """Whether the last line of a results CSV's bytes is incomplete: no line end, or (for a row after the
-    header) not exactly the header's number of fields (:data:`COLUMNS`, or :data:`LEGACY_COLUMNS`)."""
+    header) not exactly the header's number of fields (:data:`COLUMNS`)."""
     if not data.endswith(b"\n"):
         return True
     start = data.rfind(b"\n", 0, len(data) - 1) + 1
     if start == 0:
         return False  # a whole header line: its columns are checked by the readers
-    legacy = _fields(data[: data.find(b"\n") + 1]) == LEGACY_COLUMNS
-    return len(_fields(data[start:])) != len(LEGACY_COLUMNS if legacy else COLUMNS)
+    return len(_fields(data[start:])) != len(COLUMNS)
 
 
 def _whole_rows(path: Path) -> tuple[bytes, bytes]:
@@ -125,12 +147,8 @@ def _is_header(head: bytes) -> bool:
     torn by a crash while it was written (a prefix of one, no line end)."""
     end = head.find(b"\n")
     if end < 0:
-        return any(line.startswith(head) for line in (csv_line(None).encode(), _legacy_header()))
-    return _fields(head[: end + 1]) in (COLUMNS, LEGACY_COLUMNS)
-
-
-def _legacy_header() -> bytes:
-    return (",".join(LEGACY_COLUMNS) + "\r\n").encode()
+        return csv_line(None).encode().startswith(head)
+    return _fields(head[: end + 1]) == COLUMNS
 
 
 def check_header(path: Path) -> None:
@@ -143,12 +161,10 @@ def check_header(path: Path) -> None:
                          f"{','.join(COLUMNS)}); it was left as it is: move it away or choose another file")
 
 
-def drop_torn_tail(path: str | Path, lock: ResultsLock | None = None) -> bytes:
+def drop_torn_tail(path: str | Path) -> bytes:
     """Cut a torn last line off a results CSV (with a warning naming the file and the bytes dropped), so
     that resuming appends whole rows; returns the bytes dropped (``b""`` if the file ends cleanly). A file
-    written before the ``boost`` column existed is then rewritten with it (:func:`add_boost_column`; the
-    ``lock`` a sweep holds moves to the rewritten file). A file that is not ours is refused first
-    (:func:`check_results_path`, :func:`check_header`), unchanged."""
+    that is not ours is refused first (:func:`check_results_path`, :func:`check_header`), unchanged."""
     path = Path(path)
     if not check_results_path(path):
         return b""
@@ -160,30 +176,7 @@ def drop_torn_tail(path: str | Path, lock: ResultsLock | None = None) -> bytes:
             f.flush()
             os.fsync(f.fileno())
         _warn_torn(path, torn, "dropped; its configuration runs again")
-    add_boost_column(path, lock)
     return torn
-
-
-def add_boost_column(path: Path, lock: ResultsLock | None = None) -> bool:
-    """Rewrite a results CSV of :data:`LEGACY_COLUMNS` with the ``boost`` column (``none`` on every row)
-    so that new rows can be appended; atomic (a temporary file renamed over it, by ``lock`` when a sweep
-    holds one: :meth:`ResultsLock.replace`). Returns whether it did."""
-    data = path.read_bytes()
-    if _fields(data[: data.find(b"\n") + 1]) != LEGACY_COLUMNS:
-        return False
-    rows = [raw for _, raw, _ in _parse_rows(path, data)]  # every row checked before it is rewritten
-    text = csv_line(None) + "".join(csv_line({**row, "boost": "none"}) for row in rows)
-    tmp = path.with_suffix(f"{path.suffix}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(text.encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
-        (lock.replace if lock is not None else os.replace)(tmp, path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise _named(err, tmp) from err
-    return True
 
 
 def _named(err: OSError, path: Path) -> OSError:
@@ -200,8 +193,9 @@ class ResultsLock:
 
     What is at ``path`` is checked before it is opened (:func:`check_results_path`) and again once open
     (``fstat``); a new path is created empty (its folder too) and removed again if nothing was written
-    to it (:meth:`release`). The lock is on the file itself, so no lock file is left beside it and the
-    lock ends with the process however it ends; :meth:`replace` keeps it across an atomic rewrite.
+    to it (:meth:`release`, which is why a lock taken on a file that was then removed is taken again). The
+    lock is on the file itself, so no lock file is left beside it and the lock ends with the process
+    however it ends.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -244,18 +238,6 @@ class ResultsLock:
         except FileNotFoundError:
             return False
         return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
-
-    def replace(self, tmp: Path, path: Path) -> None:
-        """``os.replace(tmp, path)`` with ``tmp`` locked first: no second writer gets in between."""
-        fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a fresh temporary file: nobody else holds it
-            os.replace(tmp, path)
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(self.fd)
-        self.fd = fd
 
     def release(self) -> None:
         """Unlock; a file this lock created and nobody wrote to is removed."""
@@ -328,8 +310,8 @@ def read_results(path: str | Path) -> list[dict]:
 
 def _parse_rows(path: Path, whole: bytes) -> list[tuple[int, dict, dict]]:
     """``(line, row as written, row typed)`` of every row of a results CSV's whole lines ``whole`` (the
-    header checked, boost ``none`` for a file from before the column); a ``ValueError`` naming the file and
-    line of a row that is not a results row, or the lines of a configuration that appears twice."""
+    header checked); a ``ValueError`` naming the file and line of a row that is not a results row, or the
+    lines of a configuration that appears twice."""
     try:
         text = whole.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -339,7 +321,7 @@ def _parse_rows(path: Path, whole: bytes) -> list[tuple[int, dict, dict]]:
     reader = csv.DictReader(io.StringIO(text, newline=""))
     rows = []
     try:
-        if reader.fieldnames not in (COLUMNS, LEGACY_COLUMNS):
+        if reader.fieldnames != COLUMNS:
             raise ValueError(f"{path} is not a results CSV (expected columns {COLUMNS})")
         for row in reader:
             try:
@@ -357,12 +339,24 @@ def _typed_row(row: dict) -> dict:
     :data:`INTEGER_COLUMNS` checked to be integers; a ``ValueError`` saying what is wrong."""
     if None in row or None in row.values():
         raise ValueError("wrong number of fields")
-    row.setdefault("boost", "none")  # written before boosts existed
+    check_settings(row["settings"])
     values = {c: (row[c] if c in TEXT_COLUMNS else float(row[c])) for c in COLUMNS}
     for c in INTEGER_COLUMNS:
         if not values[c].is_integer():
             raise ValueError(f"column {c} holds {row[c]!r}, not an integer")
     return values
+
+
+def check_settings(text: str) -> None:
+    """A ``ValueError`` unless ``text`` is a ``settings`` value as :func:`settings_text` writes it."""
+    try:
+        settings = json.loads(text)
+        ok = isinstance(settings, dict) and settings_text(settings) == text
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"column settings holds {text[:60]!r}, not the canonical JSON object of a row's "
+                         "settings")
 
 
 def check_unique(source: Path, rows: list[tuple[str, dict]]) -> None:
@@ -396,10 +390,10 @@ def load(path: str | Path) -> pd.DataFrame:
     :func:`column_types`.
 
     A path ending in ``.parquet`` or ``.pq`` is read as Parquet (pyarrow; written by :func:`save`); any
-    other as a results CSV, through :func:`read_results` (a torn last row skipped with a warning, a file
-    from before the ``boost`` column read with boost ``none``). Raises ``ValueError`` naming the file for
-    a missing file (or one that is not a regular file), missing columns, a value of the wrong type (and
-    its line, in a CSV) and rows that repeat a configuration (:func:`check_unique`).
+    other as a results CSV, through :func:`read_results` (a torn last row skipped with a warning). Raises
+    ``ValueError`` naming the file for a missing file (or one that is not a regular file), missing columns,
+    a value of the wrong type (and its line, in a CSV) and rows that repeat a configuration
+    (:func:`check_unique`).
     """
     import pandas as pd
 
@@ -416,6 +410,11 @@ def load(path: str | Path) -> pd.DataFrame:
     if missing:
         raise ValueError(f"{path} is not a results table: it lacks the columns {missing}")
     frame = _typed(frame[COLUMNS].reset_index(drop=True), path)
+    for i, text in enumerate(frame["settings"]):
+        try:
+            check_settings(text)
+        except ValueError as err:
+            raise ValueError(f"{path}, row {i}: {err}") from None
     check_unique(path, [(f"row {i}", row) for i, row in enumerate(frame[CONFIG_COLUMNS].to_dict("records"))])
     return frame
 

@@ -69,7 +69,13 @@ is the row ``eagle2:10,4,59``), as relaxations and boosts are; a list naming one
 Each finished configuration appends one CSV row, written with a single
 ``os.write`` and synced, so a crash leaves whole rows and at most one torn
 last line; a configuration whose hash (of its config columns) is already in
-the CSV is skipped, so an interrupted sweep resumes where it stopped. On
+the CSV is skipped, so an interrupted sweep resumes where it stopped. The
+config columns hold every setting that changes a row: the tables' settings
+that differ from their defaults are the ``settings`` column
+(:meth:`SweepConfig.row_settings`: the world overrides that differ from the
+preset, ``[sequoia]`` for trees built from a measured acceptance vector,
+``[cost]`` for costaware trees), so a sweep rerun into the same CSV with a
+changed setting writes new rows. On
 resume a torn last line (no line end, or the wrong number of fields) is cut
 off with a warning and its configuration runs again. The ``seconds`` column
 is the wall-clock time of the configuration's decoding, measured after a
@@ -102,7 +108,14 @@ from relaxspec.core.trees.policies import (
     check_budget,
 )
 from relaxspec.core.trees.selection import ChildSelector
-from relaxspec.core.trees.spec import R2_FORMS, check_tree_spec, draws_children, parse_tree, tree_kind
+from relaxspec.core.trees.spec import (
+    R2_FORMS,
+    check_tree_spec,
+    draws_children,
+    measures_acceptance,
+    parse_tree,
+    tree_kind,
+)
 from relaxspec.results import (
     ResultsLock,
     append_line,
@@ -111,6 +124,7 @@ from relaxspec.results import (
     drop_torn_tail,
     read_done,
     result_row,
+    settings_text,
 )
 from relaxspec.simulate.acceptance import measure_positional_acceptance
 from relaxspec.simulate.engine import run
@@ -127,6 +141,8 @@ _SCALAR_KEYS = {"n_sequences": 1, "seq_len": 1, "seed": 0, "threads": 1}  # lowe
 _TABLE_KEYS = {"world_overrides", "sequoia", "cost"}
 _SEQUOIA_KEYS = {"width": int, "n_sequences": int, "seq_len": int}
 _COST_KEYS = {"table", "model", "drafter"}
+DEFAULT_SEQUOIA = {"width": 16, "n_sequences": 8, "seq_len": 64}  # how Sequoia's vectors are measured
+DEFAULT_COST = {"table": str(DEFAULT_TABLE), "model": "GPT-B"}  # the costaware trees' cost table
 
 
 @dataclass(frozen=True)
@@ -145,8 +161,8 @@ class SweepConfig:
     seed: int = 0
     threads: int | None = None
     world_overrides: dict = field(default_factory=dict)
-    sequoia: dict = field(default_factory=lambda: {"width": 16, "n_sequences": 8, "seq_len": 64})
-    cost: dict = field(default_factory=lambda: {"table": str(DEFAULT_TABLE), "model": "GPT-B"})
+    sequoia: dict = field(default_factory=lambda: dict(DEFAULT_SEQUOIA))
+    cost: dict = field(default_factory=lambda: dict(DEFAULT_COST))
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "config") -> SweepConfig:
@@ -217,7 +233,7 @@ class SweepConfig:
                 check_world_settings(w, kw["world_overrides"], kw["temperatures"], widths)
             except ValueError as err:
                 raise ValueError(f"{source}: world {w!r}: {err}") from err
-        seq = dict(cls.__dataclass_fields__["sequoia"].default_factory())
+        seq = dict(DEFAULT_SEQUOIA)
         extra = table(d, "sequoia", source)
         if set(extra) - set(_SEQUOIA_KEYS):
             raise ValueError(f"{source}: sequoia takes only {sorted(_SEQUOIA_KEYS)}")
@@ -228,7 +244,7 @@ class SweepConfig:
             check_budget(f"{source}: sequoia.width", extra["width"], 1, MAX_TREE_NODES)
         seq.update(extra)
         kw["sequoia"] = seq
-        cost = dict(cls.__dataclass_fields__["cost"].default_factory())
+        cost = dict(DEFAULT_COST)
         extra = table(d, "cost", source)
         if set(extra) - _COST_KEYS:
             raise ValueError(f"{source}: cost takes only {sorted(_COST_KEYS)}")
@@ -291,6 +307,20 @@ class SweepConfig:
                        "sampled-draft test (rule r2 or r4, relaxation none)")
         return out
 
+    def row_settings(self, world: str, tree: str) -> str:
+        """The ``settings`` column of the rows of ``world`` and ``tree``
+        (:func:`relaxspec.results.settings_text`): the settings of the config's tables that change those
+        rows and differ from their defaults (the world overrides that differ from the preset, ``[sequoia]``
+        for a tree built from a measured acceptance vector, ``[cost]`` for a costaware tree)."""
+        preset = PRESETS[world]
+        changed = {"world_overrides": {k: v for k, v in self.world_overrides.items()
+                                       if getattr(preset, k) != v}}
+        if measures_acceptance(tree):
+            changed["sequoia"] = {k: v for k, v in self.sequoia.items() if DEFAULT_SEQUOIA.get(k) != v}
+        if tree_kind(tree) == "costaware":
+            changed["cost"] = {k: v for k, v in self.cost.items() if DEFAULT_COST.get(k) != v}
+        return settings_text({table: values for table, values in changed.items() if values})
+
     def cost_table(self) -> CostModel:
         """The ``[cost]`` table (``CostModel.from_table``)."""
         return CostModel.from_table(self.cost["table"], self.cost["model"], drafter=self.cost.get("drafter"))
@@ -330,7 +360,7 @@ class Job:
         return {"world": self.world, "tree": self.tree, "rule": self.rule, "variant": self.variant,
                 "relax": r.kind, "k": r.k, "delta": r.delta, "lam": r.lam, "boost": str(self.boost),
                 "temperature": self.temperature, "n_sequences": cfg.n_sequences, "seq_len": cfg.seq_len,
-                "seed": cfg.seed}
+                "seed": cfg.seed, "settings": cfg.row_settings(self.world, self.tree)}
 
 
 def jobs(cfg: SweepConfig) -> Iterator[Job]:
@@ -402,7 +432,7 @@ def run_job(cfg: SweepConfig, job: Job, world: LatentWorld, vectors: dict | None
     t0 = time.perf_counter()
     res = run(world, tree, n_sequences=cfg.n_sequences, seq_len=cfg.seq_len, **settings)
     res.seconds = time.perf_counter() - t0
-    return result_row(res, job.world, job.tree)
+    return result_row(res, job.world, job.tree, cfg.row_settings(job.world, job.tree))
 
 
 def run_sweep(cfg: SweepConfig, out: str | Path, *, progress: bool = True, scheduler: str = "none",
@@ -423,11 +453,11 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, progress: bool = True, sched
     out = Path(out)
     for line in cfg.skipped():
         warnings.warn(f"sweep: {line}", UserWarning, stacklevel=2)
-    with ResultsLock(out) as lock:  # one writer per file: a second sweep is refused at once
-        return _run_locked(cfg, out, lock, progress, scheduler, workers)
+    with ResultsLock(out):  # one writer per file: a second sweep is refused at once
+        return _run_locked(cfg, out, progress, scheduler, workers)
 
 
-def _run_locked(cfg: SweepConfig, out: Path, lock: ResultsLock, progress: bool, scheduler: str,
+def _run_locked(cfg: SweepConfig, out: Path, progress: bool, scheduler: str,
                 workers: int | None) -> list[dict]:
     """:func:`run_sweep` once ``out`` is locked."""
     import sys
@@ -436,7 +466,7 @@ def _run_locked(cfg: SweepConfig, out: Path, lock: ResultsLock, progress: bool, 
 
     from relaxspec.core.execution import Executor
 
-    drop_torn_tail(out, lock)  # refuses a file that is not ours before it changes anything
+    drop_torn_tail(out)  # refuses a file that is not ours before it changes anything
     done = read_done(out)
     todo = [j for j in jobs(cfg) if config_key(j.row_config(cfg)) not in done]
     new_rows = []

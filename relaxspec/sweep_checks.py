@@ -52,9 +52,11 @@ def world_overrides(over: object, worlds: list[str], source: str) -> dict:
         if not ok:
             what = {int: "an integer", float: "a number", str: "a string"}[kind]
             raise ValueError(f"{source}: world_overrides.{key} must be {what}, got {val!r}")
+    # each value as its field's type: a float written as a TOML integer (2) is the same setting as 2.0
+    over = {key: type(fields[key].default)(val) for key, val in over.items()}
     for w in worlds:
         try:
             dataclasses.replace(PRESETS[w], **over)
         except ValueError as err:
             raise ValueError(f"{source}: world_overrides for world {w!r}: {err}") from err
-    return dict(over)
+    return over

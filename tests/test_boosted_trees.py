@@ -4,15 +4,12 @@ thread invariance, the sweep's boost column and bad input."""
 
 from __future__ import annotations
 
-import csv
-
 import hypothesis.strategies as st
 import numpy as np
 import pytest
 from hypothesis import given, settings
 
 from relaxspec.core.trees import StaticTree
-from relaxspec.results import COLUMNS, LEGACY_COLUMNS, config_key, drop_torn_tail, read_done, read_results
 from relaxspec.simulate.engine import STEP_FIELDS, run
 from relaxspec.simulate.verify import RuleSpec, step_expectation, verify_step
 from relaxspec.simulate.verify_kernels import rank_order_kernel
@@ -250,24 +247,6 @@ def test_sweep_boosts_and_skips():
     with pytest.raises(ValueError, match="no configuration to run"):
         SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["chain:3"], "rules": ["r1"],
                                "boosts": ["cool:omega=2"]})
-
-
-def test_results_without_the_boost_column_load_and_resume(tmp_path):
-    path = tmp_path / "old.csv"
-    row = {c: "1" for c in LEGACY_COLUMNS}
-    row.update(world="ambiguous", tree="chain:3", rule="r2", variant="principled", relax="none")
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=LEGACY_COLUMNS)
-        w.writeheader()
-        w.writerow(row)
-    old_key = config_key(row)
-    assert read_results(path)[0]["boost"] == "none" and read_done(path) == {old_key}
-    assert drop_torn_tail(path) == b""  # resuming rewrites it with the column
-    with open(path, newline="") as f:
-        lines = list(csv.reader(f))
-    assert lines[0] == COLUMNS and lines[1][COLUMNS.index("boost")] == "none"
-    assert read_done(path) == {old_key}
-    assert config_key({**row, "boost": "gsd:G=10,tau=0.15,dist=0.5"}) != old_key
 
 
 # ---------------------------------------------------------------- bad input

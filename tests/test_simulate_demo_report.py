@@ -35,7 +35,7 @@ def row(world: str, tree: str, relax: tuple[str, float, float], tokens: float, s
     kind, delta, lam = relax
     r = {"world": world, "tree": tree, "rule": rule, "variant": "principled", "relax": kind,
          "k": 0.0 if kind == "none" else 1000.0, "delta": delta, "lam": lam, "boost": "none",
-         "temperature": 1.0, "n_sequences": 4.0, "seq_len": 128.0, "seed": 0.0,
+         "temperature": 1.0, "n_sequences": 4.0, "seq_len": 128.0, "seed": 0.0, "settings": "{}",
          "mean_tokens_per_step": tokens, "se_tokens_per_step": se, "mean_accepted_depth": tokens - 1.0,
          "mean_tree_depth": 2.3 if tree == EAGLE_TREE else 5.0, "mean_tree_size": 57.0,
          "draft_calls_per_step": 5.0,

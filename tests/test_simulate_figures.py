@@ -29,8 +29,8 @@ def row(tree: str = "eagle2:10,4,59", relax: str = "none", delta: float = 0.0, l
     k = (0 if relax == "none" else 1000) if k is None else k
     return {"world": world, "tree": tree, "rule": rule, "variant": variant, "relax": relax, "k": k,
             "delta": delta, "lam": lam, "temperature": temperature, "n_sequences": 4, "seq_len": 128,
-            "seed": seed, "mean_tokens_per_step": tokens, "se_tokens_per_step": 0.05,
-            "mean_accepted_depth": accepted, "mean_tree_depth": tree_depth,
+            "seed": seed, "boost": "none", "settings": "{}", "mean_tokens_per_step": tokens,
+            "se_tokens_per_step": 0.05, "mean_accepted_depth": accepted, "mean_tree_depth": tree_depth,
             "mean_tree_size": 57, "draft_calls_per_step": 4,
             "tv_bound_per_token": (0.0 if relax == "none" else strength / 2) if tv is None else tv,
             "tv_bound_per_sequence": 0.0, "seconds": 0.1}
@@ -209,3 +209,15 @@ def test_boosted_rows_are_series_of_their_own() -> None:
     assert panel.categories == ("Sequoia, r4",)
     assert {b.style.label: b.accepted_depth for b in panel.bars} == {
         "exact": (5.23,), f"GSD {GSD[4:]}": (5.70,), f"budget {BUDGET[7:]}": (7.35,)}
+
+
+def test_rows_of_other_settings_are_lines_of_their_own() -> None:
+    """A sweep rerun with another world override into the same CSV (issue 27 item 4): its rows are lines
+    of their own in the world's facet, labelled by the setting."""
+    wide = '{"world_overrides":{"vocab_size":4096}}'
+    rows = grid() + [{**r, "settings": wide} for r in grid()]
+    figs, _ = figures(rows)
+    for name in ("tokens_vs_relaxation", "tradeoff"):
+        assert_sorted_and_labelled(figs[name])
+    labels = {ln.style.label for p in panels(figs["tokens_vs_relaxation"]) for ln in p.lines}
+    assert {"EAGLE-2, defaults", "EAGLE-2, vocab_size=4096"} <= labels

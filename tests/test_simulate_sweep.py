@@ -327,22 +327,6 @@ def test_resume_reports_a_bad_middle_row_as_load_does(tmp_path, finished, damage
 
 
 # ------------------------------------------------------------------ issue 26, item 2: one writer
-def test_the_lock_follows_the_rewrite_of_an_old_file(tmp_path):
-    """Resuming a file from before the boost column replaces it with a rewritten copy: the copy is locked
-    before it takes the file's name, so no second writer gets in between."""
-    import fcntl
-
-    out = tmp_path / "results.csv"
-    out.write_text(",".join(results_mod.LEGACY_COLUMNS) + "\r\n")
-    with results_mod.ResultsLock(out) as lock:
-        results_mod.drop_torn_tail(out, lock)
-        assert out.read_text().splitlines() == [",".join(COLUMNS)]  # rewritten with the column
-        with open(out, "rb") as other, pytest.raises(BlockingIOError):
-            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    with open(out, "rb") as other:
-        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
-
-
 def test_a_new_results_file_is_not_left_empty_by_a_failed_start(tmp_path, monkeypatch):
     """The lock creates a new file; a sweep that fails before its header is written removes it again."""
     def refused(*args, **kwargs):

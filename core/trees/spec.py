@@ -44,7 +44,6 @@ store and resume by.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -77,8 +76,6 @@ FORMS = {"static": "static:NAME or static:[[0],[1],...]", "chain": "chain:N", "e
          **{k: f"{k}:K,D,M[,POOL]" for k in LATENT_KINDS}, **{k: f"{k}:N,DEPTH" for k in SEQUOIA_KINDS},
          "jacobi": JACOBI_FORM}
 R2_FORMS = "static:NAME, chain:N, sequoia:N,DEPTH, sequoia-lossless:N,DEPTH, costaware:N,DEPTH[,q], jacobi:L"
-# the policy names and generate's --tree KIND --tree-args K=V spellings before the one grammar
-_OLD_NAME = re.compile(r"(eagle2|ddd|latent(?:-diverse|-walk)?|sequoia|chain|static|costaware)-?(\d.*)")
 
 Acceptance = Sequence[float] | Callable[[ChildSelector, Relax], Sequence[float]]
 Neighbours = np.ndarray | Callable[[int], np.ndarray] | None
@@ -88,17 +85,8 @@ def tree_kind(spec: str) -> str:
     """The kind of a spec (the part before ``:``), checked against :data:`KINDS`."""
     kind = str(spec).strip().partition(":")[0]
     if kind not in KINDS:
-        raise ValueError(unknown_kind_message(spec))
+        raise ValueError(f"unknown tree kind in {spec!r}; tree specs: {', '.join(FORMS.values())}, or ar")
     return kind
-
-
-def unknown_kind_message(spec: str) -> str:
-    """Why ``spec`` is not a tree spec, naming the new spelling of an old one."""
-    old = _OLD_NAME.fullmatch(str(spec).strip())
-    hint = ""
-    if old:
-        hint = f"; policy names are not specs: write {old.group(1)}:{old.group(2).replace('-', ',')}"
-    return f"unknown tree kind in {spec!r}{hint}; tree specs: {', '.join(FORMS.values())}, or ar"
 
 
 def _ints(args: str, n: tuple[int, ...], spec: str) -> list[int]:
@@ -228,7 +216,7 @@ def draws_children(spec: str) -> bool:
     kind = tree_kind(spec)
     if kind in ("static", "chain", "jacobi"):
         return True
-    if kind in SEQUOIA_KINDS or kind == "costaware":
+    if measures_acceptance(spec):
         return _selection_mode(kind, str(spec).strip().partition(":")[2])[0] == "q"
     return False
 
@@ -242,6 +230,13 @@ def draft_source(tree: str | TreePolicy | JacobiWindow | None) -> DraftSource:
         return DraftSource.JACOBI
     draws = draws_children(tree) if isinstance(tree, str) else tree.supports_draws
     return DraftSource.DRAWN if draws else DraftSource.RANKED
+
+
+def measures_acceptance(spec: str) -> bool:
+    """Whether the tree a spec names is built from a measured positional acceptance vector (the Sequoia-type
+    trees and ``costaware``: a sweep's ``[sequoia]`` settings change it)."""
+    kind = tree_kind(spec)
+    return kind in SEQUOIA_KINDS or kind == "costaware"
 
 
 def _sequoia(kind: str, args: str, spec: str, relax: Relax | None, neighbours: Neighbours,

@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from relaxspec.results import read_results
+from relaxspec.results import config_key, read_results
 from relaxspec.studies.study_options import study_parser, study_setup
-from relaxspec.sweep import SweepConfig, run_sweep
+from relaxspec.sweep import SweepConfig, jobs, run_sweep
 from relaxspec.theory.boost import Boost
 
 WORLDS = ["ambiguous", "confident"]
@@ -106,16 +106,18 @@ COOL_DELTAS = (1.1, 2.0)  # Cool-SD's two published strengths (docs/frontier_sou
 
 # ---------------------------------------------------------------- synthetic worlds
 def world_rows(out: Path, n_sequences: int, seq_len: int, overrides: dict) -> list[dict]:
-    """Run (resuming) every method in every world; returns the rows of ``out/worlds.csv`` of this size."""
-    path = out / "worlds.csv"
+    """Run (resuming) every method in every world; returns the rows of ``out/worlds.csv`` this run wants."""
+    path, keys = out / "worlds.csv", set()
     for m in tqdm([m for m in methods() if m.tree != "ar" and not m.shipped_only], desc="world methods",
                   unit="method"):
         d = {"worlds": WORLDS, "trees": [m.tree], "rules": [m.rule], "relaxations": [m.relax_for(WORLD_K)],
              "boosts": [m.boost_for(WORLD_K)], "n_sequences": n_sequences, "seq_len": seq_len, "seed": 0,
              "threads": 1,
              **({"world_overrides": overrides} if overrides else {})}
-        run_sweep(SweepConfig.from_dict(d, source="frontier"), path, progress=False)
-    return [r for r in read_results(path) if r["n_sequences"] == n_sequences and r["seq_len"] == seq_len]
+        cfg = SweepConfig.from_dict(d, source="frontier")
+        keys |= {config_key(j.row_config(cfg)) for j in jobs(cfg)}
+        run_sweep(cfg, path, progress=False)
+    return [r for r in read_results(path) if config_key(r) in keys]
 
 
 def world_vocab(overrides: dict) -> int:
