@@ -432,7 +432,7 @@ def _run_locked(cfg: SweepConfig, out: Path, lock: ResultsLock, progress: bool, 
     """:func:`run_sweep` once ``out`` is locked."""
     import sys
 
-    from tqdm import tqdm
+    from tqdm.auto import tqdm
 
     from relaxspec.core.execution import Executor
 
