@@ -85,6 +85,17 @@ def shows_default(action: argparse.Action) -> bool:
     return takes_value and optional and action.default not in (None, argparse.SUPPRESS)
 
 
+class SubcommandsAction(argparse._SubParsersAction):
+    """argparse's subcommands, except that arguments the chosen subcommand does not know are its mistake
+    (argparse hands them up to the top-level parser, whose message would name ``relaxspec --help``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        super().__call__(parser, namespace, values, option_string)
+        unknown = getattr(namespace, argparse._UNRECOGNIZED_ARGS_ATTR, None)  # where argparse keeps them
+        if unknown:
+            self.choices[values[0]].error(f"unrecognized arguments: {' '.join(unknown)}")
+
+
 class CommandParser(argparse.ArgumentParser):
     """The parser of ``relaxspec`` and of every subcommand (nested ones inherit the class): a mistake is
     one line, ``PROG: error: MESSAGE (see PROG --help)``, and exit code 2; help shows defaults."""
@@ -92,6 +103,7 @@ class CommandParser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("formatter_class", DefaultsFormatter)
         super().__init__(*args, **kwargs)
+        self.register("action", "parsers", SubcommandsAction)
 
     def error(self, message: str) -> NoReturn:
         self.exit(USAGE_ERROR, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")

@@ -135,6 +135,7 @@ def test_a_default_is_shown_once_and_formatted() -> None:
      "unrecognized arguments: --results"),
     (["mini", "quality", "--n-images", "many"], "relaxspec mini quality", "invalid int value: 'many'"),
     (["mini", "nothing"], "relaxspec mini", "invalid choice: 'nothing'"),
+    (["mini", "quality", "--bogus"], "relaxspec mini quality", "unrecognized arguments: --bogus"),
     (["theory", "demo", "--seed"], "relaxspec theory demo", "argument --seed: expected one argument"),
     (["rescore", "t", "--rule", "r9"], "relaxspec rescore", "argument --rule: invalid choice: 'r9'"),
 ])
