@@ -1,6 +1,6 @@
 """Speed of the Numba simulators (issue 3): prints a table and writes BENCHMARKS.md.
 
-    .venv/bin/python benchmarks/simulate_bench.py [--quick] [--out BENCHMARKS.md]
+    .venv/bin/python benchmarks/simulate_bench.py [--quick] [--report BENCHMARKS.md]
 
 1. Reference workload: `ambiguous` world (V = 16384, d = 8), EAGLE-2 (10, 4, 59), R1 additive k = 1000, delta
    = 0.1, seq_len 256: verification steps per second on 1 and 2 threads, and the same workload through the
@@ -77,7 +77,8 @@ def best_cpu(f, reps=50, rounds=7):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer sequences (a smoke run)")
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "BENCHMARKS.md"))
+    ap.add_argument("--report", default=str(Path(__file__).resolve().parents[1] / "BENCHMARKS.md"),
+                    help="the Markdown file whose section is written (default: BENCHMARKS.md)")
     args = ap.parse_args()
     nseq = 2 if args.quick else 100  # 10 s or more per row: shorter rows do not repeat within 10%
     lines: list[str] = []
@@ -220,7 +221,7 @@ def main() -> int:
         head += f"Commit: {commit}.\n\n"
     except OSError:
         pass
-    out = Path(args.out)
+    out = Path(args.report)
     tail = ""
     if out.exists() and KEEP in out.read_text():
         tail = "\n" + out.read_text()[out.read_text().index(KEEP):]

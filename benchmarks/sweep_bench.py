@@ -1,7 +1,7 @@
 """Sweeps on Dask (issue 16): the demo grid serially and on a local cluster, Dask's per-task cost, and the
 paper-size sweep projected onto a 64-worker cluster; prints a table and writes its section of BENCHMARKS.md.
 
-    .venv/bin/python benchmarks/sweep_bench.py [--quick] [--out BENCHMARKS.md]
+    .venv/bin/python benchmarks/sweep_bench.py [--quick] [--report BENCHMARKS.md]
 
 1. ``relaxspec demo``'s grid (its R1 grid and the static tree under R2: 128 configurations, 4 sequences x
    128 tokens each), run by ``run_sweep`` in this process (``--scheduler none``) and on a LocalCluster of
@@ -119,7 +119,8 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a smaller grid (a smoke run)")
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "BENCHMARKS.md"))
+    ap.add_argument("--report", default=str(Path(__file__).resolve().parents[1] / "BENCHMARKS.md"),
+                    help="the Markdown file whose section is written (default: BENCHMARKS.md)")
     args = ap.parse_args()
     lines: list[str] = []
     load_start = load()
@@ -224,7 +225,7 @@ def main() -> int:
     say(f"| {CLUSTER_WORKERS} workers | {len(paper)} | {total / 3600:.1f} h | {total / len(paper):.1f} s | "
         f"{max(paper):.0f} s | {span / 60:.1f} min | {total / (CLUSTER_WORKERS * span) * 100:.0f}% |")
     say("")
-    write_section(Path(args.out), lines, args.quick, load_start)
+    write_section(Path(args.report), lines, args.quick, load_start)
     return 0
 
 

@@ -54,7 +54,7 @@ class TasksLost(OSError):
 def add_scheduler_arguments(parser: argparse.ArgumentParser, default: str | None = LOCAL) -> None:
     """``--scheduler`` and ``--workers`` of a command whose tasks run through :class:`Executor`."""
     parser.add_argument("--scheduler", default=default, metavar="SCHEDULER",
-                        help=f"{SCHEDULER_HELP} (default: {default})")
+                        help=SCHEDULER_HELP)
     parser.add_argument("--workers", type=int, default=None, metavar="N",
                         help="worker processes of --scheduler local (default: one per core)")
 

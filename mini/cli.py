@@ -24,15 +24,14 @@ from relaxspec.core.execution import add_scheduler_arguments
 DEFAULT_OUT = Path("results/mini")
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``relaxspec mini``."""
-    parser = sub.add_parser("mini", help="analyses of the shipped Fashion-MNIST model (ambiguity, image "
-                                         "quality, simulator validation)")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options and subcommands of ``relaxspec mini``."""
     parser.add_argument("--weights", type=Path, default=None, help="weights folder (default: weights/)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                        help=f"output folder (default {DEFAULT_OUT})")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-progress", action="store_true")
+                        help="output folder (each command resumes from what it holds)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the generated images (uniforms keyed by (seed, image index))")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     msub = parser.add_subparsers(dest="mini_command", metavar="MINI_COMMAND")
     amb = msub.add_parser("ambiguity", help="target ambiguity and drafter acceptance vs the world presets")
     amb.add_argument("--n-images", type=int, default=200, help="AR samples to measure along")
@@ -40,12 +39,12 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     amb.set_defaults(func=_ambiguity)
     qual = msub.add_parser("quality",
                            help="FD / class accuracy / tokens per step / TV bound per configuration")
-    qual.add_argument("--n-images", type=int, default=1000)
+    qual.add_argument("--n-images", type=int, default=1000, help="images per configuration")
     qual.add_argument("--configs", default=None, help="comma-separated configuration names (default: all)")
     add_scheduler_arguments(qual)  # images are generated in tasks of a few images, one torch thread each
     qual.set_defaults(func=_quality)
     val = msub.add_parser("validate", help="traces, replay and simulate's predictions vs the decoder")
-    val.add_argument("--n-sequences", type=int, default=20)
+    val.add_argument("--n-sequences", type=int, default=20, help="sequences decoded per configuration")
     val.set_defaults(func=_validate)
     rep = msub.add_parser("report", help="markdown tables of the cards and of the analyses in --out")
     rep.set_defaults(func=_report)
@@ -55,7 +54,6 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     cmp.add_argument("--n-images", type=int, default=200, help="AR samples per model")
     cmp.set_defaults(func=_compare)
     parser.set_defaults(func=lambda args: parser.print_help())
-    return parser
 
 
 def _at_least(args: argparse.Namespace, **minimum: int) -> None:

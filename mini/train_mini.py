@@ -445,11 +445,8 @@ def train_all(
     return trained
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``relaxspec train-mini``."""
-    parser = sub.add_parser(
-        "train-mini", help="train a shipped Fashion-MNIST model (tokenizer, target, drafters, evaluator); "
-                           "needs the dataset-fashion-mnist package")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``relaxspec train-mini``."""
     parser.add_argument("--model", choices=sorted(MODELS), default="mini",
                         help="mini: the first model (512 codes, weights/); ambiguous: 8,192 codes, "
                              f"LlamaGen's regime ({ambiguous_model.AMBIGUOUS_DIR}, checkpointed)")
@@ -463,7 +460,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         help="continue an interrupted run from its checkpoints (resuming is automatic; this "
                              "makes it an error when there is nothing to resume)")
     parser.add_argument("--checkpoint-every", type=float, default=300.0, metavar="SECONDS",
-                        help="checkpoint interval of the training loops (--model ambiguous; default 300)")
+                        help="checkpoint interval of the training loops (--model ambiguous)")
     parser.add_argument("--only", default=None,
                         help=f"comma-separated components to train, of {[n for n, _ in COMPONENTS]}")
     parser.add_argument("--seed", type=int, default=0, help="training seed")
@@ -472,7 +469,6 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                              f"{ambiguous_model.THREADS}; {QUICK_THREADS} with --quick)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     parser.set_defaults(func=_main)
-    return parser
 
 
 def _main(args: argparse.Namespace) -> int:

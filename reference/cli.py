@@ -6,41 +6,38 @@ import argparse
 import sys
 
 
-def add_generate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``relaxspec generate``."""
+def add_generate_arguments(gen: argparse.ArgumentParser) -> None:
+    """The options of ``relaxspec generate``."""
     from relaxspec.reference.generate import add_arguments
 
-    gen = sub.add_parser("generate", help="generate images (and a trace) with the reference decoder")
     add_arguments(gen)
     gen.set_defaults(func=_generate)
-    return gen
 
 
-def add_replay_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``relaxspec replay``."""
-    rep = sub.add_parser("replay", help="re-verify every step of a trace through simulate and theory")
+def add_replay_arguments(rep: argparse.ArgumentParser) -> None:
+    """The options of ``relaxspec replay``."""
     rep.add_argument("trace", help="trace directory")
     rep.add_argument("--require-simulate", action="store_true",
                      help="fail when simulate's Numba verifier is not installed")
     rep.set_defaults(func=_replay)
-    return rep
 
 
 def add_trace_rule_arguments(p: argparse.ArgumentParser) -> None:
     """``--relax``, ``--variant`` and ``--neighbours`` of a command that verifies a trace's steps again
     (``rescore``, ``trace-acceptance``)."""
     p.add_argument("--relax", default="none", help="none | additive:k=..,delta=.. | multiplicative:..")
-    p.add_argument("--variant", choices=("principled", "official"), default="principled")
+    p.add_argument("--variant", choices=("principled", "official"), default="principled",
+                   help="the relaxation as docs/SPEC.md states it (principled) or as LANTERN's code does it "
+                        "(official)")
     p.add_argument("--neighbours", metavar="TABLE.npy",
                    help="neighbour table (V, K) of the trace's codebook (default: the table stored in the "
                         "trace, when it holds one)")
 
 
-def add_rescore_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``relaxspec rescore``."""
+def add_rescore_arguments(res: argparse.ArgumentParser) -> None:
+    """The options of ``relaxspec rescore``."""
     from relaxspec.core.execution import add_scheduler_arguments
 
-    res = sub.add_parser("rescore", help="exact tokens per step of another rule on traces' logits")
     res.add_argument("trace", nargs="+", help="trace directories (one task each: see --scheduler)")
     res.add_argument("--rule", choices=("r1", "r2", "r3", "r4"), required=True,
                      help="r2 and r4 (traversal) only on a trace recorded with r2 or r4 (children drawn "
@@ -48,7 +45,6 @@ def add_rescore_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
     add_trace_rule_arguments(res)
     add_scheduler_arguments(res)
     res.set_defaults(func=_rescore)
-    return res
 
 
 def _generate(args: argparse.Namespace) -> int:

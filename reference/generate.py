@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
 from relaxspec.core.cost import DEFAULT_TABLE, CostModel
 from relaxspec.core.trace import Sampling, TraceHeader, TraceWriter, array_sha256, file_sha256
@@ -86,13 +86,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gpt-ckpt", required=True, help="LlamaGen c2i checkpoint (e.g. c2i_XL_384.pt)")
     g.add_argument("--gpt-model", default="GPT-XL", help="GPT-B, GPT-L, GPT-XL, GPT-XXL, GPT-3B, ...")
     g.add_argument("--vq-ckpt", required=True, help="VQ tokenizer checkpoint (vq_ds16_c2i.pt)")
-    g.add_argument("--vq-model", default="VQ-16")
-    g.add_argument("--codebook-size", type=int, default=16384)
-    g.add_argument("--codebook-embed-dim", type=int, default=8)
+    g.add_argument("--vq-model", default="VQ-16", help="VQ tokenizer architecture")
+    g.add_argument("--codebook-size", type=int, default=16384, help="codes in the VQ codebook")
+    g.add_argument("--codebook-embed-dim", type=int, default=8, help="dimension of a VQ code")
     g.add_argument("--image-size", type=int, default=256, help="256 or 384 for the official models")
-    g.add_argument("--num-classes", type=int, default=1000)
+    g.add_argument("--num-classes", type=int, default=1000, help="classes of the class-conditional model")
     g.add_argument("--draft-ckpt", help="an independent smaller LlamaGen GPT as drafter (with --draft-model)")
-    g.add_argument("--draft-model", default="GPT-B")
+    g.add_argument("--draft-model", default="GPT-B", help="architecture of --draft-ckpt")
     g.add_argument("--eagle-ckpt", help="an EAGLE head (reference.train_drafter) as drafter")
     s = p.add_argument_group("decoding")
     s.add_argument("--classes", required=True, help="comma-separated class labels, e.g. 207,360")
@@ -113,19 +113,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--acceptance", default=None,
                    help="Sequoia-type trees: the positional acceptance vector, a JSON list or a JSON file "
                         "(relaxspec trace-acceptance writes one)")
-    s.add_argument("--cost-table", default=str(DEFAULT_TABLE), help="costaware: latency table CSV")
+    s.add_argument("--cost-table", default=str(DEFAULT_TABLE),
+                   help=f"costaware: latency table CSV (default: the shipped {DEFAULT_TABLE.name})")
     s.add_argument("--cost-model", default="GPT-B", help="costaware: target model in the cost table")
     s.add_argument("--rule", choices=("r1", "r2", "r3", "r4"), default=None,
                    help="verification rule (default r1; r2 with --tree jacobi:L; r4: traversal verification "
                         "of sampled drafts, static trees and Jacobi windows)")
     s.add_argument("--relax", default="none",
                    help="none | additive:k=1000,delta=0.1 | multiplicative:k=1000,lam=2")
-    s.add_argument("--variant", choices=("principled", "official"), default="principled")
-    s.add_argument("--cfg-scale", type=float, default=2.0)
-    s.add_argument("--temperature", type=float, default=1.0)
-    s.add_argument("--top-k", type=int, default=0)
-    s.add_argument("--top-p", type=float, default=1.0)
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--variant", choices=("principled", "official"), default="principled",
+                   help="the relaxation as docs/SPEC.md states it (principled) or as LANTERN's code does it "
+                        "(official)")
+    s.add_argument("--cfg-scale", type=float, default=2.0, help="classifier-free guidance scale")
+    s.add_argument("--temperature", type=float, default=1.0,
+                   help="sampling temperature of target and drafter")
+    s.add_argument("--top-k", type=int, default=0,
+                   help="keep the k most likely codes (ties at the cut kept; 0: all)")
+    s.add_argument("--top-p", type=float, default=1.0,
+                   help="keep the smallest nucleus of this mass (1: all)")
+    s.add_argument("--seed", type=int, default=0, help="sampling seed")
     s.add_argument("--neighbours", help="neighbour table .npy (default: computed from the codebook)")
     s.add_argument("--k-max", type=int, default=DEFAULT_K_MAX, help="columns of a computed neighbour table")
     s.add_argument("--neighbours-normalized", action="store_true",
@@ -133,9 +139,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--out", required=True, help="output directory")
     o.add_argument("--trace", action="store_true", help="write OUT/trace")
-    o.add_argument("--logits-dtype", choices=("float16", "float32"), default="float16")
+    o.add_argument("--logits-dtype", choices=("float16", "float32"), default="float16",
+                   help="precision of the logits stored in the trace")
     d = p.add_argument_group("device")
-    d.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    d.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                   help="torch device of the models (default: cuda when available, else cpu)")
     d.add_argument("--dtype", choices=tuple(DTYPES), default=None,
                    help="weights and activations of the models (default bfloat16 on cuda, float32 on cpu); "
                         "logits are float32 whatever it is")

@@ -1,4 +1,4 @@
-"""Train a drafter for a LlamaGen target: ``python -m reference.train_drafter ...``.
+"""Train a drafter for a LlamaGen target: ``python -m relaxspec.reference.train_drafter ...``.
 
 Data: token sequences sampled from the target itself (AR, with its class
 dropout so that the unconditional half of CFG is covered too), as EAGLE and
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
 from relaxspec.core.trace import Sampling
 from relaxspec.reference.decode import Decoder, DecodeSettings
@@ -105,7 +105,8 @@ def train(target: Transformer, drafter: torch.nn.Module, tokens: torch.Tensor, l
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m reference.train_drafter", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m relaxspec.reference.train_drafter",
+                                description=__doc__.split("\n")[0])
     p.add_argument("--gpt-ckpt", required=True, help="the target's LlamaGen checkpoint")
     p.add_argument("--gpt-model", default="GPT-XL")
     p.add_argument("--codebook-size", type=int, default=16384)
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--out", required=True, help="where to save the drafter's state dict")
+    p.add_argument("--save", required=True, metavar="FILE", help="the drafter's state dict file to write")
     args = p.parse_args(argv)
     torch.manual_seed(args.seed)
     kw = {"vocab_size": args.codebook_size, "block_size": args.grid**2, "num_classes": args.num_classes}
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     drafter = drafter.to(args.device)
     losses = train(target, drafter, tokens, labels, steps=args.steps, batch=args.batch, lr=args.lr,
                    seed=args.seed)
-    out = Path(args.out)
+    out = Path(args.save)
     out.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"model": drafter.state_dict()}, out)
     print(f"{args.kind} drafter: loss {losses[0]:.4f} -> {np.mean(losses[-10:]):.4f}; saved {out}")

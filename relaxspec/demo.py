@@ -25,6 +25,7 @@ to the numbers it states; splitting it would separate each sentence from its com
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sys
@@ -36,6 +37,8 @@ from relaxspec.figures import render
 from relaxspec.mini.timing import Clock, load_average
 from relaxspec.results import read_results
 from relaxspec.sweep import SweepConfig, run_sweep
+
+log = logging.getLogger(__name__)  # the command line shows it (relaxspec.cli.setup_logging)
 
 EAGLE_TREE = "eagle2:10,4,59"
 STATIC_TREE = "static:naive_extend_57"
@@ -403,8 +406,9 @@ def main(out: str | Path = "demo-output", threads: int | None = None, progress: 
                   len(os.sched_getaffinity(0)), clock.load_at_start, load_average(), new_rows,
                   *numba_cache_counts())
     report = write_report(rows, out, run, extra=mini_lines)
-    print(report.read_text())
+    log.info("%s", report.read_text())
     for note in rendered.notes:
-        print(f"figures: {note}")
-    print(f"wrote {out / 'results.csv'}, {len(figs)} figure files and {report} in {run.seconds:.0f} s")
+        log.info("figures: %s", note)
+    log.info("wrote %s, %d figure files and %s in %.0f s", out / "results.csv", len(figs), report,
+             run.seconds)
     return 0

@@ -29,6 +29,8 @@ for a figure of paper width and :func:`save` to write vector PDF + PNG.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -256,13 +258,27 @@ def shades(color: str, n: int, lightest: float = 0.35) -> list[str]:
     return out
 
 
+def style_params() -> dict[str, Any]:
+    """The suite's rcParams: :data:`RC` and the Okabe-Ito colour cycle (yellow left out)."""
+    from cycler import cycler
+
+    return {**RC, "axes.prop_cycle": cycler(color=[c for n, c in OKABE_ITO.items() if n != "yellow"])}
+
+
 def apply() -> None:
     """Set matplotlib's rcParams to the suite's style (Okabe-Ito as the default colour cycle)."""
     import matplotlib as mpl
-    from cycler import cycler
 
-    mpl.rcParams.update(RC)
-    mpl.rcParams["axes.prop_cycle"] = cycler(color=[c for n, c in OKABE_ITO.items() if n != "yellow"])
+    mpl.rcParams.update(style_params())
+
+
+@contextmanager
+def style() -> Iterator[None]:
+    """The suite's style inside the block only: the caller's rcParams are restored after it."""
+    import matplotlib as mpl
+
+    with mpl.rc_context(style_params()):
+        yield
 
 
 def pyplot(headless: bool = False):

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -47,13 +47,17 @@ from relaxspec.figstyle import (
     figure_legend,
     method_key,
     method_style,
-    pyplot,
     relax_label,
     save,
     shades,
+    style,
 )
-from relaxspec.results import NO_SETTINGS, config_key, load, settings_label
+from relaxspec.results import COLUMNS, NO_SETTINGS, config_key, load, settings_label
 from relaxspec.theory.relax import Relax
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
 
 # varying: in a line's label and a shade of its colour
 EXTRAS = ("k", "n_sequences", "seq_len", "seed", "settings")
@@ -403,40 +407,65 @@ def _draw_panel(ax, panel: Panel | None) -> None:
     ax.set(title=panel.title, xlabel=panel.xlabel, ylabel=panel.ylabel)
 
 
-def draw(data: FigureData):
-    """The matplotlib figure of ``data``: one axes per panel, one legend below them all."""
-    plt = pyplot(headless=True)
+def draw(data: FigureData) -> Figure:
+    """The matplotlib figure of ``data`` in the suite's style: one axes per panel, one legend below them all.
+
+    A :class:`~matplotlib.figure.Figure` with its own Agg canvas, outside pyplot: drawing it changes
+    neither the caller's backend (a notebook's inline one) nor its rcParams, and leaves no figure open.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     nrows, ncols = len(data.panels), len(data.panels[0])
     width = FULL_WIDTH if ncols > 1 else COLUMN_WIDTH
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width, data.row_height * nrows), squeeze=False,
-                             sharey=data.sharey)
-    for i, row in enumerate(data.panels):
-        for j, panel in enumerate(row):
-            _draw_panel(axes[i][j], panel)
-            if data.sharey == "row" and j:
-                axes[i][j].set_ylabel("")  # the row's first panel names the shared axis
-    fig.tight_layout()
-    figure_legend(fig, title=data.legend_title)
+    with style():
+        fig = Figure(figsize=(width, data.row_height * nrows))
+        FigureCanvasAgg(fig)
+        axes = fig.subplots(nrows, ncols, squeeze=False, sharey=data.sharey)
+        for i, row in enumerate(data.panels):
+            for j, panel in enumerate(row):
+                _draw_panel(axes[i][j], panel)
+                if data.sharey == "row" and j:
+                    axes[i][j].set_ylabel("")  # the row's first panel names the shared axis
+        fig.tight_layout()
+        figure_legend(fig, title=data.legend_title)
     return fig
 
 
-def render(csv_path: str | Path, out: str | Path) -> Rendered:
-    """Write the standard figures of ``csv_path`` (a results CSV, or Parquet: :func:`relaxspec.results.load`)
-    into ``out``; the files and notes on rows not drawn."""
-    rows = load(csv_path).to_dict("records")
+def render(results: pd.DataFrame | str | Path, out: str | Path) -> Rendered:
+    """Write the standard figures of ``results`` into ``out``; the files and notes on rows not drawn.
+
+    Parameters
+    ----------
+    results : DataFrame, str or Path
+        A frame of :func:`relaxspec.results.load` (or of its columns), or the path of a results CSV or
+        Parquet copy, read by :func:`relaxspec.results.load`.
+    out : str or Path
+        The folder of the PDF and PNG files (made if missing).
+
+    Notes
+    -----
+    The caller's matplotlib backend and rcParams are left as they were (:func:`draw`).
+    """
+    if isinstance(results, str | Path):
+        source, frame = str(results), load(results)
+    else:
+        source, frame = "the results frame", results
+        missing = [c for c in COLUMNS if c not in frame.columns]
+        if missing:
+            raise ValueError(f"{source} is not a results table: it lacks the columns {missing}")
+    rows = frame.to_dict("records")
     if not rows:
-        raise ValueError(f"{csv_path} holds no results")
+        raise ValueError(f"{source} holds no results")
     figures, notes = plan(rows)
-    plt = pyplot(headless=True)
     paths: list[Path] = []
-    for data in figures:
-        fig = draw(data)
-        paths += save(fig, out, data.name)
-        plt.close(fig)
+    with style():  # savefig reads rcParams too
+        for data in figures:
+            paths += save(draw(data), out, data.name)
     return Rendered(paths, notes)
 
 
-def plot_results(csv_path: str | Path, out: str | Path) -> list[Path]:
-    """Write the standard figures for ``csv_path`` into ``out``; returns the files written
+def plot_results(results: pd.DataFrame | str | Path, out: str | Path) -> list[Path]:
+    """Write the standard figures of ``results`` into ``out``; returns the files written
     (:func:`render` also returns notes on rows not drawn)."""
-    return render(csv_path, out).paths
+    return render(results, out).paths

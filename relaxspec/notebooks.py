@@ -77,7 +77,7 @@ def execute(path: Path, *, size: str, figures: Path, workdir: Path | None = None
                             kernel_name="python3", resources={"metadata": {"path": str(workdir)}})
     bar = None
     if progress:
-        from tqdm import tqdm
+        from tqdm.auto import tqdm
 
         bar = tqdm(total=sum(c.cell_type == "code" for c in nb.cells), desc=path.stem, unit="cell",
                    file=sys.stdout)
@@ -93,11 +93,9 @@ def execute(path: Path, *, size: str, figures: Path, workdir: Path | None = None
     return nb
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``relaxspec figures``."""
-    p = sub.add_parser("figures", help="execute the analysis notebooks and regenerate every figure "
-                                       "(vector PDF + PNG) under figures/")
-    p.add_argument("--size", choices=SIZES, default="full", help="sample sizes (default: full)")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``relaxspec figures``."""
+    p.add_argument("--size", choices=SIZES, default="full", help="sample sizes")
     p.add_argument("--out", default=None,
                    help="figure folder (default: $RELAXSPEC_FIGURES or figures/ at the repository root; "
                         "figures/small/ for --size small)")
@@ -106,7 +104,6 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--executed", default=None, help="also write the executed notebooks into this folder")
     p.add_argument("--timeout", type=int, default=None, help="seconds per cell")
     p.set_defaults(func=_figures)
-    return p
 
 
 def figures_output(size: str, out: str | None) -> Path:

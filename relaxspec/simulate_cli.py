@@ -8,67 +8,57 @@ from relaxspec.core.execution import add_scheduler_arguments
 from relaxspec.reference.cli import add_trace_rule_arguments
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register the ``simulate`` subcommand (``relaxspec.cli`` lists it)."""
-    p = sub.add_parser("simulate", help="run a sweep grid from a TOML config into a resumable CSV")
+def add_simulate_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``relaxspec simulate`` (``relaxspec.cli`` lists it)."""
     p.add_argument("config", help="TOML config (see relaxspec/sweep.py)")
-    p.add_argument("--out", required=True, help="results CSV (appended to; finished rows are skipped)")
+    p.add_argument("--results", required=True, metavar="CSV",
+                   help="results file (appended to; finished rows are skipped)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_scheduler_arguments(p)
     p.set_defaults(func=_simulate)
-    return p
 
 
-def add_plot_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``relaxspec plot``."""
-    p = sub.add_parser("plot", help="standard figures (PDF + PNG) of a results CSV")
+def add_plot_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``relaxspec plot``."""
     p.add_argument("results", help="results CSV written by `relaxspec simulate` (or a Parquet copy, "
                                    "relaxspec.results.save)")
     p.add_argument("--out", required=True, help="output folder")
     p.set_defaults(func=_plot)
-    return p
 
 
-def add_demo_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``relaxspec demo``."""
-    p = sub.add_parser("demo", help="exact vs LANTERN vs LANTERN++ on EAGLE-2, static, DDD and Sequoia trees "
-                                    "in the confident and ambiguous worlds (results.csv, figures, report.md)")
-    p.add_argument("--out", default="demo-output", help="output folder (default: demo-output)")
+def add_demo_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``relaxspec demo``."""
+    p.add_argument("--out", default="demo-output", help="output folder")
     p.add_argument("--threads", type=int, default=None, help="Numba threads (default: all cores)")
     p.add_argument("--model", default="mini", metavar="mini|ambiguous",
                    help="the shipped model of the real-model section: mini (512 codes, the default) or "
                         "ambiguous (8,192 codes, weights/ambiguous)")
     p.set_defaults(func=_demo)
-    return p
 
 
-def add_world_stats_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``relaxspec world-stats``."""
-    from relaxspec.simulate.worlds import PRESETS  # the package imports it anyway: no cost for --help
+def add_world_stats_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``relaxspec world-stats``."""
+    from relaxspec.simulate.worlds import PRESETS  # imported only when world-stats runs
 
-    p = sub.add_parser("world-stats", help="ambiguity of a world preset: mean top-1, entropy, top-10 mass, "
-                                           "1 - TV(p, q)")
     p.add_argument("preset", metavar="PRESET", help=f"world preset: {', '.join(PRESETS)}")
-    p.add_argument("--sequences", type=int, default=8)
-    p.add_argument("--seq-len", type=int, default=64)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--sequences", type=int, default=8, help="sequences sampled from the world")
+    p.add_argument("--seq-len", type=int, default=64, help="positions per sequence")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampled sequences")
+    p.add_argument("--temperature", type=float, default=1.0,
+                   help="sampling temperature of the target and draft laws")
     p.set_defaults(func=_world_stats)
-    return p
 
 
-def add_trace_acceptance_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``relaxspec trace-acceptance``."""
-    p = sub.add_parser("trace-acceptance", help="Sequoia's positional acceptance vector measured exactly "
-                                                "on a trace (JSON, for generate --tree sequoia|costaware)")
+def add_trace_acceptance_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``relaxspec trace-acceptance``."""
     p.add_argument("trace", help="trace directory")
-    p.add_argument("--width", type=int, default=16, help="children ranked at the root (default 16)")
-    p.add_argument("--rule", choices=("r1", "r3"), default="r1")
+    p.add_argument("--width", type=int, default=16, help="children ranked at the root")
+    p.add_argument("--rule", choices=("r1", "r3"), default="r1",
+                   help="verification rule: r1 (speculative sampling) or r3 (greedy)")
     add_trace_rule_arguments(p)
     p.add_argument("--mode", choices=("q", "latent", "diverse", "walk"), default="q",
                    help="how the root's children are ranked (core.trees.selection)")
     p.set_defaults(func=_trace_acceptance)
-    return p
 
 
 def _trace_acceptance(args: argparse.Namespace) -> int:
@@ -106,9 +96,9 @@ def _simulate(args: argparse.Namespace) -> int:
 
     cfg = SweepConfig.load(args.config)
     _compile_notice()
-    rows = run_sweep(cfg, args.out, progress=not args.no_progress, scheduler=args.scheduler,
+    rows = run_sweep(cfg, args.results, progress=not args.no_progress, scheduler=args.scheduler,
                      workers=args.workers)
-    print(f"{len(rows)} new rows in {args.out}")
+    print(f"{len(rows)} new rows in {args.results}")
     return 0
 
 

@@ -462,7 +462,7 @@ def _run_locked(cfg: SweepConfig, out: Path, progress: bool, scheduler: str,
     """:func:`run_sweep` once ``out`` is locked."""
     import sys
 
-    from tqdm import tqdm
+    from tqdm.auto import tqdm
 
     from relaxspec.core.execution import Executor
 

@@ -44,7 +44,7 @@ def test_unwritable_out_is_one_line_naming_the_path(tmp_path, capsys, where: str
     (tmp_path / "afile").write_text("x")
     out, named = {"proc": ("/proc/x.csv", "/proc/x.csv"), "directory": (tmp_path, str(tmp_path)),
                   "under_a_file": (tmp_path / "afile" / "x.csv", str(tmp_path / "afile"))}[where]
-    code, line = run_cli(capsys, "simulate", cfg, "--out", out, "--no-progress")
+    code, line = run_cli(capsys, "simulate", cfg, "--results", out, "--no-progress")
     assert code == 2
     assert line.startswith("relaxspec: error: ") and named in line
     assert not (tmp_path / "afile").is_dir()
@@ -77,7 +77,7 @@ def test_bad_relaxation_keys_on_the_command_line(capsys, argv) -> None:
 
 def test_bad_relaxation_keys_in_a_config(tmp_path, capsys) -> None:
     cfg = tiny_config(tmp_path / "c.toml", f'["{BAD_RELAX}"]')
-    code, line = run_cli(capsys, "simulate", cfg, "--out", tmp_path / "r.csv")
+    code, line = run_cli(capsys, "simulate", cfg, "--results", tmp_path / "r.csv")
     assert code == 2 and str(cfg) in line and "does not take 'lam'" in line
     assert not (tmp_path / "r.csv").exists()
 
@@ -189,7 +189,7 @@ def test_an_out_file_that_is_not_a_results_csv_is_refused_untouched(tmp_path, ca
     cfg = tiny_config(tmp_path / "c.toml")
     out = tmp_path / "x.csv"
     out.write_bytes(NOT_OURS[kind])
-    code, line = run_cli(capsys, "simulate", cfg, "--out", out, "--no-progress")
+    code, line = run_cli(capsys, "simulate", cfg, "--results", out, "--no-progress")
     assert code == 2 and line.startswith("relaxspec: error: ")
     assert str(out) in line and "is not a results CSV" in line and "left as it is" in line
     assert out.read_bytes() == NOT_OURS[kind]
@@ -205,7 +205,7 @@ def _limited_memory() -> None:
 
 @pytest.mark.parametrize("kind", ["device", "fifo", "directory"])
 def test_an_out_path_that_is_not_a_regular_file_is_refused(tmp_path, kind) -> None:
-    """Item 6: a device, FIFO or folder as --out is refused before it is opened for reading (reading
+    """Item 6: a device, FIFO or folder as --results is refused before it is opened for reading (reading
     /dev/full never ends; opening a FIFO waits for a writer)."""
     out = {"device": Path("/dev/full"), "fifo": tmp_path / "fifo", "directory": tmp_path / "d"}[kind]
     if kind == "device" and not out.exists():
@@ -215,7 +215,8 @@ def test_an_out_path_that_is_not_a_regular_file_is_refused(tmp_path, kind) -> No
     if kind == "directory":
         out.mkdir()
     cfg = tiny_config(tmp_path / "c.toml")
-    cmd = [sys.executable, "-m", "relaxspec.cli", "simulate", str(cfg), "--out", str(out), "--no-progress"]
+    cmd = [sys.executable, "-m", "relaxspec.cli", "simulate", str(cfg), "--results", str(out),
+           "--no-progress"]
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
                          preexec_fn=_limited_memory)
     assert res.returncode == 2, res.stderr[-2000:]
@@ -231,7 +232,7 @@ def test_a_second_writer_is_refused_at_once(tmp_path, capsys) -> None:
     out.write_bytes(csv_line(None).encode())
     with open(out, "rb") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a running sweep holds
-        code, line = run_cli(capsys, "simulate", cfg, "--out", out, "--no-progress")
+        code, line = run_cli(capsys, "simulate", cfg, "--results", out, "--no-progress")
     assert code == 2 and str(out) in line and "another sweep is writing it" in line
     assert out.read_bytes() == csv_line(None).encode()
 
@@ -240,7 +241,7 @@ def test_a_config_that_is_not_text_is_named(tmp_path, capsys) -> None:
     """Item 13: which config, and that it is not UTF-8 text (not the codec's bare message)."""
     cfg = tmp_path / "c.toml"
     cfg.write_bytes(b'worlds = ["\x9e"]\n')
-    code, line = run_cli(capsys, "simulate", cfg, "--out", tmp_path / "r.csv")
+    code, line = run_cli(capsys, "simulate", cfg, "--results", tmp_path / "r.csv")
     assert code == 2 and f"config {cfg} is not UTF-8 text" in line and "byte 0x9e" in line
     assert not (tmp_path / "r.csv").exists()
 
@@ -254,5 +255,6 @@ def test_a_full_disk_names_the_results_file(tmp_path, capsys, monkeypatch) -> No
 
     monkeypatch.setattr(results_mod.os, "write", full)
     out = tmp_path / "r.csv"
-    code, line = run_cli(capsys, "simulate", tiny_config(tmp_path / "c.toml"), "--out", out, "--no-progress")
+    code, line = run_cli(capsys, "simulate", tiny_config(tmp_path / "c.toml"), "--results", out,
+                         "--no-progress")
     assert code == 2 and str(out) in line and "no space left on device" in line.lower()

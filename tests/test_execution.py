@@ -126,7 +126,7 @@ def test_an_unreachable_scheduler_is_a_one_line_error_within_seconds(tmp_path, c
     cfg.write_text(_toml({**GRID, "trees": ["chain:3"]}))
     out = tmp_path / "r.csv"
     t0 = time.perf_counter()
-    assert main(["simulate", str(cfg), "--out", str(out), "--scheduler", "tcp://127.0.0.1:1",
+    assert main(["simulate", str(cfg), "--results", str(out), "--scheduler", "tcp://127.0.0.1:1",
                  "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert time.perf_counter() - t0 < 30  # refused at once; the bound allows a loaded machine
@@ -143,7 +143,7 @@ def test_an_unreachable_scheduler_is_a_one_line_error_within_seconds(tmp_path, c
         assert time.perf_counter() - t0 < 30
     finally:
         server.close()
-    assert main(["simulate", str(cfg), "--out", str(out), "--scheduler", "foo"]) == 2
+    assert main(["simulate", str(cfg), "--results", str(out), "--scheduler", "foo"]) == 2
     assert "scheduler 'foo' is not 'none', 'local'" in capsys.readouterr().err
 
 
@@ -249,8 +249,8 @@ def test_killing_the_client_mid_sweep_loses_and_repeats_no_row(tmp_path, serial)
     cfg = tmp_path / "grid.toml"
     cfg.write_text(_toml(slow))
     out = tmp_path / "results.csv"
-    argv = [sys.executable, "-m", "relaxspec.cli", "simulate", str(cfg), "--out", str(out), "--no-progress",
-            "--scheduler", "local", "--workers", "2"]
+    argv = [sys.executable, "-m", "relaxspec.cli", "simulate", str(cfg), "--results", str(out),
+            "--no-progress", "--scheduler", "local", "--workers", "2"]
     log = tmp_path / "client.log"
     with open(log, "wb") as err:
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=err, stderr=err, start_new_session=True)

@@ -58,7 +58,7 @@ def test_the_simulate_command_prints_the_notice_before_running(tmp_path, monkeyp
     monkeypatch.setattr(relaxspec.sweep, "run_sweep", lambda *a, **kw: order.append("sweep") or [])
     cfg = tmp_path / "grid.toml"
     cfg.write_text('worlds = ["ambiguous"]\ntrees = ["chain:2"]\n')
-    assert main(["simulate", str(cfg), "--out", str(tmp_path / "r.csv"), "--no-progress"]) == 0
+    assert main(["simulate", str(cfg), "--results", str(tmp_path / "r.csv"), "--no-progress"]) == 0
     err = capsys.readouterr().err
     assert order == ["notice", "sweep"]
     assert err == (f"relaxspec: note: {notice}\n" if notice else "")

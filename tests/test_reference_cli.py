@@ -178,7 +178,7 @@ def test_trained_eagle_head_drives_generation(tmp_path, ckpts) -> None:
     head = tmp_path / "head.pt"
     assert train_main(["--gpt-ckpt", str(ckpts / "c2i_tiny.pt"), "--gpt-model", "GPT-tiny",
                        "--codebook-size", "8", "--grid", "2", "--num-classes", "3", "--sequences", "16",
-                       "--steps", "20", "--device", "cpu", "--out", str(head)]) == 0
+                       "--steps", "20", "--device", "cpu", "--save", str(head)]) == 0
     assert main(gen_args(ckpts, tmp_path / "e", "--classes", "0", "--tree", "ddd:2,3,2,-0.3,5",
                          "--eagle-ckpt", str(head), "--trace")) == 0
     assert main(["replay", str(tmp_path / "e" / "trace")]) == 0

@@ -35,23 +35,23 @@ def test_sweep_resumes_and_plots(tmp_path, capsys):
     cfg.write_text(CONFIG)
     out = tmp_path / "results.csv"
     with pytest.warns(UserWarning, match="skipped rule r2 on eagle2:4,2,12: R2 verifies drafts sampled"):
-        assert main(["simulate", str(cfg), "--out", str(out), "--no-progress"]) == 0
+        assert main(["simulate", str(cfg), "--results", str(out), "--no-progress"]) == 0
     with open(out, newline="") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == COLUMNS
     # r2 runs on static trees only: (chain + sequoia) x 2 rules + eagle2 x r1, times 2 relaxations
     assert len(rows) == (2 * 2 + 1) * 2
-    assert main(["simulate", str(cfg), "--out", str(out), "--no-progress"]) == 0
+    assert main(["simulate", str(cfg), "--results", str(out), "--no-progress"]) == 0
     assert "0 new rows" in capsys.readouterr().out
     # an interrupted sweep: drop the last two rows and resume
     lines = out.read_text().splitlines(keepends=True)
     out.write_text("".join(lines[:-2]))
-    assert main(["simulate", str(cfg), "--out", str(out), "--no-progress"]) == 0
+    assert main(["simulate", str(cfg), "--results", str(out), "--no-progress"]) == 0
     assert "2 new rows" in capsys.readouterr().out
     # a crash while the last row was written (issue 12): the torn line is dropped and its row rerun once
     out.write_bytes(out.read_bytes()[:-60])
     with pytest.warns(UserWarning, match="torn last line"):
-        assert main(["simulate", str(cfg), "--out", str(out), "--no-progress"]) == 0
+        assert main(["simulate", str(cfg), "--results", str(out), "--no-progress"]) == 0
     assert "1 new rows" in capsys.readouterr().out
     with open(out, newline="") as f:
         rows = list(csv.reader(f))
@@ -83,7 +83,7 @@ def test_config_errors(tmp_path, text, match, capsys):
     cfg.write_text(text)
     with pytest.raises(ValueError, match=match):
         SweepConfig.load(cfg)
-    assert main(["simulate", str(cfg), "--out", str(tmp_path / "r.csv")]) == 2
+    assert main(["simulate", str(cfg), "--results", str(tmp_path / "r.csv")]) == 2
     assert "error" in capsys.readouterr().err
 
 

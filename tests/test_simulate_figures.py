@@ -221,3 +221,44 @@ def test_rows_of_other_settings_are_lines_of_their_own() -> None:
         assert_sorted_and_labelled(figs[name])
     labels = {ln.style.label for p in panels(figs["tokens_vs_relaxation"]) for ln in p.lines}
     assert {"EAGLE-2, defaults", "EAGLE-2, vocab_size=4096"} <= labels
+
+
+# ------------------------------------------------------------------ issue 27: render in a notebook
+def test_render_takes_a_frame_or_a_path_and_writes_the_same_figures(tmp_path) -> None:
+    from relaxspec.results import load
+
+    csv_path = write(tmp_path / "r.csv", grid())
+    by_path = render(csv_path, tmp_path / "a")
+    by_frame = render(load(csv_path), tmp_path / "b")
+    assert [p.name for p in by_frame.paths] == [p.name for p in by_path.paths]
+    assert by_frame.notes == by_path.notes
+    for a, b in zip(by_path.paths, by_frame.paths, strict=True):
+        assert a.suffix != ".pdf" or a.read_bytes() == b.read_bytes()
+
+
+def test_render_refuses_an_empty_or_foreign_frame(tmp_path) -> None:
+    import pandas as pd
+
+    with pytest.raises(ValueError, match="holds no results"):
+        render(pd.DataFrame(columns=COLUMNS), tmp_path)
+    with pytest.raises(ValueError, match=r"lacks the columns \['world'"):
+        render(pd.DataFrame([row()]).drop(columns=["world"]), tmp_path)
+
+
+def test_render_keeps_the_callers_backend_style_and_figures(tmp_path) -> None:
+    """A notebook's inline backend and its own rcParams survive render (it drew on pyplot's Agg before)."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    before = matplotlib.get_backend()
+    plt.switch_backend("svg")  # stands for a kernel's inline backend: anything but Agg
+    try:
+        fig = plt.figure()
+        rc = dict(matplotlib.rcParams)
+        render(write(tmp_path / "r.csv", grid()), tmp_path / "out")
+        assert matplotlib.get_backend() == "svg"
+        assert dict(matplotlib.rcParams) == rc
+        assert plt.get_fignums() == [fig.number]  # render's figures are not left in pyplot
+    finally:
+        plt.close("all")
+        plt.switch_backend(before)

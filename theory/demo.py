@@ -9,10 +9,8 @@ over draw orders, exact given each order; R2 cannot be enumerated at this V).
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass
-from typing import TextIO
 
 import numpy as np
 
@@ -173,26 +171,24 @@ def format_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def main(
-    seed: int = 0, *, vocab_size: int = 16384, k: int = 1000, m: int = 4, n_orders: int = 1000,
-    out: TextIO | None = None,
-) -> int:
-    """Print the demo table; returns the exit status 0."""
-    out = out or sys.stdout
+def report(seed: int = 0, *, vocab_size: int = 16384, k: int = 1000, m: int = 4, n_orders: int = 1000) -> str:
+    """The demo's text: the example, the table of every rule and relaxation, and how to read it."""
     t0 = time.perf_counter()
     k = min(k, vocab_size - 2)  # the official variants read k + 1 neighbours
     ex = make_example(seed, vocab_size=vocab_size, k_max=max(1024, k + 1), m=m)
     rng = np.random.default_rng([seed, 1])
     orders = np.array([draw_without_replacement(ex.q, rng.random(m)) for _ in range(n_orders)])
-    print(f"relaxspec theory demo (seed {seed}): one node, V = {vocab_size}, unit codebook in "
-          f"R^{ex.codebook.shape[1]}, m = {m} children", file=out)
-    print(f"target p = softmax(beta <E_x, z>), beta = {ex.beta:.2f}: max p = {ex.p.max():.3f}, "
-          f"p(top-10) = {np.sort(ex.p)[-10:].sum():.3f}; draft q: max q = {ex.q.max():.3f}, "
-          f"1 - TV(p, q) = {1.0 - total_variation(ex.p, ex.q):.3f}", file=out)
-    print(f"R1/R3 children = top-{m} of q {ex.children.tolist()}; lossless optimum with these "
-          f"drafts p(S) = {optimal_deterministic_acceptance(ex.p, ex.children):.4f}; with {m} "
-          f"i.i.d. drafts from q = {optimal_multidraft_acceptance(ex.p, ex.q, m):.4f}", file=out)
-    print(file=out)
+    lines = [
+        f"relaxspec theory demo (seed {seed}): one node, V = {vocab_size}, unit codebook in "
+        f"R^{ex.codebook.shape[1]}, m = {m} children",
+        f"target p = softmax(beta <E_x, z>), beta = {ex.beta:.2f}: max p = {ex.p.max():.3f}, "
+        f"p(top-10) = {np.sort(ex.p)[-10:].sum():.3f}; draft q: max q = {ex.q.max():.3f}, "
+        f"1 - TV(p, q) = {1.0 - total_variation(ex.p, ex.q):.3f}",
+        f"R1/R3 children = top-{m} of q {ex.children.tolist()}; lossless optimum with these "
+        f"drafts p(S) = {optimal_deterministic_acceptance(ex.p, ex.children):.4f}; with {m} "
+        f"i.i.d. drafts from q = {optimal_multidraft_acceptance(ex.p, ex.q, m):.4f}",
+        "",
+    ]
     rows: list[Row] = []
     for relax in relaxations(k):
         variants = ["principled"] if relax.kind == "none" else ["principled", "official"]
@@ -200,17 +196,16 @@ def main(
         rows += r2_rows(ex, relax, variants, orders)
     order = {"r1": 0, "r2": 1, "r3": 2}
     rows.sort(key=lambda r: order[r.rule])
-    print(format_table(rows), file=out)
-    print(file=out)
-    print("E[tok] = 1 + P(acc): tokens emitted by this node when its children are leaves.\n"
-          "TV = TV(emitted, p) (R3: from the greedy point mass); bounds are proved in "
-          "docs/theory.md.\n"
-          "R1 bound: target mass removed from the residual other than tested children, p(D); "
-          "nominal = delta * E[#tested] or (lam - 1) * p(tested children): principled R1 stays "
-          "below it, official R1 need not.\n"
-          f"R2: Monte Carlo over {n_orders} draw orders (theory.sampler.draw_without_replacement, "
-          f"seed [{seed}, 1]), exact given each order, ± one standard error. Its TV cannot be "
-          "estimated at this V; shown is the lower bound E(S) - p(S), S = {q > p}, and the "
-          "coarse R2 bound (not limited by delta: see docs). Bounds are shown as min(1, bound).\n"
-          f"({time.perf_counter() - t0:.1f} s)", file=out)
-    return 0
+    lines += [format_table(rows), "",
+              "E[tok] = 1 + P(acc): tokens emitted by this node when its children are leaves.\n"
+              "TV = TV(emitted, p) (R3: from the greedy point mass); bounds are proved in "
+              "docs/theory.md.\n"
+              "R1 bound: target mass removed from the residual other than tested children, p(D); "
+              "nominal = delta * E[#tested] or (lam - 1) * p(tested children): principled R1 stays "
+              "below it, official R1 need not.\n"
+              f"R2: Monte Carlo over {n_orders} draw orders (theory.sampler.draw_without_replacement, "
+              f"seed [{seed}, 1]), exact given each order, ± one standard error. Its TV cannot be "
+              "estimated at this V; shown is the lower bound E(S) - p(S), S = {q > p}, and the "
+              "coarse R2 bound (not limited by delta: see docs). Bounds are shown as min(1, bound).\n"
+              f"({time.perf_counter() - t0:.1f} s)"]
+    return "\n".join(lines)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
 from relaxspec.results import config_key, read_results
 from relaxspec.studies.study_options import study_parser, study_setup

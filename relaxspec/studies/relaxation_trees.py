@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
 from relaxspec.core.cost import DEFAULT_TABLE, CostModel
 from relaxspec.core.trees.policies import Eagle2Tree, LatentAwareTree
