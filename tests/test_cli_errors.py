@@ -16,6 +16,9 @@ from relaxspec.cli import error_message, main
 from relaxspec.theory import cli as theory_cli
 from relaxspec.theory.relax import Relax
 
+# these tests read a simulate command's stderr line by line: no cold-cache compile notice
+pytestmark = pytest.mark.usefixtures("simulator_kernels")
+
 ROOT = Path(__file__).resolve().parents[1]
 BAD_RELAX = "additive:k=10,delta=0.1,lam=2"
 

@@ -26,6 +26,9 @@ from relaxspec.core.execution import Executor, TasksLost, check_reachable, check
 from relaxspec.results import COLUMNS, config_key, load, read_done, read_results
 from relaxspec.sweep import SweepConfig, jobs, run_sweep
 
+# these tests read a simulate command's stderr line by line: no cold-cache compile notice
+pytestmark = pytest.mark.usefixtures("simulator_kernels")
+
 ROOT = Path(__file__).resolve().parents[1]
 GRID = {
     "worlds": ["ambiguous", "confident"],

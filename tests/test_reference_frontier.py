@@ -351,7 +351,7 @@ def test_mini_decode_configs_with_jacobi_and_boosts(tmp_path) -> None:
 
 # ------------------------------------------------------------------ the optimal bound at trace nodes
 def test_optimality_at_every_trace_node(tmp_path, models) -> None:
-    from relaxspec.studies.frontier import trace_optimality_rows
+    from relaxspec.studies.optimality import trace_optimality_rows
 
     dec = Decoder(models[0], settings(), drafter=GPTDraftSession(models[1]), policy=StaticTree(CHOICES))
     capture_trace(dec, tmp_path / "t", [0, 1, 2], seed=2)

@@ -11,6 +11,9 @@ from relaxspec.core.trees.spec import parse_tree
 from relaxspec.results import COLUMNS
 from relaxspec.sweep import SweepConfig
 
+# these tests read a simulate command's stderr line by line: no cold-cache compile notice
+pytestmark = pytest.mark.usefixtures("simulator_kernels")
+
 CONFIG = """
 worlds = ["ambiguous"]
 trees = ["chain:3", "eagle2:4,2,12", "sequoia:6,3"]
