@@ -83,6 +83,7 @@ from relaxspec.simulate.world_kernels import (
 from relaxspec.simulate.worlds import LatentWorld, StationaryWorld, TraceWorld, World
 from relaxspec.theory.boost import NO_BOOST, Boost
 from relaxspec.theory.relax import Relax
+from relaxspec.theory.rules import RULE_R2, RULE_R4
 from relaxspec.theory.tree import parent_depths
 from relaxspec.theory.verification import Verification
 
@@ -170,7 +171,7 @@ def _sequence(s, W, ps, rs, bs, exact, seq_len, seed, o, n_steps):
     rule, code, k, param, variant, nb = rs
     V = vocab_size(W)
     d = W[1].shape[0]
-    draws = rule == 2 or rule == 4  # R2 and R4 verify children drawn from q without replacement
+    draws = rule == RULE_R2 or rule == RULE_R4  # R2 and R4 verify children drawn from q without replacement
     keep_q = draws  # they verify with q; R1 and R3 never read it after the build
     bparent, btoken, bdepth, zs, hs, have, qrow, score = _buffer_scratch(max_buffer, d)
     q_rows = np.empty((n_q if keep_q else 1, V))
@@ -185,7 +186,7 @@ def _sequence(s, W, ps, rs, bs, exact, seq_len, seed, o, n_steps):
     mark = np.zeros(V, dtype=np.int64)
     seen = np.zeros(V, dtype=np.int64)
     smark = np.zeros(V + 1, dtype=np.int64)  # the child selection's scratch
-    r4 = rule == 4
+    r4 = rule == RULE_R4
     ts = traversal_scratch(max_nodes if r4 else 0, n_q if r4 else 0, V if r4 else 0, bs[0])
     ktok = np.empty(max_nodes, dtype=np.int64)
     charge = np.zeros(1)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from relaxspec.core.trees.selection import MODE_LATENT, MODE_Q, MODE_WALK
 from relaxspec.simulate.row_kernels import keep_row, top_of_row
 from relaxspec.simulate.verify_kernels import (
     merge_count_kernel,
@@ -27,6 +28,7 @@ from relaxspec.simulate.verify_kernels import (
     r1_reject_kernel,
     r1_value,
 )
+from relaxspec.theory.relax import RELAX_NONE
 
 
 @njit(cache=True, error_model="numpy")
@@ -62,7 +64,7 @@ def select_children(W, es, cmaxs, invs, i, m, S, mark, out, vals):
     ``vals``; returns the count (``ChildSelector.select``)."""
     mode = S[0]
     code, k, param, nb = S[2], S[3], S[4], S[5]
-    if mode == 0 or (mode == 3 and (code == 0 or k == 0)):
+    if mode == MODE_Q or (mode == MODE_WALK and (code == RELAX_NONE or k == 0)):
         return top_of_row(W, es, cmaxs, invs, i, m, out, vals)
     V = mark.shape[0] - 1
     row = np.empty(V)
@@ -83,13 +85,13 @@ def select_children(W, es, cmaxs, invs, i, m, S, mark, out, vals):
             order[pos] = order[pos - 1]
             pos -= 1
         order[pos] = j
-    if mode == 1:
+    if mode == MODE_LATENT:
         got = min(m, cnt)
         for r in range(got):
             out[r] = cand[order[r]]
             vals[r] = qt[order[r]]
         return got
-    if mode == 3:
+    if mode == MODE_WALK:
         return _walk(row, cand, order, cnt, m, code, k, param, nb, mark, out, vals)
     mark[V] += 1
     epoch = mark[V]

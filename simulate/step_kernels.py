@@ -43,6 +43,8 @@ from relaxspec.simulate.verify_kernels import (
     standard_residual_kernel,
     zero_set_size_kernel,
 )
+from relaxspec.theory.relax import RELAX_NONE
+from relaxspec.theory.rules import BOOST_BUDGET, BOOST_GROUP, BOOST_NONE, RULE_R1, RULE_R2, RULE_R3, RULE_R4
 
 
 # ---------------------------------------------------------------- trees
@@ -130,7 +132,7 @@ def sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, pr
     hold one entry per node (``tops[u]`` = argmax p_u where read). ``bs``: R2's boost.
     """
     rule, code, k, param, variant, nb = rs
-    if rule == 3:
+    if rule == RULE_R3:
         v = greedy_path_ok_kernel(parents, tokens, n, p_rows, prow, code, k, param, nb, ok, tops,
                                   max(state[1], 1))
         state[1] = v
@@ -161,7 +163,7 @@ def sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, pr
         for j in range(hi - lo):
             ukids[j] = u_accept[cidx[lo + j]]
         p = p_rows[prow[u]]
-        if rule == 1:
+        if rule == RULE_R1:
             i, epoch, unif = sample_node_r1_kernel(p, kids, ukids, mark, epoch, code, k, param, variant, nb)
             if i < 0:
                 return m, draw_token_residual_kernel(p, mark, epoch, unif, u_draw[u], scratch[0]), epoch, -1
@@ -223,7 +225,7 @@ def node_outcome_r1_kernel(p, psum, kids, mark, seen, epoch, code, k, param, var
             break
         nz[i] = zero_set_size_kernel(J, k, nb.shape[1], variant)
         Z, epoch, unif = r1_reject_kernel(p, mark, epoch, unif, Z, x, J, nb, k, variant)
-    if code == 0 or k == 0:
+    if code == RELAX_NONE or k == 0:
         return 0.0, epoch  # exact rule: the emitted token is distributed as p
     if unif:  # degenerate residual
         return _r1_tv_full(p, kids, accept, reach, mark, epoch, unif), epoch
@@ -266,7 +268,7 @@ def node_outcome_r2_kernel(p, q, kids, code, k, param, variant, nb, accept, r, q
     """Exact R2 acceptance given the draw order (``theory.verify._r2_given``): fills ``accept``; returns
     ``NodeOutcome.stage_tv`` (the stages' exact TVs weighted by P(tested): 0 without a boost)."""
     m = kids.shape[0]
-    if bs[0] == 3:  # the budget: the stages' charges instead of their exact TVs
+    if bs[0] == BOOST_BUDGET:  # the budget: the stages' charges instead of their exact TVs
         a_i, ch = np.empty(m), np.empty(m)
         n, _ = budget_r2_node_kernel(p, q, kids, a_i, False, bs[8], bs[9], r, qp, res, a_i, ch)
         reach, tv = 1.0, 0.0  # (u_kids = a_i: unread when not sampling)
@@ -280,7 +282,7 @@ def node_outcome_r2_kernel(p, q, kids, code, k, param, variant, nb, accept, r, q
     for x in range(p.shape[0]):
         r[x] = p[x]
     reach = 1.0
-    boosted = bs[0] != 0
+    boosted = bs[0] != BOOST_NONE
     V = p.shape[0] if boosted else 0
     order = np.empty(V, dtype=np.int64)
     rank = np.empty(V, dtype=np.int64)
@@ -311,7 +313,7 @@ def boosted_stages_tv(p, q, kids, tested, depth, bs):
     (``theory.verify.r2_stage_tvs``)."""
     V = p.shape[0]
     r, qp, res, avec = np.empty(V), np.empty(V), np.empty(V), np.empty(V)
-    if bs[0] == 3:  # the budget: its tested stages' charges
+    if bs[0] == BOOST_BUDGET:  # the budget: its tested stages' charges
         m = kids.shape[0]
         a_i, ch = np.empty(m), np.empty(m)
         n, _ = budget_r2_node_kernel(p, q, kids, a_i, False, bs[8], bs[9], r, qp, res, a_i, ch)
@@ -319,7 +321,7 @@ def boosted_stages_tv(p, q, kids, tested, depth, bs):
         for i in range(min(tested, n)):
             tv += ch[i]
         return tv
-    order = np.empty(V if bs[0] == 1 else 0, dtype=np.int64)
+    order = np.empty(V if bs[0] == BOOST_GROUP else 0, dtype=np.int64)
     rank = np.empty_like(order)
     for x in range(V):
         r[x] = p[x]
@@ -349,13 +351,13 @@ def path_tv(parents, tokens, depths, path, m, cstart, cidx, p_rows, prow, psums,
     ``theory.tree.path_tv``). Reads p (and, boosted, q) only on the path.
     """
     rule, code, k, param, variant, nb = rs
-    if rule == 3:
+    if rule == RULE_R3:
         tv = 0.0
         for i in range(m - 1):
             if tokens[path[i + 1]] != argmax_row(p_rows[prow[path[i]]]):
                 tv += 1.0
         return tv, epoch
-    if rule == 2 and bs[0] != 0:
+    if rule == RULE_R2 and bs[0] != BOOST_NONE:
         tv = 0.0
         for i in range(m):
             u = path[i]
@@ -370,9 +372,9 @@ def path_tv(parents, tokens, depths, path, m, cstart, cidx, p_rows, prow, psums,
             kids = child_tokens(tokens, cstart, cidx, u)
             tv += boosted_stages_tv(p_rows[prow[u]], q_rows[qrow[u]], kids, tested, depths[u] + 1, bs)
         return tv, epoch
-    if code == 0 or k == 0:
+    if code == RELAX_NONE or k == 0:
         return 0.0, epoch
-    if rule == 2:
+    if rule == RULE_R2:
         return math.nan, epoch
     tv = 0.0
     for i in range(m):
@@ -404,8 +406,8 @@ def step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, pr
     rule, code, k, param, variant, nb = rs
     edge[0] = 1.0
     reach[0] = 1.0
-    relaxed = not (code == 0 or k == 0)
-    if rule == 3:
+    relaxed = not (code == RELAX_NONE or k == 0)
+    if rule == RULE_R3:
         tops = np.empty(n, dtype=np.int64)
         ok = np.empty(n, dtype=np.bool_)
         greedy_path_ok_kernel(parents, tokens, n, p_rows, prow, code, k, param, nb, ok, tops, 1)
@@ -431,7 +433,7 @@ def step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, pr
             continue
         kids = child_tokens(tokens, cstart, cidx, u)
         acc = np.empty(hi - lo)
-        if rule == 1:
+        if rule == RULE_R1:
             tv_u, epoch = node_outcome_r1_kernel(p_rows[prow[u]], psums[u], kids, mark, seen, epoch, code, k,
                                                  param, variant, nb, acc)
         else:
@@ -456,7 +458,7 @@ def step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, pr
 @njit(cache=True, error_model="numpy")
 def leaf_bonus(p_leaf, u, rule, cum):
     """Bonus token at a leaf: a draw from p (R1, R2) or its argmax (R3); ``cum``: float64[V] scratch."""
-    if rule == 3:
+    if rule == RULE_R3:
         return argmax_row(p_leaf)
     return draw_token_kernel(p_leaf, u, cum)
 
@@ -480,7 +482,7 @@ def sample_step_kernel(parents, tokens, depths, p_rows, q_rows, u_accept, u_draw
     ``simulate.traversal_kernels.traversal_step_kernel``)."""
     rule, code, k, param, variant, nb = rs
     n, cstart, cidx, rows, mark, seen, scratch = _dense_step(parents, p_rows.shape[1])
-    if rule == 4:
+    if rule == RULE_R4:
         return traversal_step_kernel(parents, depths, n, cstart, cidx, tokens, p_rows, q_rows, rows, u_accept,
                                      u_draw, bs)
     path = np.empty(n, dtype=np.int64)
@@ -507,7 +509,7 @@ def expected_tokens_per_step_kernel(parents, tokens, depths, p_rows, q_rows, rs,
     n, cstart, cidx, rows, mark, seen, scratch = _dense_step(parents, p_rows.shape[1])
     edge = np.empty(n)
     reach = np.empty(n)
-    if rs[0] == 4:
+    if rs[0] == RULE_R4:
         tokens_e, tv_e = traversal_step_expectation_kernel(parents, depths, n, cstart, cidx, tokens, p_rows,
                                                            q_rows, rows, bs, edge, reach)
         return tokens_e, tv_e, edge, reach

@@ -28,23 +28,23 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from relaxspec.simulate.group_kernels import group_ratio_kernel, rank_order_kernel
 from relaxspec.simulate.verify_kernels import (
     budget_ratio_kernel,
     budget_stage_kernel,
     draft_residual_kernel,
     draw_token_kernel,
-    group_ratio_kernel,
-    rank_order_kernel,
     seqsum_kernel,
 )
+from relaxspec.theory.rules import BOOST_BUDGET, BOOST_DEPTH, BOOST_GROUP, BOOST_NONE
 
 
 @njit(cache=True, error_model="numpy")
 def traversal_scratch(n, n_rows, V, bkind):
     """The R4 state of a tree of up to ``n`` nodes whose nodes with children own rows ``0..n_rows-1``
     (``qrow``), over V tokens, for boost kind ``bkind`` (module docstring)."""
-    vb = V if bkind == 3 else 0
-    vg = V if bkind == 1 else 0
+    vb = V if bkind == BOOST_BUDGET else 0
+    vg = V if bkind == BOOST_GROUP else 0
     return (np.ones(n), np.zeros(n, dtype=np.int64), np.zeros(n), np.zeros(n), np.full(n, -1, dtype=np.int64),
             np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_),
             np.empty((n_rows, V)), np.empty((n_rows, V)), np.empty(vb), np.empty(vb), np.empty(vb),
@@ -56,7 +56,7 @@ def traversal_reset(ts, n, bs):
     """A new step on ``n`` nodes: alpha 1, nothing deleted, every node's budget ``delta`` (the budget
     boost), every stage to compute."""
     alpha, deleted, left, excess, entered, fresh, pmod, qok = ts[:8]
-    budget = bs[8] if bs[0] == 3 else 0.0
+    budget = bs[8] if bs[0] == BOOST_BUDGET else 0.0
     for v in range(n):
         alpha[v] = 1.0
         deleted[v] = 0
@@ -99,9 +99,9 @@ def edge_ratio_kernel(P, Q, x, depth, bs, order, rank):
     """``theory.traversal.edge_ratio``: b(x) for the edge to a child with token x at ``depth`` (GSD:
     ``order`` / ``rank`` of P from ``rank_order_kernel``)."""
     kind, before, after, fallback, tau, dist, omega, emb, delta, table = bs
-    if kind == 1:
+    if kind == BOOST_GROUP:
         return group_ratio_kernel(P, Q, x, before, after, fallback, tau, dist, emb, order, rank)
-    if kind == 2:
+    if kind == BOOST_DEPTH:
         w = omega[min(max(depth, 1), omega.shape[0]) - 1]
         return w * P[x] / Q[x]
     return P[x] / Q[x]
@@ -131,18 +131,18 @@ def _stage(u, depths, cstart, cidx, ktok, p_rows, prow, q_rows, qrow, bs, ts):
     j = cstart[u] + deleted[u]
     c = cidx[j]
     x = ktok[j]
-    if bs[0] == 3:
+    if bs[0] == BOOST_BUDGET:
         eps, g, cc, t = ts[10], ts[11], ts[12], ts[13]
         s, charge = budget_stage_kernel(P, Q, a, left[u], bs[9], eps, g, cc, t)
         b = budget_ratio_kernel(P, Q, x, s, eps)
         excess[u] = charge
     else:
         order, rank = ts[14], ts[15]
-        if bs[0] == 1:
+        if bs[0] == BOOST_GROUP:
             rank_order_kernel(P, order, rank)
         depth = depths[u] + 1
         b = edge_ratio_kernel(P, Q, x, depth, bs, order, rank)
-        excess[u] = 0.0 if bs[0] == 0 else _boost_excess(P, Q, a, depth, bs, order, rank)
+        excess[u] = 0.0 if bs[0] == BOOST_NONE else _boost_excess(P, Q, a, depth, bs, order, rank)
     alpha[c] = min(1.0, a * b)
     fresh[c] = False
     fresh[u] = True
@@ -199,7 +199,7 @@ def traversal_reject_kernel(v, parents, cstart, ktok, p_rows, prow, q_rows, qrow
         for x in range(V):
             res[x] = 1.0 / V
     pmod[u] = True
-    if bs[0] == 3:
+    if bs[0] == BOOST_BUDGET:
         left[u] -= excess[u]
     deleted[u] += 1
     qok[u] = False

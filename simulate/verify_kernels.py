@@ -30,6 +30,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from relaxspec.simulate.group_kernels import group_acceptance_kernel, rank_order_kernel
+from relaxspec.theory.relax import RELAX_ADDITIVE, RELAX_NONE
+from relaxspec.theory.rules import BOOST_BUDGET, BOOST_DEPTH, BOOST_GROUP, BOOST_NONE, VARIANT_OFFICIAL
 from relaxspec.theory.stages import EXHAUSTION_CHECK
 
 
@@ -47,9 +50,9 @@ def r1_value(p, mark, epoch, unif, x):
 @njit(cache=True, error_model="numpy")
 def merge_count_kernel(p, mark, epoch, unif, Z, x, nb, code, k, param):
     """``theory.relax.merge_count`` on the implicit residual: returns (J, C_J)."""
-    if code == 0 or k == 0:
+    if code == RELAX_NONE or k == 0:
         return 0, 0.0
-    if code == 1:
+    if code == RELAX_ADDITIVE:
         bound = param * Z
     else:
         bound = (param - 1.0) * r1_value(p, mark, epoch, unif, x)
@@ -73,7 +76,7 @@ def r1_stage_accept_kernel(rx, c, Z):
 @njit(cache=True, error_model="numpy")
 def zero_set_size_kernel(J, k, width, variant):
     """How many neighbours a rejection zeroes besides x (``theory.stages.zero_set``)."""
-    if variant == 1 and J >= 1:
+    if variant == VARIANT_OFFICIAL and J >= 1:
         return min(k + 1, width)
     return J
 
@@ -191,9 +194,9 @@ def argmax_row(p):
 @njit(cache=True, error_model="numpy")
 def merge_count_row_kernel(r, total, x, nb, code, k, param):
     """``theory.relax.merge_count`` on an explicit row: (J, C_J)."""
-    if code == 0 or k == 0:
+    if code == RELAX_NONE or k == 0:
         return 0, 0.0
-    if code == 1:
+    if code == RELAX_ADDITIVE:
         bound = param * total
     else:
         bound = (param - 1.0) * r[x]
@@ -241,7 +244,7 @@ def r2_stage_kernel(r, qp, x, nb, code, k, param, variant, res):
     V = r.shape[0]
     J, c = merge_count_row_kernel(r, 1.0, x, nb, code, k, param)
     a = min(1.0, (r[x] + c) / qp[x])
-    if variant == 1:
+    if variant == VARIANT_OFFICIAL:
         for y in range(V):
             res[y] = max(r[y] - qp[y], 0.0)
         if J >= 1:
@@ -269,55 +272,12 @@ def standard_residual_kernel(r, qp, res):
 
 
 @njit(cache=True, error_model="numpy")
-def rank_order_kernel(r, order, rank):
-    """``theory.boost.rank_order`` into ``order`` (tokens by decreasing r, ties by lower id; a stable
-    sort), and ``rank[x]`` = x's position in it."""
-    srt = np.argsort(-r, kind="mergesort")
-    for j in range(r.shape[0]):
-        order[j] = srt[j]
-        rank[srt[j]] = j
-
-
-@njit(cache=True, error_model="numpy")
-def group_ratio_kernel(r, qp, x, before, after, fallback, tau, dist, emb, order, rank):
-    """GSD's ratio r(C) / q'(C) over x's group C(x) in the rank window (``theory.boost.group_members``;
-    ``order`` / ``rank`` from :func:`rank_order_kernel` of r; x alone when fewer than ``fallback`` tokens
-    rank below it, ``theory.boost.rank_window``): R4's boosted edge ratio
-    (``theory.traversal.edge_ratio``)."""
-    V = r.shape[0]
-    rx = rank[x]
-    lo, hi = max(0, rx - before), min(V, rx + after + 1)
-    if V - 1 - rx < fallback:
-        lo, hi = rx, rx + 1
-    ps, qs = 0.0, 0.0
-    for j in range(lo, hi):
-        y = order[j]
-        keep = y == x
-        if not keep and abs(r[y] - r[x]) < tau:
-            d2 = 0.0
-            for c in range(emb.shape[1]):
-                diff = emb[y, c] - emb[x, c]
-                d2 += diff * diff
-            keep = d2 < dist
-        if keep:
-            ps += r[y]
-            qs += qp[y]
-    return ps / qs
-
-
-@njit(cache=True, error_model="numpy")
-def group_acceptance_kernel(r, qp, x, before, after, fallback, tau, dist, emb, order, rank):
-    """``theory.boost.boosted_acceptance`` of GSD: min(1, :func:`group_ratio_kernel`)."""
-    return min(1.0, group_ratio_kernel(r, qp, x, before, after, fallback, tau, dist, emb, order, rank))
-
-
-@njit(cache=True, error_model="numpy")
 def boosted_acceptance_kernel(r, qp, x, depth, bs, order, rank):
     """``theory.boost.boosted_acceptance`` of draft x at ``depth`` (group: ``order`` / ``rank`` of r)."""
     kind, before, after, fallback, tau, dist, omega, emb, delta, table = bs
-    if kind == 1:
+    if kind == BOOST_GROUP:
         return group_acceptance_kernel(r, qp, x, before, after, fallback, tau, dist, emb, order, rank)
-    if kind == 2:
+    if kind == BOOST_DEPTH:
         w = omega[min(max(depth, 1), omega.shape[0]) - 1]
         return min(1.0, w * r[x] / qp[x])
     return min(1.0, r[x] / qp[x])
@@ -327,7 +287,7 @@ def boosted_acceptance_kernel(r, qp, x, depth, bs, order, rank):
 def boosted_stage_kernel(r, qp, x, depth, bs, res, order, rank):
     """``theory.boost.boosted_stage``: the acceptance of x; ``res`` gets the standard residual
     (``order`` / ``rank``: int64[V] scratch)."""
-    if bs[0] == 1:
+    if bs[0] == BOOST_GROUP:
         rank_order_kernel(r, order, rank)
     a = boosted_acceptance_kernel(r, qp, x, depth, bs, order, rank)
     standard_residual_kernel(r, qp, res)
@@ -338,10 +298,10 @@ def boosted_stage_kernel(r, qp, x, depth, bs, res, order, rank):
 def stage_tv_kernel(r, qp, depth, bs, order, rank, a):
     """``theory.boost.stage_tv``: exact TV(law of one stage, r) by SPEC 9.4 (``theory.boost.boosted_tv``
     of the acceptance vector, into the scratch ``a``); 0 without a boost."""
-    if bs[0] == 0:
+    if bs[0] == BOOST_NONE:
         return 0.0
     V = r.shape[0]
-    if bs[0] == 1:
+    if bs[0] == BOOST_GROUP:
         rank_order_kernel(r, order, rank)
     for x in range(V):
         a[x] = boosted_acceptance_kernel(r, qp, x, depth, bs, order, rank) if qp[x] > 0.0 else 1.0
@@ -465,15 +425,15 @@ def budget_r2_node_kernel(p, q, kids, u_kids, sampling, delta, table, r, qp, res
 def sample_node_r2_kernel(p, q, kids, u_kids, code, k, param, variant, nb, r, qp, res, depth, bs):
     """Verify one node under R2 (boosted by ``bs`` for children at ``depth``; the budget by
     :func:`budget_r2_node_kernel`); returns the accepted child's index or -1 (``r`` = residual)."""
-    if bs[0] == 3:
+    if bs[0] == BOOST_BUDGET:
         m = kids.shape[0]
         _, i = budget_r2_node_kernel(p, q, kids, u_kids, True, bs[8], bs[9], r, qp, res, np.empty(m),
                                      np.empty(m))
         return i
     for x in range(p.shape[0]):
         r[x] = p[x]
-    boosted = bs[0] != 0
-    order = np.empty(p.shape[0] if bs[0] == 1 else 0, dtype=np.int64)
+    boosted = bs[0] != BOOST_NONE
+    order = np.empty(p.shape[0] if bs[0] == BOOST_GROUP else 0, dtype=np.int64)
     rank = np.empty_like(order)
     for i in range(kids.shape[0]):
         if not draft_residual_kernel(q, kids, i, qp):

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 
 from relaxspec.core.trees import StaticTree
 from relaxspec.simulate.engine import STEP_FIELDS, run
+from relaxspec.simulate.group_kernels import rank_order_kernel
 from relaxspec.simulate.verify import RuleSpec, step_expectation, verify_step
-from relaxspec.simulate.verify_kernels import rank_order_kernel
 from relaxspec.simulate.worlds import LatentWorld, StationaryWorld
 from relaxspec.sweep import SweepConfig, jobs
 from relaxspec.testing import (

@@ -22,6 +22,8 @@ from relaxspec.theory.distributions import validate_distribution
 from relaxspec.theory.neighbours import validate_neighbour_rows, validate_neighbours
 
 KINDS = ("none", "additive", "multiplicative")
+RELAX_NONE, RELAX_ADDITIVE, RELAX_MULTIPLICATIVE = 0, 1, 2
+"""The kernels' relaxation codes (:attr:`Relax.code`: the kind's index in :data:`KINDS`)."""
 KEYS: dict[str, tuple[str, ...]] = {"none": (), "additive": ("k", "delta"), "multiplicative": ("k", "lam")}
 """The keys each relaxation kind takes in :meth:`Relax.parse`."""
 _KEYS_HELP = "none takes no keys; additive: k, delta; multiplicative: k, lam"

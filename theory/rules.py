@@ -30,8 +30,12 @@ from relaxspec.theory.relax import Relax
 
 RULES = ("r1", "r2", "r3", "r4")
 VARIANTS = ("principled", "official")
-RULE_CODES = {"r1": 1, "r2": 2, "r3": 3, "r4": 4}
-VARIANT_CODES = {"principled": 0, "official": 1}
+RULE_R1, RULE_R2, RULE_R3, RULE_R4 = 1, 2, 3, 4
+"""The kernels' rule codes (the Numba kernels compare against these names, never bare integers)."""
+RULE_CODES = {"r1": RULE_R1, "r2": RULE_R2, "r3": RULE_R3, "r4": RULE_R4}
+VARIANT_PRINCIPLED, VARIANT_OFFICIAL = 0, 1
+"""The kernels' variant codes."""
+VARIANT_CODES = {"principled": VARIANT_PRINCIPLED, "official": VARIANT_OFFICIAL}
 
 
 def check_rule(rule: str, variant: str) -> None:
@@ -98,8 +102,9 @@ def encode(rule: str, relax: Relax, variant: str = "principled") -> EncodedRule:
     return EncodedRule(RULE_CODES[rule], *relax_args(relax), VARIANT_CODES[variant])
 
 
-BOOST_CODES = {"none": 0, "group": 1, "depth": 2, "budget": 3}
-"""The kernels' boost codes."""
+BOOST_NONE, BOOST_GROUP, BOOST_DEPTH, BOOST_BUDGET = 0, 1, 2, 3
+"""The kernels' boost codes (``bs[0]``)."""
+BOOST_CODES = {"none": BOOST_NONE, "group": BOOST_GROUP, "depth": BOOST_DEPTH, "budget": BOOST_BUDGET}
 SAMPLED_DRAFT_RULES = ("r2", "r4")
 """The rules that verify drafts drawn from q (R2 stage by stage, R4 path by path): the ones a boost raises."""
 

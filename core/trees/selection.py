@@ -53,6 +53,8 @@ from relaxspec.theory.rules import relax_args
 from relaxspec.theory.stages import r1_reject, zero_set
 
 SELECTION_MODES = ("q", "latent", "diverse", "walk")
+MODE_Q, MODE_LATENT, MODE_DIVERSE, MODE_WALK = 0, 1, 2, 3
+"""The kernels' selection-mode codes (the mode's index in :data:`SELECTION_MODES`)."""
 DEFAULT_POOL = 40
 
 
