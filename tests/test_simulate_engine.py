@@ -138,7 +138,7 @@ def test_run_rejects_bad_input(small_world):
         run(small_world, tree, rule="r1", n_sequences=0)
     with pytest.raises(ValueError, match="temperature"):
         run(small_world, tree, rule="r1", n_sequences=1, temperature=0.0)
-    with pytest.raises(ValueError, match="static tree"):
+    with pytest.raises(ValueError, match="use a static or Sequoia tree"):
         run(small_world, Eagle2Tree(), rule="r2", n_sequences=1)
     with pytest.raises(ValueError, match="unknown rule"):
         run(small_world, tree, rule="r9", n_sequences=1)
