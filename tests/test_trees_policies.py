@@ -176,7 +176,7 @@ def test_policy_bad_input(world):
         run(other, LatentAwareTree(relax=RELAX, neighbours=nb), rule="r1", n_sequences=1, seq_len=4)
     static = StaticTree([[0], [1]], selector=ChildSelector("diverse", RELAX, nb))
     assert not static.supports_draws
-    with pytest.raises(ValueError, match="static tree"):
+    with pytest.raises(ValueError, match="static or Sequoia tree that draws from q"):
         run(world, static, rule="r2", n_sequences=1, seq_len=4)
     with pytest.raises(ValueError, match="by diverse"):
         static.build(np.full(384, 1 / 384), lambda *a: None, np.zeros(3))

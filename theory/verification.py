@@ -146,7 +146,8 @@ class Verification:
             return None
         if source is DraftSource.RANKED and self.samples_drafts:
             return (f"rule {self.rule} verifies children drawn from q without replacement: a tree that ranks "
-                    "its children by top-k cannot give them (use a static or Sequoia tree)")
+                    "its children (top-k, or a latent-aware order) cannot give them (use a static or Sequoia "
+                    "tree that draws from q)")
         return None
 
     def check_source(self, source: DraftSource, what: str = "") -> None:
