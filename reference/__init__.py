@@ -7,7 +7,7 @@ Modules, one concept each:
 - :mod:`reference.vq`: the VQ tokenizer (codebook, encoder, decoder), PNG output and the
   neighbour table;
 - :mod:`reference.drafter`: draft sessions for an independent GPT and an EAGLE head;
-- :mod:`reference.train_drafter`: drafter training (``python -m reference.train_drafter``);
+- :mod:`reference.train_drafter`: drafter training (``python -m relaxspec.reference.train_drafter``);
 - :mod:`reference.decode`: AR and speculative decoding verified on the device (or through
   ``theory``'s oracle: ``verifier="theory"``), with per-step statistics and trace capture;
   draft trees from a drafter, or SJD's Jacobi windows; rule R2 boosted by GSD or Cool-SD
