@@ -28,6 +28,8 @@ from relaxspec.theory.budget import (
     sample_budget_node,
     sample_budget_r2_step,
 )
+from relaxspec.theory.coupled import WindowRule, coupled_sequence_law, coupled_tokens_per_forward
+from relaxspec.theory.coupled_gumbel import gumbel_sequence_law
 from relaxspec.theory.distributions import (
     cfg_logits,
     logits_to_probs,
@@ -94,11 +96,18 @@ from relaxspec.theory.verify import (
     r2_given_states,
     r2_states,
 )
+from relaxspec.theory.vvs import SkipStepTV, skip_step_tv
 
 __all__ = [
     "NO_BOOST",
     "Boost",
     "KeptChain",
+    "SkipStepTV",
+    "WindowRule",
+    "coupled_sequence_law",
+    "coupled_tokens_per_forward",
+    "gumbel_sequence_law",
+    "skip_step_tv",
     "SequenceLaw",
     "boost_excess",
     "boosted_acceptance",
