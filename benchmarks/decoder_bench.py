@@ -53,7 +53,9 @@ from relaxspec.core.trace import Sampling  # noqa: E402
 from relaxspec.reference.cuda_graph import graphed  # noqa: E402
 from relaxspec.reference.decode import guide  # noqa: E402
 from relaxspec.reference.drafter import EagleHead  # noqa: E402
-from relaxspec.reference.model import Transformer, TreeExecution, gpt_config, run_layers, tree_inputs  # noqa: E402
+from relaxspec.reference.model import Transformer  # noqa: E402
+from relaxspec.reference.model_config import gpt_config  # noqa: E402
+from relaxspec.reference.tree_attention import TreeExecution, run_layers, tree_inputs  # noqa: E402
 from relaxspec.reference.verify_ops import HostLink  # noqa: E402
 from relaxspec.theory.boost import NO_BOOST  # noqa: E402
 from relaxspec.theory.relax import Relax  # noqa: E402

@@ -23,7 +23,8 @@ from tqdm.auto import tqdm
 
 from relaxspec.mini.checkpointing import LoopCheckpoint
 from relaxspec.mini.timing import Clock
-from relaxspec.reference.model import GPTConfig, Transformer
+from relaxspec.reference.model import Transformer
+from relaxspec.reference.model_config import GPTConfig
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ from relaxspec.mini.evaluator import FashionClassifier, load_evaluator
 from relaxspec.mini.tokenizer import config_from_dict
 from relaxspec.mini.weights import WEIGHTS_DIR, card_path, load_component, load_state_strict
 from relaxspec.reference.drafter import EagleHead
-from relaxspec.reference.model import GPTConfig, Transformer
+from relaxspec.reference.model import Transformer
+from relaxspec.reference.model_config import GPTConfig
 from relaxspec.reference.vq import VQModel
 
 GRID_TOKENS = 64

@@ -52,7 +52,7 @@ from relaxspec.mini.tokenizer import (
     train_tokenizer,
 )
 from relaxspec.mini.weights import WEIGHTS_DIR, component_done, read_card, save_component
-from relaxspec.reference.model import GPTConfig
+from relaxspec.reference.model_config import GPTConfig
 
 # Full training uses both cores; the quick path's tiny matmuls run faster on one (no thread handoff).
 TRAIN_THREADS = 2

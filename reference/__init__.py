@@ -2,8 +2,10 @@
 
 Modules, one concept each:
 
-- :mod:`reference.model`: the GPT (configs GPT-B ... GPT-3B and small ones), static KV
-  cache, tree forward and path acceptance, strict checkpoint loading (:func:`load_gpt`);
+- :mod:`reference.model`: the GPT, its static KV cache, tree forward and path acceptance,
+  strict checkpoint loading (:func:`load_gpt`); its shape and named configurations (GPT-B ... GPT-3B
+  and small ones) in :mod:`reference.model_config`, tree attention over the cache (inputs, masks,
+  static shapes) in :mod:`reference.tree_attention`;
 - :mod:`reference.vq`: the VQ tokenizer (codebook, encoder, decoder), PNG output and the
   neighbour table;
 - :mod:`reference.drafter`: draft sessions for an independent GPT and an EAGLE head;

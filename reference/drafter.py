@@ -30,17 +30,9 @@ import torch
 from torch import nn
 
 from relaxspec.reference.checkpoint import load_strict
-from relaxspec.reference.model import (
-    Block,
-    GPTConfig,
-    KVCache,
-    RotaryModule,
-    Transformer,
-    find_multiple,
-    move_accepted,
-    rope_table_2d,
-    run_tree,
-)
+from relaxspec.reference.model import Block, KVCache, RotaryModule, Transformer, rope_table_2d
+from relaxspec.reference.model_config import GPTConfig, find_multiple
+from relaxspec.reference.tree_attention import move_accepted, run_tree
 
 
 def chain_parents(n: int) -> np.ndarray:

@@ -27,7 +27,7 @@ target and drafter (default bfloat16 on CUDA, float32 on a CPU; the logits are
 float32 whatever it is, and the trace header records it); ``--cuda-graphs``
 replays the target's tree forward as CUDA graphs and ``--compile`` runs it
 through ``torch.compile``; both pad every tree to the decoder's
-``max_tree_nodes`` (``reference.model.TreeExecution``).
+``max_tree_nodes`` (``reference.tree_attention.TreeExecution``).
 """
 
 from __future__ import annotations
@@ -56,7 +56,9 @@ from relaxspec.reference.decode import (
     gsd_embedding,
 )
 from relaxspec.reference.drafter import EagleDraftSession, EagleHead, GPTDraftSession
-from relaxspec.reference.model import DTYPES, TreeExecution, load_gpt, parse_dtype
+from relaxspec.reference.model import load_gpt
+from relaxspec.reference.model_config import DTYPES, parse_dtype
+from relaxspec.reference.tree_attention import TreeExecution
 from relaxspec.reference.vq import VQModel, save_png, to_uint8, vq_config
 from relaxspec.theory.boost import EMBEDDINGS, Boost
 from relaxspec.theory.neighbours import DEFAULT_K_MAX, load_neighbours

@@ -16,39 +16,20 @@ Sequence layout: position ``t < cls_token_num`` is the class token, image
 token ``i`` sits at position ``cls_token_num + i``; the output at position
 ``t`` predicts the token at ``t + 1``.
 
-Cache layout: a cache of ``prefix_len`` committed positions, then scratch
-slots. A tree step writes node ``v``'s keys and values to slot
-``prefix_len + v``, gives it the rotary position ``prefix_len + depth(v)``
-and lets it attend to the prefix, its ancestors and itself (SPEC section 5);
-:meth:`Transformer.accept_path` moves the accepted nodes' keys and values to
-slots ``prefix_len, prefix_len + 1, ...``. A plain decoding step is a
-one-node tree.
+Tree decoding (the cache's layout, static shapes for CUDA graphs and ``torch.compile``):
+:mod:`reference.tree_attention`. The shape and the table of named configurations:
+:mod:`reference.model_config`.
 
 Precision: ``model.to(torch.bfloat16)`` (or float16) puts the weights, the KV
 cache (:meth:`Transformer.setup_cache` takes the weights' dtype) and the
 activations in that dtype; the rotary table stays float32 (LlamaGen keeps
 ``freqs_cis`` in float32 and rotates in float32) and :meth:`Transformer.logits`
 returns float32 (the head's output cast, as LlamaGen's ``self.output(h).float()``).
-
-Static shapes (:class:`TreeExecution`): with ``static`` the tree forward pads
-every call to ``max_tree_nodes`` rows (the size given to ``setup_cache``), so
-every step has the same tensor shapes (embeddings (B, M, dim), rotary rows
-(M, head_dim // 2, 2), slots (M,), mask (M, cache_len)). A padded row has zero
-input, attends only to the cache's last slot (the pad slot, which no tree node
-uses) and writes its keys and values there; its input being zero, every
-layer's keys, values and outputs for it stay zero. The same shapes let
-:class:`reference.cuda_graph.CUDAGraphRunner` replay the layer stack as a CUDA
-graph and ``torch.compile`` compile it once.
-
-Over 400 lines: LlamaGen's GPT with its KV cache, tree attention and strict checkpoint loading is one
-concept (the model) in the style of gpt-fast's single model file.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -58,136 +39,15 @@ from torch import nn
 
 from relaxspec.reference.checkpoint import load_state, read_state_dict
 from relaxspec.reference.cuda_graph import CUDAGraphRunner
-from relaxspec.theory.tree import parent_depths
-
-
-def find_multiple(n: int, k: int) -> int:
-    """Smallest multiple of ``k`` that is >= ``n``."""
-    return n if n % k == 0 else n + k - n % k
-
-
-@dataclass(frozen=True)
-class GPTConfig:
-    """Shape of a LlamaGen c2i GPT. ``block_size`` is the number of image tokens (grid^2)."""
-
-    dim: int = 768
-    n_layer: int = 12
-    n_head: int = 12
-    n_kv_head: int | None = None
-    multiple_of: int = 256
-    ffn_dim_multiplier: float | None = None
-    rope_base: float = 10000.0
-    norm_eps: float = 1e-5
-    num_classes: int = 1000
-    class_dropout_prob: float = 0.1
-    vocab_size: int = 16384
-    cls_token_num: int = 1
-    block_size: int = 256
-
-    def __post_init__(self) -> None:
-        if self.dim % self.n_head:
-            raise ValueError(f"dim {self.dim} is not a multiple of n_head {self.n_head}")
-        if self.head_dim % 4:
-            raise ValueError(f"head_dim {self.head_dim} must be a multiple of 4 for the 2-D rotary embedding")
-        if self.n_head % self.kv_heads:
-            raise ValueError(f"n_head {self.n_head} is not a multiple of n_kv_head {self.kv_heads}")
-        if self.grid_size**2 != self.block_size:
-            raise ValueError(f"block_size {self.block_size} is not a square number of grid tokens")
-        if self.vocab_size < 2 or self.num_classes < 1 or self.cls_token_num < 1:
-            raise ValueError("vocab_size must be >= 2, num_classes and cls_token_num >= 1")
-
-    @property
-    def head_dim(self) -> int:
-        return self.dim // self.n_head
-
-    @property
-    def kv_heads(self) -> int:
-        return self.n_kv_head or self.n_head
-
-    @property
-    def grid_size(self) -> int:
-        return math.isqrt(self.block_size)
-
-    @property
-    def ffn_dim(self) -> int:
-        hidden = int(2 * (4 * self.dim) / 3)
-        if self.ffn_dim_multiplier is not None:
-            hidden = int(self.ffn_dim_multiplier * hidden)
-        return find_multiple(hidden, self.multiple_of)
-
-    @property
-    def class_rows(self) -> int:
-        """Rows of the class embedding: the null class is row ``num_classes`` when dropout > 0."""
-        return self.num_classes + int(self.class_dropout_prob > 0)
-
-    @property
-    def null_class(self) -> int:
-        """Label of the unconditional (CFG) class."""
-        if self.class_dropout_prob <= 0:
-            raise ValueError("this model was configured without class dropout: it has no null class")
-        return self.num_classes
-
-    @property
-    def seq_len(self) -> int:
-        """Class tokens + image tokens."""
-        return self.cls_token_num + self.block_size
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-# name -> (n_layer, n_head, dim); LlamaGen's c2i shapes plus small ones for tests and toy data.
-SHAPES: dict[str, tuple[int, int, int]] = {
-    "GPT-B": (12, 12, 768),
-    "GPT-L": (24, 16, 1024),
-    "GPT-XL": (36, 20, 1280),
-    "GPT-XXL": (48, 24, 1536),
-    "GPT-3B": (24, 32, 3200),
-    "GPT-S": (8, 6, 384),
-    "GPT-XS": (6, 4, 256),
-    "GPT-tiny": (2, 2, 32),
-}
-
-
-def gpt_config(name: str, **overrides: object) -> GPTConfig:
-    """The named shape with LlamaGen's defaults, then ``overrides`` (e.g. ``block_size=576``)."""
-    if name not in SHAPES:
-        raise ValueError(f"unknown GPT model {name!r}; expected one of {sorted(SHAPES)}")
-    n_layer, n_head, dim = SHAPES[name]
-    cfg = GPTConfig(dim=dim, n_layer=n_layer, n_head=n_head, multiple_of=8 if dim < 64 else 256)
-    return replace(cfg, **overrides)  # type: ignore[arg-type]
-
-
-DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16,
-                                  "float16": torch.float16}
-
-
-def parse_dtype(name: str) -> torch.dtype:
-    """The weights/activations dtype called ``name`` (a key of :data:`DTYPES`)."""
-    if name not in DTYPES:
-        raise ValueError(f"unknown dtype {name!r}; expected one of {sorted(DTYPES)}")
-    return DTYPES[name]
-
-
-@dataclass(frozen=True)
-class TreeExecution:
-    """How :meth:`Transformer.forward_tree` runs the layer stack.
-
-    ``static`` pads every call to ``max_tree_nodes`` rows (module docstring); ``cuda_graphs`` replays
-    the padded stack from a CUDA graph per batch size (the model must be on a CUDA device);
-    ``compile`` runs it through ``torch.compile``. Both need fixed shapes, so either one pads.
-    """
-
-    static: bool = False
-    cuda_graphs: bool = False
-    compile: bool = False
-
-    @property
-    def padded(self) -> bool:
-        return self.static or self.cuda_graphs or self.compile
-
-
-EAGER = TreeExecution()
+from relaxspec.reference.model_config import GPTConfig, find_multiple, gpt_config
+from relaxspec.reference.tree_attention import (
+    EAGER,
+    TreeExecution,
+    move_accepted,
+    run_layers,
+    run_tree,
+    tree_inputs,
+)
 
 
 def rope_table_2d(grid_size: int, head_dim: int, base: float, cls_token_num: int) -> torch.Tensor:
@@ -467,84 +327,6 @@ class Transformer(RotaryModule):
         prefix. Returns the new prefix length ``prefix_len + len(path_slots)``.
         """
         return move_accepted(self.layers, prefix_len, path_slots)
-
-
-def run_tree(layers: nn.ModuleList, norm: nn.Module, rope: torch.Tensor, cache_len: int, x: torch.Tensor,
-             parents: np.ndarray, nodes: np.ndarray, prefix_len: int, slots: dict[int, int],
-             pos_offset: int = 0) -> torch.Tensor:
-    """Tree forward shared by the GPT and the EAGLE head (see :meth:`Transformer.forward_tree`)."""
-    table, slot_idx, mask = tree_inputs(rope, cache_len, parents, nodes, prefix_len, slots, pos_offset,
-                                        x.device)
-    return run_layers(layers, norm, x, table, slot_idx, mask)
-
-
-def tree_inputs(rope: torch.Tensor, cache_len: int, parents: np.ndarray, nodes: np.ndarray, prefix_len: int,
-                slots: dict[int, int], pos_offset: int = 0, device: torch.device | str | None = None,
-                pad_to: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Rotary rows, cache slots and attention mask of ``nodes``; assigns their slots.
-
-    Rotary position = pos_offset + prefix_len + depth (the EAGLE head's slot j
-    holds image token j, at position cls_token_num + j). With ``pad_to`` every
-    output has ``pad_to`` rows: rows past the nodes take rotary row 0, the pad
-    slot ``cache_len - 1`` (then closed to tree nodes) and a mask that sees only
-    that slot.
-    """
-    if cache_len == 0:
-        raise RuntimeError("no KV cache: call setup_cache first")
-    parents = np.asarray(parents, dtype=np.int64)
-    nodes = np.asarray(nodes, dtype=np.int64)
-    if pad_to is not None and nodes.size > pad_to:
-        raise ValueError(f"a padded tree forward takes at most max_tree_nodes = {pad_to} nodes (the size "
-                         f"given to setup_cache), got {nodes.size}")
-    for v in nodes.tolist():
-        if v in slots:
-            raise ValueError(f"tree node {v} was already processed in this step")
-        slots[v] = len(slots)
-    usable = cache_len if pad_to is None else cache_len - 1
-    if prefix_len + len(slots) > usable:
-        raise ValueError(f"prefix {prefix_len} + {len(slots)} tree slots exceed the cache length {usable}")
-    positions = pos_offset + prefix_len + parent_depths(parents)[nodes]
-    if positions.max() >= rope.shape[0]:
-        raise ValueError(f"position {positions.max()} is past the last grid position {rope.shape[0] - 1}")
-    rows = nodes.size if pad_to is None else pad_to
-    mask = np.zeros((rows, cache_len), dtype=bool)
-    mask[: nodes.size, :prefix_len] = True
-    for i, v in enumerate(nodes.tolist()):
-        while v >= 0:
-            if v not in slots:
-                raise ValueError(f"ancestor {v} of a tree node has not been processed")
-            mask[i, prefix_len + slots[v]] = True
-            v = int(parents[v])
-    mask[nodes.size :, cache_len - 1] = True
-    pad = rows - nodes.size
-    slot_idx = torch.as_tensor([prefix_len + slots[v] for v in nodes.tolist()] + [cache_len - 1] * pad,
-                               device=device)
-    positions = np.concatenate([positions, np.zeros(pad, dtype=np.int64)])
-    table = rope[torch.as_tensor(positions, device=rope.device)].to(device)
-    return table, slot_idx, torch.from_numpy(mask).to(device)
-
-
-def run_layers(layers: nn.ModuleList, norm: nn.Module, x: torch.Tensor, table: torch.Tensor,
-               slot_idx: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The transformer stack over prepared tree inputs (device work only: what CUDA graphs capture)."""
-    h = x
-    for layer in layers:
-        h = layer(h, table, slot_idx, mask)
-    return norm(h)
-
-
-def move_accepted(layers: nn.ModuleList, prefix_len: int, path_slots: np.ndarray | list[int]) -> int:
-    """Copy cache slots ``prefix_len + path_slots`` to ``prefix_len + 0, 1, ...`` in every layer."""
-    rel = np.asarray(path_slots, dtype=np.int64)
-    if rel.size == 0 or rel[0] != 0:
-        raise ValueError(f"accepted path slots {rel.tolist()} must start with the root's slot 0")
-    if np.any(rel != np.arange(rel.size)):
-        dev = layers[0].attention.kv_cache.k.device
-        src = torch.as_tensor(prefix_len + rel, device=dev)
-        dst = torch.arange(prefix_len, prefix_len + rel.size, device=dev)
-        for layer in layers:
-            layer.attention.kv_cache.move(src, dst)
-    return prefix_len + int(rel.size)
 
 
 def load_gpt(path: str | Path, name: str, **overrides: object) -> Transformer:

@@ -26,7 +26,8 @@ from tqdm.auto import tqdm
 from relaxspec.core.trace import Sampling
 from relaxspec.reference.decode import Decoder, DecodeSettings
 from relaxspec.reference.drafter import EagleHead
-from relaxspec.reference.model import Transformer, gpt_config, load_gpt
+from relaxspec.reference.model import Transformer, load_gpt
+from relaxspec.reference.model_config import gpt_config
 
 FEATURE_WEIGHT, TOKEN_WEIGHT = 1.0, 0.1
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import numpy as np
 
@@ -155,7 +155,7 @@ class FigureData:
     panels: tuple[tuple[Panel | None, ...], ...]
     notes: tuple[str, ...] = ()
     row_height: float = 2.0
-    sharey: str | bool = False
+    sharey: Literal["row", "col"] | bool = False
     legend_title: str | None = None
 
 
@@ -332,7 +332,9 @@ def _depth_figure(s: _Setting) -> FigureData:
             picked.setdefault(fam.kind, []).append([_most_relaxed(rs, fam) for rs in runs])
     styles = {"exact": METHODS["exact"]}
     for b in boosts:
-        styles[b] = replace(METHODS[boost_key(b)], label=boost_label(b))
+        key = boost_key(b)
+        assert key is not None  # boosts: the rows' boosts other than none
+        styles[b] = replace(METHODS[key], label=boost_label(b))
     for fam in families:
         chosen = [r for facet in picked[fam.kind] for r in facet if r]
         label = (relax_label(_relax_of(chosen[0]), show_k=s.k_varies)

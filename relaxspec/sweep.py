@@ -126,7 +126,7 @@ from relaxspec.results import (
     result_row,
     settings_text,
 )
-from relaxspec.simulate.acceptance import measure_positional_acceptance
+from relaxspec.simulate.acceptance import SEQUOIA_MEASUREMENT, measure_positional_acceptance
 from relaxspec.simulate.engine import run
 from relaxspec.simulate.rng import check_seed
 from relaxspec.simulate.worlds import PRESETS, LatentWorld, check_world_settings
@@ -141,7 +141,7 @@ _SCALAR_KEYS = {"n_sequences": 1, "seq_len": 1, "seed": 0, "threads": 1}  # lowe
 _TABLE_KEYS = {"world_overrides", "sequoia", "cost"}
 _SEQUOIA_KEYS = {"width": int, "n_sequences": int, "seq_len": int}
 _COST_KEYS = {"table", "model", "drafter"}
-DEFAULT_SEQUOIA = {"width": 16, "n_sequences": 8, "seq_len": 64}  # how Sequoia's vectors are measured
+DEFAULT_SEQUOIA = SEQUOIA_MEASUREMENT  # how Sequoia's vectors are measured
 DEFAULT_COST = {"table": str(DEFAULT_TABLE), "model": "GPT-B"}  # the costaware trees' cost table
 
 

@@ -8,10 +8,17 @@ exactly on a captured trace. The trees built from the vector live in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 import numpy as np
 
 from relaxspec.core.trees.policies import StaticTree
 from relaxspec.core.trees.selection import ChildSelector
+
+SEQUOIA_MEASUREMENT: Mapping[str, int] = MappingProxyType({"width": 16, "n_sequences": 8, "seq_len": 64})
+"""How a Sequoia-type tree's acceptance vector is measured unless told otherwise (a sweep's ``[sequoia]``
+table, ``simulate.inputs.as_tree``): children ranked at the root, sequences, tokens per sequence."""
 
 
 def measure_positional_acceptance(world, *, width: int = 16, rule: str = "r1", relax=None,

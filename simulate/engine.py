@@ -350,6 +350,7 @@ def run(
         from relaxspec.simulate.replay import replay_trace
 
         return replay_trace(world, rule=rule, relax=relax, variant=variant, boost=boost)
+    assert isinstance(world, (LatentWorld, StationaryWorld)) and tree is not None  # as _check_run_args says
     width = max(0 if relax.is_exact else relax.k, boost.k if boost.kind == "budget" else 0)
     spec = RuleSpec.make(rule, relax, world.neighbours(width) if width else None, world.vocab_size, variant,
                          boost, emb)

@@ -366,14 +366,14 @@ def sampled_nodes(world: LatentWorld | StationaryWorld, *, n_sequences: int = 8,
         if isinstance(world, LatentWorld):
             z, h = world.initial(key)
         else:
-            z, h = None, np.uint64(0)
+            z, h = np.empty(0), np.uint64(0)  # a stationary world has no state: it reads no z
         for t in range(seq_len):
             p = world.target_probs(z, temperature)
             yield p, world.draft_probs(z, h, temperature, depth=draft_depth)
             if greedy:
                 x = int(np.argmax(p))
             else:
-                x = int(np.searchsorted(np.cumsum(p), uniform(key, t) * p.sum(), side="right"))
+                x = int(np.searchsorted(np.cumsum(p), uniform(key, np.int64(t)) * p.sum(), side="right"))
                 x = min(x, p.size - 1)
             if isinstance(world, LatentWorld):
                 z, h = world.advance(z, h, x)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from relaxspec.reference.model import GPTConfig, Transformer, gpt_config
+from relaxspec.reference.model import Transformer
+from relaxspec.reference.model_config import GPTConfig, gpt_config
 
 torch.set_num_threads(1)
 

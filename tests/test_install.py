@@ -31,8 +31,9 @@ print(len(set(names)))
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    """The project's wheel, built from a copy of its sources (the checkout gets no build/ or egg-info)."""
+def build(tmp_path_factory) -> tuple[Path, str]:
+    """The project's wheel, built from a copy of its sources (the checkout gets no build/ or egg-info), and
+    the build's log (``pip -v`` shows the build backend's warnings)."""
     src = tmp_path_factory.mktemp("src")
     for name in SOURCES:
         path = ROOT / name
@@ -41,10 +42,22 @@ def wheel(tmp_path_factory) -> Path:
         else:
             shutil.copy(path, src / name)
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--no-index", "-w", str(out), str(src)], check=True, capture_output=True)
+    log = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
+                          "--no-index", "-w", str(out), str(src)], check=True, capture_output=True, text=True)
     (whl,) = out.glob("relaxspec-*.whl")
-    return whl
+    return whl, log.stdout + log.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel(build: tuple[Path, str]) -> Path:
+    return build[0]
+
+
+def test_the_build_warns_nothing(build: tuple[Path, str]) -> None:
+    """setuptools says nothing about the configuration (the cost tables' folder, data only, was once
+    "absent from the packages configuration")."""
+    log = build[1]
+    assert "Warning:" not in log and "absent from the `packages`" not in log, log[-3000:]
 
 
 def test_the_wheel_installs_one_package(wheel: Path) -> None:
@@ -63,7 +76,9 @@ def test_every_module_imports_beside_a_users_core_and_simulate(wheel: Path, tmp_
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                                check=True, capture_output=True, text=True).stdout.strip())
     # the dependencies (numpy, numba, torch, ...) from this environment, after the venv's own packages
-    (site / "deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    # (every site folder on this interpreter's path: a venv may chain to another's through a .pth file)
+    sites = [sysconfig.get_path("purelib")] + [p for p in sys.path if p.endswith("site-packages")]
+    (site / "deps.pth").write_text("".join(f"{p}\n" for p in dict.fromkeys(sites)))
     user = tmp_path / "user"
     (user / "core").mkdir(parents=True)
     (user / "core" / "__init__.py").write_text("MINE = True\n")

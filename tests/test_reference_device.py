@@ -19,7 +19,8 @@ from relaxspec.core.trace import Sampling, read_trace
 from relaxspec.core.trees.policies import Eagle2Tree
 from relaxspec.reference.decode import Decoder, DecodeSettings
 from relaxspec.reference.drafter import GPTDraftSession
-from relaxspec.reference.model import Transformer, TreeExecution, rope_table_2d, tree_inputs
+from relaxspec.reference.model import Transformer, rope_table_2d
+from relaxspec.reference.tree_attention import TreeExecution, tree_inputs
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(),
                           reason="needs a CUDA device (torch.cuda.is_available() is False): the CUDA-graph, "

@@ -9,7 +9,8 @@ from reference_helpers import official_shapes, official_state, random_model, tin
 
 from relaxspec.reference.checkpoint import read_state_dict
 from relaxspec.reference.decode import guide
-from relaxspec.reference.model import Transformer, gpt_config, load_gpt
+from relaxspec.reference.model import Transformer, load_gpt
+from relaxspec.reference.model_config import gpt_config
 from relaxspec.reference.vq import VQModel, save_png, to_uint8, vq_config
 
 TINY = {"vocab_size": 8, "block_size": 4, "num_classes": 3, "multiple_of": 8}

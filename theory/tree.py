@@ -41,7 +41,7 @@ class Tree:
 
     parents: np.ndarray
     tokens: np.ndarray
-    depths: np.ndarray = field(default=None)  # type: ignore[assignment]
+    depths: np.ndarray = field(default=None)  # type: ignore[arg-type]  # derived in __post_init__
 
     def __post_init__(self) -> None:
         parents = np.asarray(self.parents)
@@ -113,7 +113,7 @@ def choices_to_parents(choices: Sequence[Sequence[int]]) -> tuple[np.ndarray, np
     if len(set(paths)) != len(paths):
         raise ValueError("choices repeat a path")
     paths.sort(key=lambda pth: (len(pth), pth))
-    index = {(): 0}
+    index: dict[tuple[int, ...], int] = {(): 0}
     parents, ranks = [-1], [-1]
     for pth in paths:
         if pth[:-1] not in index:
@@ -269,8 +269,8 @@ def step_expectation(
         if kids.size == 0:
             continue
         o = node_outcome(node_dists[u], tree.tokens[kids], rule=rule, relax=relax, neighbours=table,
-                         q=q_dists[u] if rule == "r2" else None, variant=variant, boost=boost,
-                         depth=int(tree.depths[u]) + 1, emb=emb)
+                         q=q_dists[u] if rule == "r2" and q_dists is not None else None, variant=variant,
+                         boost=boost, depth=int(tree.depths[u]) + 1, emb=emb)
         edge[kids] = o.accept_probs
         reach[kids] = reach[u] * o.accept_probs
         tvs[u] = o.tv if rule == "r1" else o.stage_tv
@@ -332,6 +332,8 @@ def path_tv(
             total += node_outcome(node_dists[u], tree.tokens[kids], rule="r1", relax=relax, neighbours=table,
                                   variant=variant).tv
             continue
+        if q_dists is None:
+            raise ValueError("boosted rule r2 reads q: give q_dists")
         tvs = r2_stage_tvs(node_dists[u], q_dists[u], tree.tokens[kids], neighbours, relax, variant,
                            BoostAt(boost, int(tree.depths[u]) + 1, emb))
         tested = int(np.flatnonzero(kids == path[j + 1])[0]) + 1 if j + 1 < len(path) else tvs.size
@@ -340,7 +342,7 @@ def path_tv(
     return total
 
 
-def greedy_path(tree: Tree, p: np.ndarray, nb: np.ndarray, relax: Relax) -> list[int]:
+def greedy_path(tree: Tree, p: Sequence[np.ndarray] | np.ndarray, nb: np.ndarray, relax: Relax) -> list[int]:
     """R3: the longest root-to-node chain of acceptable nodes (ties: first in node order)."""
     ok = np.zeros(tree.size, dtype=bool)
     ok[0] = True

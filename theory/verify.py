@@ -67,8 +67,8 @@ class NodeOutcome:
         return float(self.tried_probs.sum())
 
 
-def check_children(children: Sequence[int] | np.ndarray, vocab_size: int) -> np.ndarray:
-    """Children as an int64 array of distinct in-range token ids."""
+def check_children(children: Sequence[int] | np.ndarray | int, vocab_size: int) -> np.ndarray:
+    """Children as an int64 array of distinct in-range token ids (a bare number is refused)."""
     arr = np.asarray(children)
     if arr.ndim != 1:
         raise ValueError(f"children must be a 1-D sequence of token ids, got shape {arr.shape}")
@@ -169,10 +169,12 @@ def node_outcome(
     x = check_node_inputs(p, children, rule=rule, relax=relax, neighbours=neighbours, q=q,
                           variant=variant, boost=boost, depth=depth, emb=emb)
     if rule == "r2":
+        assert x.q is not None  # check_node_inputs requires R2's q
         at = BoostAt(boost, int(depth), x.emb)
         if x.kids is None:
             return _r2_enumerated(x.p, x.q, x.m, x.nb, relax, variant, at)
         return _r2_given(x.p, x.q, x.kids, x.nb, relax, variant, at)
+    assert x.kids is not None  # only R2 may draw its children
     if rule == "r1":
         return _r1(x.p, x.kids, x.nb, relax, variant)
     return _r3(x.p, x.kids, x.nb, relax)
