@@ -52,7 +52,6 @@ import numpy as np
 
 from relaxspec.core.trees.costaware import choose_static_size
 from relaxspec.core.trees.jacobi import JacobiWindow
-from relaxspec.core.trees.windows import JACOBI_COUPLED_FORM, PAC_FORM, parse_jacobi, parse_pac
 from relaxspec.core.trees.numbers import spec_float, spec_int
 from relaxspec.core.trees.policies import (
     MAX_TREE_DEPTH,
@@ -66,13 +65,15 @@ from relaxspec.core.trees.policies import (
 )
 from relaxspec.core.trees.selection import SELECTION_MODES, ChildSelector
 from relaxspec.core.trees.sequoia import SequoiaTree
+from relaxspec.core.trees.windows import JACOBI_COUPLED_FORM, PAC_FORM, parse_jacobi, parse_pac
 from relaxspec.theory.relax import Relax
 from relaxspec.theory.verification import DraftSource
 
 LATENT_KINDS = {"latent": "latent", "latent-diverse": "diverse", "latent-walk": "walk"}
 SEQUOIA_KINDS = {"sequoia": "q", "sequoia-lossless": "q", "sequoia-latent": "latent",
                  "sequoia-diverse": "diverse", "sequoia-walk": "walk"}
-KINDS = ("ar", "static", "chain", "eagle2", "ddd", *LATENT_KINDS, *SEQUOIA_KINDS, "costaware", "jacobi", "pac")
+KINDS = ("ar", "static", "chain", "eagle2", "ddd", *LATENT_KINDS, *SEQUOIA_KINDS, "costaware", "jacobi",
+         "pac")
 FORMS = {"static": "static:NAME or static:[[0],[1],...]", "chain": "chain:N", "eagle2": "eagle2:K,D,M",
          "ddd": "ddd:K,CALLS,S1/S2/..,THRESHOLD,M", "costaware": "costaware:N,DEPTH[,MODE]",
          **{k: f"{k}:K,D,M[,POOL]" for k in LATENT_KINDS}, **{k: f"{k}:N,DEPTH" for k in SEQUOIA_KINDS},
