@@ -28,6 +28,7 @@ import numba
 import numpy as np
 
 from relaxspec.core.trees.jacobi import JacobiWindow
+from relaxspec.simulate.coupled import check_coupled_run, is_coupled, run_coupled
 from relaxspec.simulate.jacobi_kernels import FRESH_COPY, FRESH_UNIFORM, jacobi_kernel
 from relaxspec.simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_uniforms, stream_key
 from relaxspec.simulate.verify import RuleSpec
@@ -52,6 +53,8 @@ def check_jacobi_run(world: World, window: JacobiWindow, rule: str, relax: Relax
     if not isinstance(world, (LatentWorld, StationaryWorld)):
         raise ValueError(f"{window} decodes in a LatentWorld or StationaryWorld, got {type(world).__name__}")
     Verification(rule, relax, boost=boost).check_source(DraftSource.JACOBI, str(window))
+    if is_coupled(window):
+        check_coupled_run(window, rule, relax, boost, False)
 
 
 def run_windows(world: LatentWorld | StationaryWorld, window: JacobiWindow, spec: RuleSpec, boost: Boost,
@@ -62,6 +65,10 @@ def run_windows(world: LatentWorld | StationaryWorld, window: JacobiWindow, spec
     ``boost``, with GSD's embedding table or the budget's neighbour table); returns the tokens,
     (n_sequences, seq_len + L) int64 padded with -1 (the last step may overshoot seq_len).
     ``simulate.run`` and :func:`check_jacobi_run` check the arguments."""
+    if is_coupled(window):  # SCD's and SJD-PAC's windows (SPEC 10.1-10.2): simulate.coupled
+        check_coupled_run(window, "r2" if spec.rule == RULE_CODES["r2"] else "r4", Relax.none(), boost, exact)
+        return run_coupled(world, window, out, seq_len=seq_len, temperature=temperature, seed=seed,
+                           threads=threads, backend=backend, exact=exact)
     seqs = np.full((len(out[4]), int(seq_len) + window.window), -1, dtype=np.int64)
     if backend == "numpy":
         rule = next(name for name, code in RULE_CODES.items() if code == spec.rule)

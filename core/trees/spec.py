@@ -24,7 +24,9 @@ spec                               policy
 ``costaware:N,DEPTH[,MODE]``       the Sequoia tree of largest predicted speed-up on a cost
                                    table (MODE q, latent, diverse or walk; default q)
 ``jacobi:L[,uniform|copy]``        SJD's Jacobi window of L sampled drafts, no drafter, fresh
-                                   tokens uniform (default) or copies (:mod:`core.trees.jacobi`)
+                                   tokens uniform (default) or copies (:mod:`core.trees.jacobi`);
+                                   ``,coupled=principled|official|gumbel``: SCD's coupled window
+``pac:L[,...][,width=K,depth=D]``  SJD-PAC's proactive window (:mod:`core.trees.windows`)
 =================================  ==========================================================
 
 What a spec cannot say comes with it as context: the verifier's relaxation
@@ -49,7 +51,6 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from relaxspec.core.trees.costaware import choose_static_size
-from relaxspec.core.trees.jacobi import FORM as JACOBI_FORM
 from relaxspec.core.trees.jacobi import JacobiWindow
 from relaxspec.core.trees.numbers import spec_float, spec_int
 from relaxspec.core.trees.policies import (
@@ -64,17 +65,19 @@ from relaxspec.core.trees.policies import (
 )
 from relaxspec.core.trees.selection import SELECTION_MODES, ChildSelector
 from relaxspec.core.trees.sequoia import SequoiaTree
+from relaxspec.core.trees.windows import JACOBI_COUPLED_FORM, PAC_FORM, parse_jacobi, parse_pac
 from relaxspec.theory.relax import Relax
 from relaxspec.theory.verification import DraftSource
 
 LATENT_KINDS = {"latent": "latent", "latent-diverse": "diverse", "latent-walk": "walk"}
 SEQUOIA_KINDS = {"sequoia": "q", "sequoia-lossless": "q", "sequoia-latent": "latent",
                  "sequoia-diverse": "diverse", "sequoia-walk": "walk"}
-KINDS = ("ar", "static", "chain", "eagle2", "ddd", *LATENT_KINDS, *SEQUOIA_KINDS, "costaware", "jacobi")
+KINDS = ("ar", "static", "chain", "eagle2", "ddd", *LATENT_KINDS, *SEQUOIA_KINDS, "costaware", "jacobi",
+         "pac")
 FORMS = {"static": "static:NAME or static:[[0],[1],...]", "chain": "chain:N", "eagle2": "eagle2:K,D,M",
          "ddd": "ddd:K,CALLS,S1/S2/..,THRESHOLD,M", "costaware": "costaware:N,DEPTH[,MODE]",
          **{k: f"{k}:K,D,M[,POOL]" for k in LATENT_KINDS}, **{k: f"{k}:N,DEPTH" for k in SEQUOIA_KINDS},
-         "jacobi": JACOBI_FORM}
+         "jacobi": JACOBI_COUPLED_FORM, "pac": PAC_FORM}
 R2_FORMS = "static:NAME, chain:N, sequoia:N,DEPTH, sequoia-lossless:N,DEPTH, costaware:N,DEPTH[,q], jacobi:L"
 
 Acceptance = Sequence[float] | Callable[[ChildSelector, Relax], Sequence[float]]
@@ -148,7 +151,9 @@ def _parse(spec: str, *, relax: Relax | None = None, neighbours: Neighbours = No
         if kind == "ddd":
             return _ddd(args, text)
         if kind == "jacobi":
-            return JacobiWindow.parse(args)
+            return parse_jacobi(args)
+        if kind == "pac":
+            return parse_pac(args)
         if kind in LATENT_KINDS:
             return _latent(kind, args, text, relax, neighbours, probe)
         return _sequoia(kind, args, text, relax, neighbours, acceptance, cost, probe)
@@ -214,7 +219,7 @@ def draws_children(spec: str) -> bool:
     """Whether the tree a spec names can draw its children from q without replacement (rule R2): the
     static trees that pick children by q (:data:`R2_FORMS`), decided from the spec alone."""
     kind = tree_kind(spec)
-    if kind in ("static", "chain", "jacobi"):
+    if kind in ("static", "chain", "jacobi", "pac"):
         return True
     if measures_acceptance(spec):
         return _selection_mode(kind, str(spec).strip().partition(":")[2])[0] == "q"
@@ -226,7 +231,7 @@ def draft_source(tree: str | TreePolicy | JacobiWindow | None) -> DraftSource:
     (``theory.verification.Verification.source_problem`` says whether it can)."""
     if tree is None or (isinstance(tree, str) and tree_kind(tree) == "ar"):
         return DraftSource.AR
-    if isinstance(tree, JacobiWindow) or (isinstance(tree, str) and tree_kind(tree) == "jacobi"):
+    if isinstance(tree, JacobiWindow) or (isinstance(tree, str) and tree_kind(tree) in ("jacobi", "pac")):
         return DraftSource.JACOBI
     draws = draws_children(tree) if isinstance(tree, str) else tree.supports_draws
     return DraftSource.DRAWN if draws else DraftSource.RANKED
