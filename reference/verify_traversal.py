@@ -329,7 +329,7 @@ class _TraversalState:
         self.Q = self.Qz / seqsum(self.Qz).unsqueeze(-1)  # rows of leaves are never read
         self.alpha = torch.ones(n, dtype=p.dtype, device=p.device)
         self.b = torch.zeros(n, dtype=p.dtype, device=p.device)
-        self.left = torch.full((n,), boost.delta if boost.kind == "budget" else 0.0, dtype=p.dtype,
+        self.left = torch.full((n,), boost.tv if boost.kind == "budget" else 0.0, dtype=p.dtype,
                                device=p.device)
         self.excess = torch.zeros(n, dtype=p.dtype, device=p.device)
 
@@ -442,7 +442,7 @@ def _standard_residual(r: torch.Tensor, qp: torch.Tensor) -> torch.Tensor:
 def budget_r2_step(tree: Tree, p: torch.Tensor, q: torch.Tensor, u_accept: torch.Tensor, u_draw: torch.Tensor,
                    *, boost: Boost, neighbours: torch.Tensor, link: HostLink) -> tuple[np.ndarray, int]:
     """One budgeted-R2 step (SPEC 9.5): decision for decision ``theory.budget.sample_budget_r2_step`` with
-    the same uniforms; every node has its own budget ``boost.delta``.
+    the same uniforms; every node has its own budget ``boost.tv``.
 
     Parameters as :func:`traversal_step` (``neighbours``: the (V, >= k) long table on p's device). Every
     internal node's stages run batched (one pass per draw index) and the step costs one host read.
@@ -452,7 +452,7 @@ def budget_r2_step(tree: Tree, p: torch.Tensor, q: torch.Tensor, u_accept: torch
     (path, token): the accepted nodes from the root (int64) and the emitted token.
     """
     if not isinstance(boost, Boost) or boost.kind != "budget":
-        raise ValueError(f"budget_r2_step needs a budget boost (Boost.budget(delta, k)), got {boost!r}")
+        raise ValueError(f"budget_r2_step needs a budget boost (Boost.budget(tv, k)), got {boost!r}")
     nb, _ = _check_step(tree, p, q, u_accept, u_draw, boost, neighbours, None)
     n = tree.size
     kids = [tree.children(u) for u in range(n)]
@@ -475,7 +475,7 @@ def budget_r2_step(tree: Tree, p: torch.Tensor, q: torch.Tensor, u_accept: torch
     token = torch.zeros(n, dtype=torch.long, device=p.device)
     if m:
         r, qz = p[I].clone(), q[I].clone()
-        left = torch.full((m,), boost.delta, dtype=p.dtype, device=p.device)
+        left = torch.full((m,), boost.tv, dtype=p.dtype, device=p.device)
         chosen = torch.full((m,), -1, dtype=torch.long, device=p.device)
         for hr, hc, ht in stages:
             rows, child, toks = pack.get(hr), pack.get(hc), pack.get(ht)

@@ -198,7 +198,7 @@ def boost_key(boost: Boost | str, rule: str = "r2") -> str | None:
 
 
 def boost_label(boost: Boost | str) -> str:
-    """``GSD G=10,tau=0.3,dist=1``, ``Cool-SD omega=2.5/1.5``, ``budget delta=0.05,k=8``: the family and
+    """``GSD G=10,tau=0.3,dist=1``, ``Cool-SD omega=2.5/1.5``, ``budget tv=0.05,k=8``: the family and
     every parameter of the canonical spec, so two boosts never share a label; ``""`` for no boost."""
     b = Boost.parse(boost) if isinstance(boost, str) else boost
     return "" if b.is_none else f"{_BOOST_NAMES[b.kind]} {str(b).partition(':')[2]}"

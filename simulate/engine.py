@@ -18,7 +18,7 @@ compare with; it costs about one extra softmax row per tree node.
 ``run(..., boost=Boost)`` boosts R2's sampled-draft test (GSD's group or
 Cool-SD's depth-scaled acceptance, SPEC 9.2-9.3; GSD reads the world's
 ``embedding()``); the step's TV is then the exact TV of the stages tested
-(SPEC 9.4). The budget boost (``budget:delta=..,k=..``, SPEC 9.5) merges the
+(SPEC 9.4). The budget boost (``budget:tv=..,k=..``, SPEC 9.5) merges the
 world's neighbour table (as a LANTERN relaxation reads it) within a budget of
 delta per node; the step's TV is the sum of the charges of the stages its
 path's nodes tested (each node's sum is at most delta, docs/theory.md 14.1).

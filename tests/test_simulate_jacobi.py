@@ -218,7 +218,7 @@ class _BareTrace(TraceWorld):
 @pytest.mark.parametrize("kwargs, match", [
     ({"rule": "r1"}, "needs rule r2"), ({"rule": "r3"}, "needs rule r2"),
     ({"relax": Relax.additive(4, 0.1)}, "no LANTERN relaxation"),
-    ({"boost": Boost.budget(0.1, 4)}, "budget:delta=0.1,k=4 merges .* needs a neighbour table"),
+    ({"boost": Boost.budget(0.1, 4)}, "budget:tv=0.1,k=4 merges .* needs a neighbour table"),
     ({"world": StationaryWorld(P8, P8), "boost": Boost.group(3)}, "no embedding table"),
     ({"world": _BareTrace()}, "TraceWorld"),
 ])

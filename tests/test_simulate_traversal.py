@@ -295,13 +295,13 @@ def test_r4_and_the_budget_in_the_testing_api():
 # ---------------------------------------------------------------- the sweep
 def test_sweep_runs_r4_and_budgets_and_names_what_it_skips(tmp_path):
     grid = {"worlds": ["ambiguous"], "trees": ["chain:3", "eagle2:4,2,8"], "rules": ["r2", "r4"],
-            "relaxations": ["none", "additive:k=8,delta=0.1"], "boosts": ["none", "budget:delta=0.05,k=8"],
+            "relaxations": ["none", "additive:k=8,delta=0.1"], "boosts": ["none", "budget:tv=0.05,k=8"],
             "n_sequences": 1, "seq_len": 8, "world_overrides": {"vocab_size": 300, "n_clusters": 20}}
     cfg = SweepConfig.from_dict(grid)
     got = {(j.tree, j.rule, str(j.relax), str(j.boost)) for j in jobs(cfg)}
     assert got == {("chain:3", "r2", "none", "none"), ("chain:3", "r2", "additive:k=8,delta=0.1", "none"),
-                   ("chain:3", "r4", "none", "none"), ("chain:3", "r2", "none", "budget:delta=0.05,k=8"),
-                   ("chain:3", "r4", "none", "budget:delta=0.05,k=8")}
+                   ("chain:3", "r4", "none", "none"), ("chain:3", "r2", "none", "budget:tv=0.05,k=8"),
+                   ("chain:3", "r4", "none", "budget:tv=0.05,k=8")}
     lines = " | ".join(cfg.skipped())
     assert "skipped rule r4 on eagle2:4,2,8" in lines and "skipped rule r2 on eagle2:4,2,8" in lines
     assert "skipped rule r4 with relaxation additive:k=8,delta=0.1" in lines
@@ -310,7 +310,7 @@ def test_sweep_runs_r4_and_budgets_and_names_what_it_skips(tmp_path):
         rows = run_sweep(cfg, tmp_path / "r.csv", progress=False)
     tv = {(r["rule"], r["relax"], r["boost"]): float(r["tv_bound_per_token"]) for r in rows}
     assert tv[("r4", "none", "none")] == 0.0 and tv[("r2", "none", "none")] == 0.0
-    assert min(tv[(rule, "none", "budget:delta=0.05,k=8")] for rule in ("r2", "r4")) > 0.0
+    assert min(tv[(rule, "none", "budget:tv=0.05,k=8")] for rule in ("r2", "r4")) > 0.0
 
 
 # ---------------------------------------------------------------- bad input

@@ -81,7 +81,7 @@ def test_fields_of_a_parsed_spec() -> None:
     ("r5", "unknown rule or method 'r5'"),
     ("r1+gsd:G=3", "needs rule r2 or r4"),
     ("r4+lantern:k=3,delta=0.1", "takes no LANTERN relaxation"),
-    ("r2+budget:delta=0.1,k=3", "written tv="),
+    ("r2+budget:delta=0.1,k=3", "budget takes ('tv', 'k')"),
     ("r2+budget:tv=2,k=3", "in [0, 1]"),
     ("r1+foo:k=1", "unknown method 'foo'"),
     ("r2+lantern++:lam=5", "needs k"),

@@ -11,7 +11,7 @@ the acceptance to some a(x), usually >= a0(x), and keeps that residual:
   depth i, with omega = (omega_1, ..., omega_D) (the last value holds deeper),
   given as a list or by the paper's annealing schedule (:func:`cool_schedule`);
 - ``budget`` (ours, 9.5): the proximity boost scaled so that a node's total
-  distortion stays within ``delta`` (issue 15).
+  distortion stays within ``tv`` (issue 15).
 
 By SPEC 9.4 such a rule emits a law whose TV to p is exactly
 Delta = sum_x q(x) (a(x) - a0(x)) (:func:`boost_excess`); :func:`boosted_law`
@@ -24,7 +24,7 @@ A boost is written as a spec string: ``none``, ``gsd:G=10,tau=0.15,dist=0.5``
 (optional ``window=principled|official`` and ``embedding=token|codebook``),
 ``cool:omega=2/1.5/1.2`` (per-depth list, ``/``-separated), ``cool:delta=2``
 (the paper's schedule, optional ``nu=0.7`` and ``mu``: :func:`cool_schedule`) or
-``budget:delta=0.05,k=8``; ``str(Boost.parse(s))`` gives the canonical form, and
+``budget:tv=0.05,k=8``; ``str(Boost.parse(s))`` gives the canonical form, and
 numbers in it round-trip exactly.
 
 Sources of the GSD and Cool-SD details: docs/frontier_sources.md.
@@ -130,7 +130,9 @@ class Boost:
     window: str = "principled"
     embedding: str = "token"
     omega: tuple[float, ...] = ()
-    delta: float = 0.0
+    tv: float = 0.0
+    """The budget's total variation per node (SPEC 9.5's delta; ``tv`` here, as LANTERN's and Cool-SD's
+    ``delta`` are other quantities)."""
     k: int = 0
     anneal: tuple[float, ...] = ()
     """Cool-SD's schedule parameters (delta, nu, mu) when ``omega`` comes from :func:`cool_schedule`."""
@@ -167,11 +169,11 @@ class Boost:
                     raise ValueError(f"omega must be >= 1 at every depth, got {w!r} at depth {i + 1}")
             object.__setattr__(self, "omega", om)
         if self.kind == "budget":
-            if not (np.isfinite(self.delta) and 0.0 <= self.delta <= 1.0):
-                raise ValueError(f"budget delta must be in [0, 1], got {self.delta!r}")
+            if not (np.isfinite(self.tv) and 0.0 <= self.tv <= 1.0):
+                raise ValueError(f"budget tv must be in [0, 1], got {self.tv!r}")
             if isinstance(self.k, bool) or int(self.k) != self.k or self.k < 0:
                 raise ValueError(f"budget k must be a non-negative integer, got {self.k!r}")
-            object.__setattr__(self, "delta", float(self.delta))
+            object.__setattr__(self, "tv", float(self.tv))
             object.__setattr__(self, "k", int(self.k))
 
     @classmethod
@@ -198,9 +200,10 @@ class Boost:
         return cls("depth", anneal=(delta, nu, -nu if mu is None else mu))
 
     @classmethod
-    def budget(cls, delta: float, k: int) -> Boost:
-        """The budgeted relaxation of sampled drafts (SPEC 9.5)."""
-        return cls("budget", delta=delta, k=k)
+    def budget(cls, tv: float, k: int) -> Boost:
+        """The budgeted relaxation of sampled drafts (SPEC 9.5): TV per node <= ``tv``, merging x's ``k``
+        nearest latent neighbours."""
+        return cls("budget", tv=tv, k=k)
 
     @property
     def is_none(self) -> bool:
@@ -227,7 +230,7 @@ class Boost:
                 return s if mu == -nu else s + f",mu={format_number(mu)}"
             return "cool:omega=" + "/".join(format_number(w) for w in self.omega)
         if self.kind == "budget":
-            return f"budget:delta={self.delta:g},k={self.k}"
+            return f"budget:tv={format_number(self.tv)},k={self.k}"
         return "none"
 
     @classmethod
@@ -240,7 +243,7 @@ class Boost:
             raise ValueError(f"unknown boost {name!r} in {text!r}; expected one of {tuple(SPEC_NAMES)}")
         kind = SPEC_NAMES[name]
         allowed = {"none": (), "group": ("G", "tau", "dist", "window", "embedding"),
-                   "depth": ("omega", "delta", "nu", "mu"), "budget": ("delta", "k")}[kind]
+                   "depth": ("omega", "delta", "nu", "mu"), "budget": ("tv", "k")}[kind]
         args: dict[str, str] = {}
         for item in filter(None, rest.split(",")):
             key, eq, value = item.partition("=")
@@ -269,10 +272,10 @@ class Boost:
                     return cls.depth([float(w) for w in args["omega"].split("/")])
                 return cls.cool(float(args["delta"]), float(args.get("nu", COOL_NU)),
                                 float(args["mu"]) if "mu" in args else None)
-            missing = [key for key in ("delta", "k") if key not in args]
+            missing = [key for key in ("tv", "k") if key not in args]
             if missing:
                 raise ValueError(f"boost {text!r} needs {', '.join(missing)}")
-            return cls.budget(float(args["delta"]), int(args["k"]))
+            return cls.budget(float(args["tv"]), int(args["k"]))
         except ValueError as e:
             if str(e).startswith(("could not convert", "invalid literal")):
                 raise ValueError(f"bad number in boost {text!r}: {e}") from None

@@ -121,7 +121,7 @@ def check_step_boost(rule: str, relax: Relax, boost: Boost) -> None:
         raise ValueError(f"relax must be a relaxspec.theory.Relax, got {type(relax).__name__}")
     if rule == "r4" and not relax.is_exact:
         raise ValueError(f"rule r4 (traversal verification) takes no LANTERN relaxation (got {relax}): relax "
-                         "it with a boost (budget:delta=..,k=.., gsd:.., cool:..)")
+                         "it with a boost (budget:tv=..,k=.., gsd:.., cool:..)")
     if boost.is_none:
         return
     if rule not in SAMPLED_DRAFT_RULES:
@@ -165,7 +165,7 @@ class EncodedBoost:
     ``before`` / ``after`` (``theory.boost.window_extent``), ``fallback`` (x is tested alone when fewer
     than this many tokens rank below it: the official window's ``theory.boost.official_window_falls_back``,
     0 otherwise), ``tau``, ``dist``, the per-depth ``omega`` (float64, at least one entry), the
-    embedding ``emb`` (float64 C-contiguous (V, d); (1, 1) unused), the budget's ``delta`` (0 unused) and
+    embedding ``emb`` (float64 C-contiguous (V, d); (1, 1) unused), the budget's ``tv`` (0 unused) and
     the neighbour ``table`` it merges (int32 C-contiguous (V, k), its first k columns; (1, 0) unused)."""
 
     kind: int
@@ -176,15 +176,15 @@ class EncodedBoost:
     dist: float
     omega: np.ndarray
     emb: np.ndarray
-    delta: float = 0.0
+    tv: float = 0.0
     table: np.ndarray = field(default_factory=lambda: np.zeros((1, 0), dtype=np.int32))
 
     @property
     def args(self) -> tuple:
-        """Positional kernel tuple ``bs = (kind, before, after, fallback, tau, dist, omega, emb, delta,
+        """Positional kernel tuple ``bs = (kind, before, after, fallback, tau, dist, omega, emb, tv,
         table)``."""
         return (self.kind, self.before, self.after, self.fallback, self.tau, self.dist, self.omega, self.emb,
-                self.delta, self.table)
+                self.tv, self.table)
 
 
 def budget_table(boost: Boost, neighbours: np.ndarray | None, vocab_size: int) -> np.ndarray:
@@ -215,6 +215,6 @@ def encode_boost(rule: str, relax: Relax, boost: Boost = NO_BOOST, emb: np.ndarr
                             e)
     if boost.kind == "budget":
         return EncodedBoost(BOOST_CODES["budget"], 0, 0, 0, 0.0, 0.0, np.ones(1), np.zeros((1, 1)),
-                            boost.delta, budget_table(boost, neighbours, vocab_size))
+                            boost.tv, budget_table(boost, neighbours, vocab_size))
     omega = np.array(boost.omega if boost.kind == "depth" else (1.0,), dtype=np.float64)
     return EncodedBoost(BOOST_CODES[boost.kind], 0, 0, 0, 0.0, 0.0, omega, np.zeros((1, 1)))

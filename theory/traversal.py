@@ -26,7 +26,7 @@ Relaxed R4 (``boost``): the stage of node u that tests its i-th child (entered w
 tests a node of that child's subtree) has the excess Delta_{u,i} = sum_x Q_u(x) |min(1, alpha(u)
 b_u(x)) - min(1, alpha(u) P_u(x) / Q_u(x))| of SPEC 9.4; the step's TV is at most the expected sum of
 the Deltas of the stages it enters (docs/theory.md, section 12). The budget boost (SPEC 9.5,
-:mod:`theory.budget`) gives each node u its own budget delta for the Deltas of its stages.
+:mod:`theory.budget`) gives each node u its own budget tv for the Deltas of its stages.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class TraversalWalk:
                   for u in range(n)]
         self.alpha = np.ones(n)
         self.deleted = np.zeros(n, dtype=np.int64)  # deleted children of u: the first ones in draw order
-        self.left = np.full(n, boost.delta if boost.kind == "budget" else 0.0)  # budget per node
+        self.left = np.full(n, boost.tv if boost.kind == "budget" else 0.0)  # budget per node
         self.stage_excess = np.zeros(n)  # Delta of u's current stage
         self.entered = np.full(n, -1, dtype=np.int64)  # the last stage of u that a test entered
         self._recompute(0)

@@ -168,8 +168,6 @@ class Verification:
             return f"lantern:k={self.relax.k},delta={format_number(self.relax.delta)}"
         if self.relax.kind == "multiplicative":
             return f"lantern++:k={self.relax.k},lam={format_number(self.relax.lam)}"
-        if self.boost.kind == "budget":
-            return f"budget:tv={format_number(self.boost.delta)},k={self.boost.k}"
         return "" if self.boost.is_none else str(self.boost)
 
     def _body(self) -> str:
@@ -191,13 +189,6 @@ def _method_parts(method: str, text: str) -> tuple[Relax, Boost]:
     name = METHOD_ALIASES.get(name.strip(), name.strip())
     if name in RELAX_METHODS:
         return Relax.parse(f"{RELAX_METHODS[name]}{colon}{args}"), NO_BOOST
-    if name == "budget":
-        # the grammar calls the budget's per-node TV ``tv`` (``delta`` is LANTERN's merged-mass cap)
-        items = [item.strip() for item in args.split(",") if item.strip()]
-        if any(item.partition("=")[0].strip() == "delta" for item in items):
-            raise ValueError(f"verification {text!r}: the budget's TV per node is written tv=..., not delta")
-        args = ",".join("delta=" + item.partition("=")[2] if item.partition("=")[0].strip() == "tv" else item
-                        for item in items)
     if name in BOOST_METHODS:
         return Relax.none(), Boost.parse(f"{BOOST_METHODS[name]}{colon}{args}")
     known = ", ".join([*RELAX_METHODS, *BOOST_METHODS])

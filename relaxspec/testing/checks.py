@@ -192,13 +192,13 @@ def boost_bound(boost: Boost, depth: int = 1,
     """The proved per-node TV bound of R2 boosted by ``boost`` (GSD, Cool-SD) for children at ``depth``,
     GSD reading ``embedding(V)``: SPEC 9.4 stage by stage, ``theory.node_outcome(p, m, rule="r2",
     boost=...).stage_tv`` averaged over the draw orders of the node's m children (exact for m = 1,
-    docs/theory.md section 11). The budget boost (SPEC 9.5) has the bound ``delta`` at every node
+    docs/theory.md section 11). The budget boost (SPEC 9.5) has the bound ``tv`` at every node
     (Theorem 14.1; for R4 at one node too, which is R2 there). Use it with
     ``TheoryRule("r2", boost=boost)`` or a port of it."""
     check_step_boost("r2", Relax.none(), boost)
     if boost.kind == "budget":
         def budget(node: S.Node) -> float:
-            return boost.delta
+            return boost.tv
 
         budget.__name__ = f"boost_bound({str(boost)!r})"
         return budget

@@ -36,7 +36,7 @@ Optional attributes tell the checks more (read with ``getattr``):
 (``simulate.verify_kernels.sample_node_r1_kernel`` / ``sample_node_r2_kernel``),
 which expose no law. Both take R2's boost (``theory.boost.Boost``: GSD, Cool-SD; SPEC
 9.2-9.3) for children at ``depth``, GSD reading the embedding ``embedding(V)``
-(default :func:`grid_embedding`), and the budget of SPEC 9.5 (``Boost.budget(delta, k)``:
+(default :func:`grid_embedding`), and the budget of SPEC 9.5 (``Boost.budget(tv, k)``:
 ``theory.budget`` and its kernel, merging the node's own table, at most its width of columns).
 Rule ``"r4"`` (traversal verification, SPEC 9.6) verifies the node as a one-level tree
 (``theory.traversal``; the kernel ``simulate.traversal_kernels``): the children are the root's,
@@ -90,7 +90,7 @@ def _node_boost(boost: Boost, neighbours: np.ndarray) -> Boost:
     """The budget reads at most the node table's width of neighbours (other boosts as they are)."""
     if boost.kind != "budget" or boost.k <= neighbours.shape[1]:
         return boost
-    return Boost.budget(boost.delta, int(neighbours.shape[1]))
+    return Boost.budget(boost.tv, int(neighbours.shape[1]))
 
 
 def _checked(rule: str, boost: Boost, depth: int, embedding: Callable[[int], np.ndarray], p: np.ndarray,
