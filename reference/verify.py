@@ -47,9 +47,9 @@ from relaxspec.reference.verify_ops import HostLink, draw_token, normalise_resid
 from relaxspec.theory.boost import OFFICIAL_BELOW, Boost, window_extent
 from relaxspec.theory.distributions import SUM_ATOL, TOP_P_TOL, logits_to_probs
 from relaxspec.theory.jacobi_sampler import check_window_size, window_tree
-from relaxspec.theory.relax import NO_RELAX, Relax
+from relaxspec.theory.relax import NO_RELAX, Relax, Variant
 from relaxspec.theory.rule_step import check_step_rule, own_oracle, step_neighbours
-from relaxspec.theory.rules import SAMPLED_DRAFT_RULES, boost_embedding, rows_read
+from relaxspec.theory.rules import SAMPLED_DRAFT_RULES, Rule, boost_embedding, rows_read
 from relaxspec.theory.stages import EXHAUSTION_CHECK
 from relaxspec.theory.tree import Tree
 
@@ -85,7 +85,7 @@ def merge_counts(r: torch.Tensor, total: torch.Tensor | None, x: torch.Tensor, r
         return x.new_zeros(m), r.new_zeros(m)
     k = relax.k
     cum = torch.cumsum(r.gather(1, rows[:, :k]), dim=1)
-    if relax.kind == "additive":
+    if relax.is_additive:
         bound = relax.delta * (total if total is not None else r.new_ones(m))
     else:
         bound = (relax.lam - 1.0) * r.gather(1, x[:, None])[:, 0]
@@ -170,8 +170,8 @@ class DeviceVerifier:
             raise ValueError(f"mode 'host' runs NumPy's kernels on the tensors: it needs a CPU device, not "
                              f"{self.device}")
         self.link = HostLink()
-        reads_table = boost.kind == "budget" or not relax.is_exact
-        needed = boost.k if boost.kind == "budget" else rows_read(relax, variant)
+        reads_table = boost.uses_budget or not relax.is_exact
+        needed = boost.k if boost.uses_budget else rows_read(relax, variant)
         if isinstance(neighbours, torch.Tensor) and neighbours.ndim == 2:
             neighbours = neighbours[:, :needed]  # the columns the rule reads, all a copy needs
         host = self._to_host(neighbours, "neighbour table", reads_table)
@@ -181,7 +181,7 @@ class DeviceVerifier:
             raise ValueError(f"the neighbour table holds token ids outside [0, {V}) (from {cols.min()} to "
                              f"{cols.max()}): it belongs to another codebook, or is corrupt")
         self.table = torch.as_tensor(cols, device=self.device) if reads_table else None
-        emb = boost_embedding(boost, self._to_host(embedding, "embedding table", boost.kind == "group"), V)
+        emb = boost_embedding(boost, self._to_host(embedding, "embedding table", boost.reads_embedding), V)
         self.embedding = None if emb is None else torch.as_tensor(emb, dtype=dtype, device=self.device)
 
     def _to_host(self, table: np.ndarray | torch.Tensor | None, name: str, read: bool) -> np.ndarray | None:
@@ -278,10 +278,10 @@ class DeviceVerifier:
         if own_oracle(self.rule, self.boost):
             Q = self._sampled_rows(q, n)
             return self._own_oracle_step(tree, P, Q, ua, ud)
-        if self.rule == "r3":
+        if self.rule == Rule.R3:
             return self._greedy_step(tree, P, [*self._uniform_flags(ua, ud)])
         Q = None
-        if self.rule == "r2" and n > 1:
+        if self.rule == Rule.R2 and n > 1:
             if q is None:
                 raise ValueError("rule r2 needs the draft distribution q (the draft row of every node with "
                                  "children)")
@@ -357,8 +357,8 @@ class DeviceVerifier:
         if np.any((kids >= 0) != listed) or np.any(kids >= V):
             raise ValueError(f"children must list token ids in [0, {V}) first, padded with -1 at the end")
         P = self._rows(p, m, "p")
-        Q = self._rows(q, m, "q") if self.rule == "r2" and K else None
-        if self.rule == "r2" and K and q is None:
+        Q = self._rows(q, m, "q") if self.rule == Rule.R2 and K else None
+        if self.rule == Rule.R2 and K and q is None:
             raise ValueError("rule r2 needs the draft distribution q")
         uk = self._uniforms(u_accept, (m, K), "u_accept")
         ud = self._uniforms(u_draw, m, "u_draw")
@@ -368,7 +368,7 @@ class DeviceVerifier:
         dev = self.device
         kt = torch.as_tensor(np.where(listed, kids, 0).astype(np.int64), device=dev)
         listed_t = torch.as_tensor(listed, device=dev)
-        if self.rule == "r3":
+        if self.rule == Rule.R3:
             index, token = self._greedy_nodes(P, kt, listed_t)
         else:
             omega = torch.tensor([self.boost.omega_at(int(t)) for t in d], dtype=self.dtype, device=dev)
@@ -478,8 +478,8 @@ class DeviceVerifier:
                          ud: torch.Tensor) -> tuple[np.ndarray, int]:
         from relaxspec.reference import verify_traversal  # written alongside; imported when first needed
 
-        table = self.table if self.boost.kind == "budget" else None
-        if self.rule == "r4":
+        table = self.table if self.boost.uses_budget else None
+        if self.rule == Rule.R4:
             path, token = verify_traversal.traversal_step(tree, P, Q, ua, ud, boost=self.boost,
                                                           neighbours=table, emb=self.embedding,
                                                           link=self.link)
@@ -667,7 +667,7 @@ class DeviceVerifier:
         active = [int(np.count_nonzero(counts > i)) for i in range(K)]
         o = torch.as_tensor(order, device=dev)
         kt_o, uk_o = kt[o], uk[o]
-        if self.rule == "r1":
+        if self.rule == Rule.R1:
             event, bad, r = self._r1_stages(P[o], kt_o, active, uk_o, relax, variant)
         else:
             event, bad, r = self._r2_stages(P[o], Q[o], kt_o, active, uk_o, relax, variant, omega[o])
@@ -701,7 +701,7 @@ class DeviceVerifier:
             if relax.is_exact:
                 nb = rows[:, :0]
                 valid = torch.ones((a_rows, 0), dtype=torch.bool, device=r.device)
-            elif variant == "official":
+            elif variant == Variant.OFFICIAL:
                 nb = rows
                 valid = (J >= 1)[:, None].expand(-1, nb.shape[1])
             else:
@@ -745,10 +745,10 @@ class DeviceVerifier:
             ri = r[:a_rows]
             rx = ri.gather(1, x[:, None])[:, 0]
             qx = qp.gather(1, x[:, None])[:, 0]
-            if self.boost.kind == "group":
+            if self.boost.reads_embedding:
                 a = torch.clamp(self._group_ratio(ri, qp, x), max=1.0)
                 res = torch.clamp(ri - qp, min=0.0)
-            elif self.boost.kind == "depth":
+            elif self.boost.scales_by_depth:
                 a = torch.clamp(omega[:a_rows] * rx / qx, max=1.0)
                 res = torch.clamp(ri - qp, min=0.0)
             else:
@@ -771,7 +771,7 @@ class DeviceVerifier:
             return a, torch.clamp(r.scatter(1, x[:, None], (rx + c)[:, None]) - qp, min=0.0)
         pad = torch.full_like(rows, V)  # column V of the mask: a write that zeroes nothing
         mask = torch.zeros((m, V + 1), dtype=torch.bool, device=r.device)
-        if variant == "official":
+        if variant == Variant.OFFICIAL:
             mask.scatter_(1, torch.where((J >= 1)[:, None], rows, pad), True)
             return a, torch.clamp(r - torch.where(mask[:, :V], 0.0, qp), min=0.0)
         nb = rows[:, : relax.k]
@@ -794,7 +794,7 @@ class DeviceVerifier:
         offset = torch.arange(-before, after + 1, device=dev)[None]
         at = rx_rank + offset
         inside = (at >= 0) & (at < V)
-        if boost.window == "official":
+        if boost.official_window:
             alone = V - 1 - rx_rank < OFFICIAL_BELOW
             inside &= ~alone | (offset == 0)
         cand = order.gather(1, at.clamp(0, V - 1))

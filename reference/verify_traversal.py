@@ -70,7 +70,7 @@ def _check_step(tree: Tree, p: torch.Tensor, q: torch.Tensor, u_accept: torch.Te
             raise ValueError(f"{name} is on {t.device}, but p is on {device}: every input must be on one "
                              "device")
     nb = None
-    if boost.kind == "budget":
+    if boost.uses_budget:
         if neighbours is None:
             raise ValueError(f"boost {boost} merges the mass of latent neighbours: it needs a neighbour "
                              "table")
@@ -83,7 +83,7 @@ def _check_step(tree: Tree, p: torch.Tensor, q: torch.Tensor, u_accept: torch.Te
             raise ValueError(f"the neighbour table is on {neighbours.device}, but p is on {device}")
         nb = neighbours[:, : boost.k]
     e = None
-    if boost.kind == "group":
+    if boost.reads_embedding:
         if emb is None:
             raise ValueError(f"boost {boost} (group acceptance) needs an embedding table of the {V} tokens")
         if (not isinstance(emb, torch.Tensor) or emb.ndim != 2 or emb.shape[0] != V
@@ -214,7 +214,7 @@ def _group_ratios(P: torch.Tensor, Q: torch.Tensor, rows: torch.Tensor, toks: to
     r = rank[rows, toks]
     pos = r.unsqueeze(-1) + offsets
     inside = (pos >= 0) & (pos < V)
-    if boost.window == "official":
+    if boost.official_window:
         alone = (V - 1 - r) < OFFICIAL_BELOW
         inside &= ~alone.unsqueeze(-1) | (offsets == 0)
     y = order[rows.unsqueeze(-1), pos.clamp(0, V - 1)]
@@ -231,9 +231,9 @@ def edge_ratios(P: torch.Tensor, Q: torch.Tensor, rows: torch.Tensor, toks: torc
                 omega: float, emb: torch.Tensor | None) -> torch.Tensor:
     """``theory.traversal.edge_ratio`` for edges to drafted ``toks`` from rows ``rows`` of P, Q (lossless,
     Cool-SD with factor ``omega``, or GSD)."""
-    if boost.kind == "group":
+    if boost.reads_embedding:
         return _group_ratios(P, Q, rows, toks, boost, emb)
-    if boost.kind == "depth":
+    if boost.scales_by_depth:
         return omega * P[rows, toks] / Q[rows, toks]
     return P[rows, toks] / Q[rows, toks]
 
@@ -329,14 +329,14 @@ class _TraversalState:
         self.Q = self.Qz / seqsum(self.Qz).unsqueeze(-1)  # rows of leaves are never read
         self.alpha = torch.ones(n, dtype=p.dtype, device=p.device)
         self.b = torch.zeros(n, dtype=p.dtype, device=p.device)
-        self.left = torch.full((n,), boost.tv if boost.kind == "budget" else 0.0, dtype=p.dtype,
+        self.left = torch.full((n,), boost.tv if boost.uses_budget else 0.0, dtype=p.dtype,
                                device=p.device)
         self.excess = torch.zeros(n, dtype=p.dtype, device=p.device)
 
     def _stage(self, lv: _Level) -> None:
         """The stages of ``lv.nodes``: the ratios of their live children (and the budget's Deltas)."""
         nodes, rows, toks = self.pack.get(lv.nodes), self.pack.get(lv.rows), self.pack.get(lv.tokens)
-        if self.boost.kind == "budget":
+        if self.boost.uses_budget:
             st = budget_stages(self.P[nodes], self.Q[nodes], self.alpha[nodes], self.left[nodes], self.nb)
             self.b[self.pack.get(lv.edges)] = st.ratio[rows, toks]
             self.excess[nodes] = st.charge
@@ -352,7 +352,7 @@ class _TraversalState:
         """alpha over a live subtree, top-down. A node's stage changes with its P and Q (only the subtree's
         root's: ``all_stages`` False) or, for the budget, with its alpha (every node's)."""
         for i, lv in enumerate(levels):
-            if i == 0 or all_stages or self.boost.kind == "budget":
+            if i == 0 or all_stages or self.boost.uses_budget:
                 self._stage(lv)
             self._propagate(lv)
 
@@ -363,7 +363,7 @@ class _TraversalState:
         res = torch.clamp(a * self.P[u] - self.Q[u], min=0.0)
         S = seqsum(res)
         self.P[u] = torch.where(S > 0.0, res / S, torch.full_like(res, 1.0 / self.V))
-        if self.boost.kind == "budget":
+        if self.boost.uses_budget:
             self.left[u] = self.left[u] - self.excess[u]
         if rej.levels:  # u keeps live children: its draft residual is read again
             self.Qz[u, token] = 0.0
@@ -451,7 +451,7 @@ def budget_r2_step(tree: Tree, p: torch.Tensor, q: torch.Tensor, u_accept: torch
     -------
     (path, token): the accepted nodes from the root (int64) and the emitted token.
     """
-    if not isinstance(boost, Boost) or boost.kind != "budget":
+    if not isinstance(boost, Boost) or not boost.uses_budget:
         raise ValueError(f"budget_r2_step needs a budget boost (Boost.budget(tv, k)), got {boost!r}")
     nb, _ = _check_step(tree, p, q, u_accept, u_draw, boost, neighbours, None)
     n = tree.size

@@ -16,7 +16,7 @@ from relaxspec.core.trees import Eagle2Tree, StaticTree
 from relaxspec.core.trees.jacobi import JacobiWindow
 from relaxspec.simulate.engine import STEP_FIELDS, _outputs, run
 from relaxspec.simulate.jacobi import run_windows
-from relaxspec.simulate.verify import RuleSpec, step_expectation, verify_step
+from relaxspec.simulate.verify import step_expectation, verify_step
 from relaxspec.simulate.worlds import LatentWorld, StationaryWorld
 from relaxspec.sweep import SweepConfig, jobs, run_sweep
 from relaxspec.testing import (
@@ -35,6 +35,7 @@ from relaxspec.theory.budget import budget_r2_step_ends, sample_budget_r2_step
 from relaxspec.theory.sampled_trees import PrefixModel, draw_sampled_tree, r2_step_ends, step_law
 from relaxspec.theory.sampler import draw_without_replacement
 from relaxspec.theory.traversal import sample_traversal_step, traversal_ends
+from relaxspec.theory.verification import Verification
 
 ALPHA = 1e-6
 BOOSTS = [Boost.none(), Boost.depth([2.5, 1.5]), Boost.group(10, tau=0.3, dist=1.0), Boost.budget(0.05, 4)]
@@ -268,7 +269,7 @@ def test_r4_is_lossless_in_a_stationary_world():
         stream += [int(t) for t in tree.tokens[path[1:]]] + [bonus]
     L = 4
     world = StationaryWorld(p, q)
-    spec = RuleSpec.make("r4", Relax.none(), None, V)
+    spec = Verification("r4").encode(V)
     out = _outputs(48, 200)
     seqs = run_windows(world, JacobiWindow(L), spec, Boost.none(), out, seq_len=200, temperature=1.0, seed=9,
                        threads=None, backend="numba", exact=False)

@@ -32,6 +32,7 @@ Sources of the GSD and Cool-SD details: docs/frontier_sources.md.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -41,8 +42,27 @@ from relaxspec.theory.distributions import validate_distribution
 from relaxspec.theory.relax import Relax
 from relaxspec.theory.stages import r2_stage, seqsum
 
-BOOST_KINDS = ("none", "group", "depth", "budget")
-SPEC_NAMES = {"none": "none", "gsd": "group", "cool": "depth", "budget": "budget"}
+
+class BoostKind(enum.StrEnum):
+    """The boosts of a sampled-draft test (SPEC 9.2-9.5; a ``StrEnum``: a member equals its name)."""
+
+    def __repr__(self) -> str:  # the spelling it is written and parsed with, as before it was an enum
+        return repr(self.value)
+
+    NONE = "none"
+    """The standard test a0(x) = min(1, p(x)/q(x))."""
+    GROUP = "group"
+    """GSD (9.2): the acceptance of x's group C(x), read from an embedding table."""
+    DEPTH = "depth"
+    """Cool-SD (9.3): min(1, omega_i p(x)/q(x)) at depth i."""
+    BUDGET = "budget"
+    """The budgeted relaxation (9.5): the stages of a node share a TV budget ``tv``."""
+
+
+BOOST_KINDS = tuple(BoostKind)
+SPEC_NAMES = {"none": BoostKind.NONE, "gsd": BoostKind.GROUP, "cool": BoostKind.DEPTH,
+              "budget": BoostKind.BUDGET}
+"""Grammar name -> kind."""
 WINDOWS = ("principled", "official")
 EMBEDDINGS = ("token", "codebook")
 OFFICIAL_BELOW, OFFICIAL_ABOVE = 7, 6
@@ -123,7 +143,7 @@ class Boost:
     """How a sampled-draft test is boosted; build with :meth:`none`, :meth:`group`, :meth:`depth`,
     :meth:`budget` or :meth:`parse`."""
 
-    kind: str = "none"
+    kind: BoostKind = BoostKind.NONE
     group_size: int = 0
     tau: float = 0.0
     dist: float = 0.0
@@ -139,8 +159,10 @@ class Boost:
 
     def __post_init__(self) -> None:
         if self.kind not in BOOST_KINDS:
-            raise ValueError(f"unknown boost kind {self.kind!r}; expected one of {BOOST_KINDS}")
-        if self.kind == "group":
+            raise ValueError(f"unknown boost kind {self.kind!r}; expected one of "
+                             f"{tuple(str(k) for k in BOOST_KINDS)}")
+        object.__setattr__(self, "kind", BoostKind(self.kind))
+        if self.reads_embedding:
             G = self.group_size
             if isinstance(G, bool) or int(G) != G or G < 1:
                 raise ValueError(f"group size G must be an integer >= 1, got {G!r}")
@@ -151,7 +173,7 @@ class Boost:
                 raise ValueError(f"unknown group window {self.window!r}; expected one of {WINDOWS}")
             if self.embedding not in EMBEDDINGS:
                 raise ValueError(f"unknown embedding {self.embedding!r}; expected one of {EMBEDDINGS}")
-        if self.kind == "depth":
+        if self.scales_by_depth:
             if self.anneal:
                 if len(self.anneal) != 3:
                     raise ValueError(f"anneal must be (delta, nu, mu), got {self.anneal!r}")
@@ -168,7 +190,7 @@ class Boost:
                 if not (np.isfinite(w) and w >= 1.0):
                     raise ValueError(f"omega must be >= 1 at every depth, got {w!r} at depth {i + 1}")
             object.__setattr__(self, "omega", om)
-        if self.kind == "budget":
+        if self.uses_budget:
             if not (np.isfinite(self.tv) and 0.0 <= self.tv <= 1.0):
                 raise ValueError(f"budget tv must be in [0, 1], got {self.tv!r}")
             if isinstance(self.k, bool) or int(self.k) != self.k or self.k < 0:
@@ -185,51 +207,73 @@ class Boost:
     def group(cls, G: int, tau: float = GSD_TAU, dist: float = GSD_DIST, *, window: str = "principled",
               embedding: str = "token") -> Boost:
         """GSD's group acceptance (SPEC 9.2)."""
-        return cls("group", group_size=G, tau=tau, dist=dist, window=window, embedding=embedding)
+        return cls(BoostKind.GROUP, group_size=G, tau=tau, dist=dist, window=window, embedding=embedding)
 
     @classmethod
     def depth(cls, omega: Sequence[float] | float) -> Boost:
         """Cool-SD's depth-scaled acceptance with per-depth factors ``omega`` (SPEC 9.3)."""
         om = (omega,) if np.isscalar(omega) else tuple(omega)
-        return cls("depth", omega=om)
+        return cls(BoostKind.DEPTH, omega=om)
 
     @classmethod
     def cool(cls, delta: float, nu: float = COOL_NU, mu: float | None = None) -> Boost:
         """Cool-SD's annealed schedule omega_i = max(1, delta exp(-nu i - mu)) (:func:`cool_schedule`;
         ``mu`` defaults to -nu, so that omega_1 = delta)."""
-        return cls("depth", anneal=(delta, nu, -nu if mu is None else mu))
+        return cls(BoostKind.DEPTH, anneal=(delta, nu, -nu if mu is None else mu))
 
     @classmethod
     def budget(cls, tv: float, k: int) -> Boost:
         """The budgeted relaxation of sampled drafts (SPEC 9.5): TV per node <= ``tv``, merging x's ``k``
         nearest latent neighbours."""
-        return cls("budget", tv=tv, k=k)
+        return cls(BoostKind.BUDGET, tv=tv, k=k)
 
     @property
     def is_none(self) -> bool:
-        return self.kind == "none"
+        """True for the standard (unboosted) test."""
+        return self.kind is BoostKind.NONE
+
+    @property
+    def reads_embedding(self) -> bool:
+        """True for GSD: x's group C(x) reads an embedding table (SPEC 9.2)."""
+        return self.kind is BoostKind.GROUP
+
+    @property
+    def scales_by_depth(self) -> bool:
+        """True for Cool-SD: the ratio is scaled by omega_i at depth i (SPEC 9.3)."""
+        return self.kind is BoostKind.DEPTH
+
+    @property
+    def official_window(self) -> bool:
+        """True for GSD's published window (6 ranks above x, 7 below, x alone near the bottom: SPEC 9.2)."""
+        return self.reads_embedding and self.window == "official"
+
+    @property
+    def uses_budget(self) -> bool:
+        """True for the budgeted relaxation: a node's stages share its TV budget ``tv`` (SPEC 9.5), so its
+        acceptance depends on the node's history (theory.budget walks it, not stage by stage)."""
+        return self.kind is BoostKind.BUDGET
 
     def omega_at(self, depth: int) -> float:
         """omega_i for a draft at ``depth`` >= 1 (the last factor holds beyond the list)."""
-        if self.kind != "depth":
+        if not self.scales_by_depth:
             return 1.0
         return self.omega[min(max(int(depth), 1), len(self.omega)) - 1]
 
     def __str__(self) -> str:
-        if self.kind == "group":
+        if self.reads_embedding:
             s = f"gsd:G={self.group_size},tau={format_number(self.tau)},dist={format_number(self.dist)}"
             if self.window != "principled":
                 s += f",window={self.window}"
             if self.embedding != "token":
                 s += f",embedding={self.embedding}"
             return s
-        if self.kind == "depth":
+        if self.scales_by_depth:
             if self.anneal:
                 delta, nu, mu = self.anneal
                 s = f"cool:delta={format_number(delta)},nu={format_number(nu)}"
                 return s if mu == -nu else s + f",mu={format_number(mu)}"
             return "cool:omega=" + "/".join(format_number(w) for w in self.omega)
-        if self.kind == "budget":
+        if self.uses_budget:
             return f"budget:tv={format_number(self.tv)},k={self.k}"
         return "none"
 
@@ -242,8 +286,8 @@ class Boost:
         if name not in SPEC_NAMES:
             raise ValueError(f"unknown boost {name!r} in {text!r}; expected one of {tuple(SPEC_NAMES)}")
         kind = SPEC_NAMES[name]
-        allowed = {"none": (), "group": ("G", "tau", "dist", "window", "embedding"),
-                   "depth": ("omega", "delta", "nu", "mu"), "budget": ("tv", "k")}[kind]
+        allowed = {BoostKind.NONE: (), BoostKind.GROUP: ("G", "tau", "dist", "window", "embedding"),
+                   BoostKind.DEPTH: ("omega", "delta", "nu", "mu"), BoostKind.BUDGET: ("tv", "k")}[kind]
         args: dict[str, str] = {}
         for item in filter(None, rest.split(",")):
             key, eq, value = item.partition("=")
@@ -254,15 +298,15 @@ class Boost:
                 raise ValueError(f"key {key!r} repeated in boost {text!r}")
             args[key] = value.strip()
         try:
-            if kind == "none":
+            if kind is BoostKind.NONE:
                 return cls.none()
-            if kind == "group":
+            if kind is BoostKind.GROUP:
                 if "G" not in args:
                     raise ValueError(f"boost {text!r} needs G")
                 return cls.group(int(args["G"]), float(args.get("tau", GSD_TAU)),
                                  float(args.get("dist", GSD_DIST)), window=args.get("window", "principled"),
                                  embedding=args.get("embedding", "token"))
-            if kind == "depth":
+            if kind is BoostKind.DEPTH:
                 if ("omega" in args) == ("delta" in args):
                     raise ValueError(f"boost {text!r} needs either omega (a per-depth list) or delta "
                                      "(Cool-SD's schedule), not both")
@@ -411,11 +455,11 @@ def onehot_acceptance(p: np.ndarray, boost: Boost, *, depth: int = 1, emb: np.nd
     :func:`boosted_acceptance` gives for each x (the group mass summed in rank order, sequentially).
     This is a fresh Jacobi token's acceptance (SPEC 9.1); O(V G) for GSD."""
     p = validate_distribution(p, name="p")
-    if boost.kind == "budget":
+    if boost.uses_budget:
         raise ValueError("the budget boost depends on the node's stages; use the tree walk")
-    if boost.kind == "depth":
+    if boost.scales_by_depth:
         return np.minimum(1.0, boost.omega_at(depth) * p)
-    if boost.kind != "group":
+    if not boost.reads_embedding:
         return p.copy()
     if emb is None:
         raise ValueError("group acceptance needs an embedding table")
@@ -426,7 +470,7 @@ def onehot_acceptance(p: np.ndarray, boost: Boost, *, depth: int = 1, emb: np.nd
     rank[order] = np.arange(V)
     tokens = np.arange(V)
     before, after = window_extent(boost.group_size, boost.window)
-    alone = (official_window_falls_back(rank, V) if boost.window == "official"
+    alone = (official_window_falls_back(rank, V) if boost.official_window
              else np.zeros(V, dtype=bool))
     mass = np.zeros(V)
     for offset in range(-before, after + 1):  # the window in rank order, as group_members lists it
@@ -447,14 +491,14 @@ def boosted_acceptance(p: np.ndarray, q: np.ndarray, x: int, boost: Boost, *, de
     the node's history and lives with the tree walk); ``order``: :func:`rank_order` of p if known."""
     if q[x] <= 0.0:
         raise ValueError(f"drafted token {x} has zero draft probability")
-    if boost.kind == "group":
+    if boost.reads_embedding:
         if emb is None:
             raise ValueError("group acceptance needs an embedding table")
         C = group_members(p, x, emb, boost, order)
         return min(1.0, seqsum(p[C]) / seqsum(q[C]))
-    if boost.kind == "depth":
+    if boost.scales_by_depth:
         return min(1.0, boost.omega_at(depth) * p[x] / q[x])
-    if boost.kind == "budget":
+    if boost.uses_budget:
         raise ValueError("the budget boost depends on the node's stages; use the tree walk")
     return min(1.0, p[x] / q[x])
 
@@ -464,12 +508,12 @@ def acceptance_vector(p: np.ndarray, q: np.ndarray, boost: Boost, *, depth: int 
     """a(x) for every x with q(x) > 0 (1 elsewhere): the input of :func:`boosted_law`."""
     p = validate_distribution(p, name="p")
     q = validate_distribution(q, name="q", size=p.size)
-    if boost.kind == "group":
+    if boost.reads_embedding:
         if emb is None:
             raise ValueError("group acceptance needs an embedding table")
         emb = check_embedding(emb, p.size)
     a = np.ones(p.size)
-    order = rank_order(p) if boost.kind == "group" else None
+    order = rank_order(p) if boost.reads_embedding else None
     for x in np.flatnonzero(q > 0):
         a[x] = boosted_acceptance(p, q, int(x), boost, depth=depth, emb=emb, order=order)
     return a

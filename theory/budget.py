@@ -49,7 +49,7 @@ def check_budget(boost: Boost, neighbours: np.ndarray | None, vocab_size: int,
     (empty when k = 0).
 
     ``rows``: the tokens whose rows the rule reads (default: all)."""
-    if not isinstance(boost, Boost) or boost.kind != "budget":
+    if not isinstance(boost, Boost) or not boost.uses_budget:
         raise ValueError(f"expected a budget boost (Boost.budget(tv, k)), got {boost!r}")
     # Relax.additive(k, 1) only names the k columns the table must have (neighbour_rows' check and
     # message); its cap plays no part in eps (proximity_masses).

@@ -109,7 +109,7 @@ def jacobi_kept_chain(p: np.ndarray, window: int, *, fresh: str = "uniform", boo
     L = check_window_size(window)
     check_fresh(fresh)
     emb = check_window_boost(boost, emb, p.size)
-    if boost.kind == "depth":
+    if boost.scales_by_depth:
         acc = np.array([onehot_acceptance(p, boost, depth=m) for m in range(1, L + 1)])
     else:
         acc = np.broadcast_to(onehot_acceptance(p, boost, emb=emb), (L, p.size))
@@ -203,7 +203,7 @@ class _Enumerator:
         return self.rows[qid]
 
     def _depth(self, j: int) -> int:
-        return j if self.boost.kind == "depth" else 1
+        return j if self.boost.scales_by_depth else 1
 
     def test(self, ctx: int, token: int, qid: int, j: int) -> tuple[float, np.ndarray]:
         """(acceptance, residual law) of draft ``token`` (q = ``qid``) at window position ``j``."""
