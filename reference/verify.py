@@ -44,7 +44,8 @@ import torch
 
 from relaxspec.core.trace import Sampling
 from relaxspec.reference.verify_ops import HostLink, draw_token, normalise_residual, seqsum
-from relaxspec.theory.boost import OFFICIAL_BELOW, Boost, window_extent
+from relaxspec.theory.boost import OFFICIAL_BELOW, Boost
+from relaxspec.theory.boost_law import window_extent
 from relaxspec.theory.distributions import SUM_ATOL, TOP_P_TOL, logits_to_probs
 from relaxspec.theory.jacobi_sampler import check_window_size, window_tree
 from relaxspec.theory.relax import NO_RELAX, Relax, Variant

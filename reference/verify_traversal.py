@@ -34,7 +34,8 @@ import numpy as np
 import torch
 
 from relaxspec.reference.verify_ops import HostLink, draw_token, normalise_residual, seqsum
-from relaxspec.theory.boost import OFFICIAL_BELOW, Boost, window_extent
+from relaxspec.theory.boost import OFFICIAL_BELOW, Boost
+from relaxspec.theory.boost_law import window_extent
 from relaxspec.theory.tree import Tree
 
 

@@ -26,7 +26,8 @@ from relaxspec.testing import (
 from relaxspec.testing.strategies import codebooks, distributions
 from relaxspec.theory import Relax, Tree, expected_tokens_per_step, node_outcome, sample_step
 from relaxspec.theory import step_expectation as theory_step_expectation
-from relaxspec.theory.boost import NO_BOOST, Boost, acceptance_vector, boosted_law, boosted_tv, rank_order
+from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.boost_law import acceptance_vector, boosted_law, boosted_tv, rank_order
 from relaxspec.theory.sampler import draw_without_replacement
 from relaxspec.theory.tree import path_tv
 from relaxspec.theory.verification import Verification

@@ -24,7 +24,8 @@ from relaxspec.reference.verify_traversal import (
     traversal_step,
 )
 from relaxspec.testing.strategies import codebooks, neighbour_tables, uniforms
-from relaxspec.theory.boost import Boost, rank_order
+from relaxspec.theory.boost import Boost
+from relaxspec.theory.boost_law import rank_order
 from relaxspec.theory.budget import (
     budget_r2_given_states,
     budget_scale,

@@ -16,7 +16,8 @@ from relaxspec.core.trees.spec import check_tree_spec, draws_children, parse_tre
 from relaxspec.simulate.engine import _outputs, run
 from relaxspec.simulate.jacobi import check_jacobi_run, run_windows
 from relaxspec.simulate.worlds import LatentWorld, StationaryWorld, TraceWorld
-from relaxspec.theory.boost import Boost, boosted_acceptance, standard_residual
+from relaxspec.theory.boost import Boost
+from relaxspec.theory.boost_law import boosted_acceptance, standard_residual
 from relaxspec.theory.jacobi import jacobi_expected_tokens
 from relaxspec.theory.jacobi_sampler import (
     MAX_WINDOW,

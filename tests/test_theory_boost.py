@@ -10,16 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relaxspec.testing.strategies import codebooks, distributions
-from relaxspec.theory.boost import (
-    NO_BOOST,
-    Boost,
+from relaxspec.theory.boost import NO_BOOST, Boost, cool_schedule
+from relaxspec.theory.boost_law import (
     acceptance_vector,
     base_acceptance,
     boost_excess,
     boosted_acceptance,
     boosted_law,
     boosted_tv,
-    cool_schedule,
     group_members,
     onehot_acceptance,
     rank_window,

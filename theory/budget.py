@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from relaxspec.theory.boost import Boost, standard_residual
+from relaxspec.theory.boost import Boost
+from relaxspec.theory.boost_law import standard_residual
 from relaxspec.theory.distributions import total_variation, validate_distribution
 from relaxspec.theory.neighbours import validate_neighbour_rows
 from relaxspec.theory.relax import Relax

@@ -36,14 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from relaxspec.theory.boost import (
-    NO_BOOST,
-    Boost,
-    boosted_acceptance,
-    onehot_acceptance,
-    stage_tv,
-    standard_residual,
-)
+from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.boost_law import boosted_acceptance, onehot_acceptance, stage_tv, standard_residual
 from relaxspec.theory.distributions import validate_distribution
 from relaxspec.theory.jacobi_sampler import check_fresh, check_window_boost, check_window_size
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from relaxspec.theory.boost import NO_BOOST, Boost, sampled_draft_stage
+from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.boost_law import sampled_draft_stage
 from relaxspec.theory.relax import Relax
 from relaxspec.theory.rules import Rule
 from relaxspec.theory.stages import draft_residual, greedy_acceptable, r1_reject, r1_stage

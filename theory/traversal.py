@@ -35,7 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from relaxspec.theory.boost import NO_BOOST, Boost, check_embedding, group_members, rank_order
+from relaxspec.theory.boost import NO_BOOST, Boost, check_embedding
+from relaxspec.theory.boost_law import group_members, rank_order
 from relaxspec.theory.budget import budget_stage, check_budget
 from relaxspec.theory.sampled_trees import StepEnd, check_drawn_tree
 from relaxspec.theory.sampler import draw_token

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from relaxspec.theory.boost import NO_BOOST, OFFICIAL_BELOW, Boost, format_number, window_extent
+from relaxspec.theory.boost import NO_BOOST, OFFICIAL_BELOW, Boost, format_number
+from relaxspec.theory.boost_law import window_extent
 from relaxspec.theory.relax import Relax
 from relaxspec.theory.rules import (
     BOOST_BUDGET,

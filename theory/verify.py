@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from relaxspec.theory.boost import NO_BOOST, Boost, sampled_draft_stage, stage_tv
+from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.boost_law import sampled_draft_stage, stage_tv
 from relaxspec.theory.distributions import total_variation, validate_distribution
 from relaxspec.theory.neighbours import validate_neighbour_rows
 from relaxspec.theory.relax import NO_RELAX, Relax, check_token
