@@ -418,7 +418,7 @@ def _run_numpy(world, tree, spec, rule, relax, variant, n_seq, seq_len, temperat
 
     out = _outputs(n_seq, seq_len)
     o_int, o_exp, o_tv, o_ttv, n_steps = out
-    nb = spec.boost.table if boost.kind == "budget" else spec.neighbours  # the table the rule merges
+    nb = spec.budget_table if boost.kind == "budget" else spec.neighbours  # the table the rule merges
     for s in range(n_seq):
         n_steps[s] = oracle_sequence(world, tree, rule, relax, variant, nb, seq_len, temperature, seed, s,
                                      exact, o_int[s], o_exp[s], o_tv[s], o_ttv[s], boost, emb)
