@@ -60,6 +60,7 @@ from relaxspec.reference.verify_ops import HostLink  # noqa: E402
 from relaxspec.theory.boost import NO_BOOST  # noqa: E402
 from relaxspec.theory.relax import Relax  # noqa: E402
 from relaxspec.theory.rule_step import sample_rule_step, step_neighbours  # noqa: E402
+from relaxspec.theory.rules import Rule  # noqa: E402
 from relaxspec.theory.sampler import draw_without_replacement  # noqa: E402
 from relaxspec.theory.tree import Tree  # noqa: E402
 
@@ -258,7 +259,7 @@ def host_verification(raw: torch.Tensor, q_logits: torch.Tensor, tree: Tree, sam
         ua, ud = next(it)
         p = sampling.probs(link.read(guide(raw, VERIFY_CFG).float()).astype(np.float64))
         q = None
-        if rule == "r2":
+        if rule == Rule.R2:
             q = np.zeros(p.shape)
             q[inner] = sampling.probs(link.read(q_logits[inner].float()).astype(np.float64))
         path, bonus = sample_rule_step(tree, p, ua, ud, rule=rule, relax=relax, neighbours=neighbours,
@@ -278,7 +279,7 @@ def device_verification(verifier, raw: torch.Tensor, q_logits: torch.Tensor, tre
         ua, ud = next(it)
         p = verifier.probs(guide(raw, VERIFY_CFG), sampling)
         q = None
-        if verifier.rule == "r2":
+        if verifier.rule == Rule.R2:
             q = torch.zeros_like(p)
             q[inner] = verifier.probs(q_logits[inner], sampling)
         path, bonus = verifier.step(tree, p, ua, ud, q=q, checked=True)  # rows made by probs, as the decoder

@@ -6,7 +6,7 @@ tree policy, a rule and a relaxation; or SJD's Jacobi windows ``jacobi:L``
 with rule r2 or r4 and no drafter; rules r2 and r4 (traversal verification,
 sampled-draft static trees and windows only) optionally boosted: GSD ``gsd:..``
 reading the spec's embedding, the target's token embedding or the VQ codebook,
-Cool-SD ``cool:..``, or the budgeted relaxation ``budget:delta=..,k=..``
+Cool-SD ``cool:..``, or the budgeted relaxation ``budget:tv=..,k=..``
 reading the tokenizer's neighbour table). :class:`StepScorer` plugs into the
 decoder's trace hook: for every speculative step it computes, from the very
 logits and tree the decoder verified, the exact expected tokens per step and
@@ -51,7 +51,7 @@ class DecodeConfig:
     """One decoding configuration: ``tree = "ar"`` for plain sampling, else a tree spec
     (:mod:`core.trees.spec`) with a drafter and a rule (``jacobi:L[,copy]``: Jacobi windows, rule r2 or
     r4, no drafter; r4 needs sampled drafts: a static tree or a window); ``boost`` a ``theory.boost.Boost``
-    spec for rule r2 or r4 (``gsd:..``, ``cool:..``, ``budget:delta=..,k=..``)."""
+    spec for rule r2 or r4 (``gsd:..``, ``cool:..``, ``budget:tv=..,k=..``)."""
 
     name: str
     tree: str = "ar"

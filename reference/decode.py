@@ -30,7 +30,7 @@ codebook), rounded to float32 so that a trace stores exactly the table used.
 Rule r4 (traversal verification, SPEC 9.6) verifies the same sampled-draft
 trees and windows as R2 (children drawn from q without replacement, the same
 policy uniforms), through ``theory.traversal.sample_traversal_step`` in float64
-on the host; the budget boost (``budget:delta=..,k=..``, SPEC 9.5) relaxes R2
+on the host; the budget boost (``budget:tv=..,k=..``, SPEC 9.5) relaxes R2
 (``theory.budget.sample_budget_r2_step``) or R4 with the neighbour table the
 decoder holds for LANTERN relaxations. ``theory.rule_step`` sends each step to
 its oracle. R4's uniforms are R2's: ``u_accept[v]`` is node v's eta (a node is

@@ -15,7 +15,7 @@ Draft sources: a draft model (``--eagle-ckpt``, ``--draft-ckpt`` or the target
 itself) growing the ``--tree``, or SJD's Jacobi windows (``--tree
 jacobi:L[,copy]``; no drafter). ``--rule r4`` verifies the same sampled
 drafts by traversal (SPEC 9.6). ``--boost gsd:G=..`` / ``cool:omega=..`` /
-``budget:delta=..,k=..`` raises rule R2's or R4's acceptance (GSD, Cool-SD, the
+``budget:tv=..,k=..`` raises rule R2's or R4's acceptance (GSD, Cool-SD, the
 budgeted relaxation; SPEC 9.2-9.5) on a static tree or a window; GSD measures
 distances in ``--gsd-embedding`` (``token``: the target's token embedding,
 ``codebook``: the VQ codebook), which the trace stores; the budget reads the
@@ -107,7 +107,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--boost", default="none",
                    help="boosted acceptance of rule r2 or r4: none | gsd:G=10[,tau=0.15,dist=0.5,"
                         "window=official] (GSD) | cool:omega=2/1.5/1.2 (Cool-SD, per-depth factors) | "
-                        "budget:delta=0.05,k=8 (the budgeted relaxation: per-node TV <= delta, k latent "
+                        "budget:tv=0.05,k=8 (the budgeted relaxation: per-node TV <= delta, k latent "
                         "neighbours of the codebook's table)")
     s.add_argument("--gsd-embedding", default=None, metavar="|".join(EMBEDDINGS),
                    help="GSD's embedding: the target's token embedding (token, the default, as GSD's code) "

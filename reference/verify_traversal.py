@@ -33,8 +33,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from relaxspec.reference.verify_budget import budget_stages
 from relaxspec.reference.verify_ops import HostLink, draw_token, normalise_residual, seqsum
-from relaxspec.theory.boost import OFFICIAL_BELOW, Boost, window_extent
+from relaxspec.theory.boost import OFFICIAL_BELOW, Boost
+from relaxspec.theory.boost_law import window_extent
 from relaxspec.theory.tree import Tree
 
 
@@ -70,7 +72,7 @@ def _check_step(tree: Tree, p: torch.Tensor, q: torch.Tensor, u_accept: torch.Te
             raise ValueError(f"{name} is on {t.device}, but p is on {device}: every input must be on one "
                              "device")
     nb = None
-    if boost.kind == "budget":
+    if boost.uses_budget:
         if neighbours is None:
             raise ValueError(f"boost {boost} merges the mass of latent neighbours: it needs a neighbour "
                              "table")
@@ -83,7 +85,7 @@ def _check_step(tree: Tree, p: torch.Tensor, q: torch.Tensor, u_accept: torch.Te
             raise ValueError(f"the neighbour table is on {neighbours.device}, but p is on {device}")
         nb = neighbours[:, : boost.k]
     e = None
-    if boost.kind == "group":
+    if boost.reads_embedding:
         if emb is None:
             raise ValueError(f"boost {boost} (group acceptance) needs an embedding table of the {V} tokens")
         if (not isinstance(emb, torch.Tensor) or emb.ndim != 2 or emb.shape[0] != V
@@ -141,65 +143,6 @@ def _raise_undrawable(tree: Tree, q_host: np.ndarray) -> None:
                      f"{int(tree.parents[bad])}: it cannot have been drawn")
 
 
-# ------------------------------------------------------------------ the budgeted stage, batched over rows
-def proximity_masses(r: torch.Tensor, nb: torch.Tensor) -> torch.Tensor:
-    """eps(x) of every token x for each row of ``r`` (m, V): ``theory.budget.proximity_masses``, the
-    sequential sum of r over all of x's k neighbours ``nb`` (V, k), uncapped (rounding may lift it past 1)."""
-    return seqsum(r[:, nb])
-
-
-def budget_scales(gap: torch.Tensor, slope: torch.Tensor, support: torch.Tensor,
-                  remaining: torch.Tensor) -> torch.Tensor:
-    """``theory.budget.budget_scale`` for each row of ``gap``, ``slope`` (m, V) over the tokens in
-    ``support``, with ``remaining`` (m,): the sort and the scan of the breakpoints, vectorised (tokens
-    outside the positive set sort last with zero gap and slope, so that every sum is theory's)."""
-    zero = torch.zeros((), dtype=gap.dtype, device=gap.device)
-    on = support & (gap > 0.0) & (slope > 0.0)
-    g = torch.where(on, gap, zero)
-    c = torch.where(on, slope, zero)
-    whole = seqsum(torch.minimum(g, c))
-    t = torch.where(on, g / torch.where(on, c, torch.ones_like(c)), torch.full_like(g, float("inf")))
-    t, order = torch.sort(t, dim=-1, stable=True)
-    g, c, on = g.gather(-1, order), c.gather(-1, order), on.gather(-1, order)
-    open_slope = torch.flip(torch.cumsum(torch.flip(c, dims=(-1,)), dim=-1), dims=(-1,))
-    saturated = torch.cat((torch.zeros_like(g[:, :1]), torch.cumsum(g, dim=-1)[:, :-1]), dim=-1)
-    rem = remaining.unsqueeze(-1)
-    stop = on & ((t >= 1.0) | (saturated + t * open_slope > rem))
-    j = torch.argmax(stop.to(torch.uint8), dim=-1, keepdim=True)  # the first stop
-    s = ((remaining - saturated.gather(-1, j).squeeze(-1)) / open_slope.gather(-1, j).squeeze(-1))
-    s = torch.where(stop.any(dim=-1), s.clamp(0.0, 1.0), torch.ones_like(s))
-    s = torch.where(whole <= remaining, torch.ones_like(s), s)
-    return torch.where(remaining <= 0.0, torch.zeros_like(s), s)
-
-
-@dataclass(frozen=True)
-class BudgetStages:
-    """Budgeted stages of m rows (``theory.budget.budget_stage``): ``ratio`` and ``accept`` (m, V), valid
-    where the draft residual has mass; ``charge`` (m,) each stage's Delta."""
-
-    ratio: torch.Tensor
-    accept: torch.Tensor
-    charge: torch.Tensor
-
-
-def budget_stages(r: torch.Tensor, qp: torch.Tensor, alpha: torch.Tensor, remaining: torch.Tensor,
-                  nb: torch.Tensor) -> BudgetStages:
-    """The budgeted stages on residual targets ``r`` and draft residuals ``qp`` (m, V) with path weights
-    ``alpha`` and budgets ``remaining`` (m,), neighbour columns ``nb`` (V, k)."""
-    support = qp > 0.0
-    a = alpha.unsqueeze(-1)
-    eps = proximity_masses(r, nb)
-    gap = torch.clamp(qp - a * r, min=0.0)
-    s = budget_scales(gap, a * eps, support, remaining)
-    qt = torch.where(support, qp, torch.ones_like(qp))
-    ratio = (r + s.unsqueeze(-1) * eps) / qt
-    accept = torch.clamp(a * ratio, max=1.0)
-    exact = torch.clamp(a * (r / qt), max=1.0)
-    charge = seqsum(torch.where(support, qp * (accept - exact), torch.zeros_like(qp)))
-    return BudgetStages(ratio, accept, charge)
-
-
-# ------------------------------------------------------------------ edge ratios of the other boosts
 def _group_ratios(P: torch.Tensor, Q: torch.Tensor, rows: torch.Tensor, toks: torch.Tensor, boost: Boost,
                   emb: torch.Tensor) -> torch.Tensor:
     """GSD's P(C)/Q(C) for the edges (``rows`` into P, Q; drafted ``toks``): ``theory.boost.group_members``
@@ -214,7 +157,7 @@ def _group_ratios(P: torch.Tensor, Q: torch.Tensor, rows: torch.Tensor, toks: to
     r = rank[rows, toks]
     pos = r.unsqueeze(-1) + offsets
     inside = (pos >= 0) & (pos < V)
-    if boost.window == "official":
+    if boost.official_window:
         alone = (V - 1 - r) < OFFICIAL_BELOW
         inside &= ~alone.unsqueeze(-1) | (offsets == 0)
     y = order[rows.unsqueeze(-1), pos.clamp(0, V - 1)]
@@ -231,9 +174,9 @@ def edge_ratios(P: torch.Tensor, Q: torch.Tensor, rows: torch.Tensor, toks: torc
                 omega: float, emb: torch.Tensor | None) -> torch.Tensor:
     """``theory.traversal.edge_ratio`` for edges to drafted ``toks`` from rows ``rows`` of P, Q (lossless,
     Cool-SD with factor ``omega``, or GSD)."""
-    if boost.kind == "group":
+    if boost.reads_embedding:
         return _group_ratios(P, Q, rows, toks, boost, emb)
-    if boost.kind == "depth":
+    if boost.scales_by_depth:
         return omega * P[rows, toks] / Q[rows, toks]
     return P[rows, toks] / Q[rows, toks]
 
@@ -329,14 +272,14 @@ class _TraversalState:
         self.Q = self.Qz / seqsum(self.Qz).unsqueeze(-1)  # rows of leaves are never read
         self.alpha = torch.ones(n, dtype=p.dtype, device=p.device)
         self.b = torch.zeros(n, dtype=p.dtype, device=p.device)
-        self.left = torch.full((n,), boost.delta if boost.kind == "budget" else 0.0, dtype=p.dtype,
+        self.left = torch.full((n,), boost.tv if boost.uses_budget else 0.0, dtype=p.dtype,
                                device=p.device)
         self.excess = torch.zeros(n, dtype=p.dtype, device=p.device)
 
     def _stage(self, lv: _Level) -> None:
         """The stages of ``lv.nodes``: the ratios of their live children (and the budget's Deltas)."""
         nodes, rows, toks = self.pack.get(lv.nodes), self.pack.get(lv.rows), self.pack.get(lv.tokens)
-        if self.boost.kind == "budget":
+        if self.boost.uses_budget:
             st = budget_stages(self.P[nodes], self.Q[nodes], self.alpha[nodes], self.left[nodes], self.nb)
             self.b[self.pack.get(lv.edges)] = st.ratio[rows, toks]
             self.excess[nodes] = st.charge
@@ -352,7 +295,7 @@ class _TraversalState:
         """alpha over a live subtree, top-down. A node's stage changes with its P and Q (only the subtree's
         root's: ``all_stages`` False) or, for the budget, with its alpha (every node's)."""
         for i, lv in enumerate(levels):
-            if i == 0 or all_stages or self.boost.kind == "budget":
+            if i == 0 or all_stages or self.boost.uses_budget:
                 self._stage(lv)
             self._propagate(lv)
 
@@ -363,7 +306,7 @@ class _TraversalState:
         res = torch.clamp(a * self.P[u] - self.Q[u], min=0.0)
         S = seqsum(res)
         self.P[u] = torch.where(S > 0.0, res / S, torch.full_like(res, 1.0 / self.V))
-        if self.boost.kind == "budget":
+        if self.boost.uses_budget:
             self.left[u] = self.left[u] - self.excess[u]
         if rej.levels:  # u keeps live children: its draft residual is read again
             self.Qz[u, token] = 0.0
@@ -442,7 +385,7 @@ def _standard_residual(r: torch.Tensor, qp: torch.Tensor) -> torch.Tensor:
 def budget_r2_step(tree: Tree, p: torch.Tensor, q: torch.Tensor, u_accept: torch.Tensor, u_draw: torch.Tensor,
                    *, boost: Boost, neighbours: torch.Tensor, link: HostLink) -> tuple[np.ndarray, int]:
     """One budgeted-R2 step (SPEC 9.5): decision for decision ``theory.budget.sample_budget_r2_step`` with
-    the same uniforms; every node has its own budget ``boost.delta``.
+    the same uniforms; every node has its own budget ``boost.tv``.
 
     Parameters as :func:`traversal_step` (``neighbours``: the (V, >= k) long table on p's device). Every
     internal node's stages run batched (one pass per draw index) and the step costs one host read.
@@ -451,8 +394,8 @@ def budget_r2_step(tree: Tree, p: torch.Tensor, q: torch.Tensor, u_accept: torch
     -------
     (path, token): the accepted nodes from the root (int64) and the emitted token.
     """
-    if not isinstance(boost, Boost) or boost.kind != "budget":
-        raise ValueError(f"budget_r2_step needs a budget boost (Boost.budget(delta, k)), got {boost!r}")
+    if not isinstance(boost, Boost) or not boost.uses_budget:
+        raise ValueError(f"budget_r2_step needs a budget boost (Boost.budget(tv, k)), got {boost!r}")
     nb, _ = _check_step(tree, p, q, u_accept, u_draw, boost, neighbours, None)
     n = tree.size
     kids = [tree.children(u) for u in range(n)]
@@ -475,7 +418,7 @@ def budget_r2_step(tree: Tree, p: torch.Tensor, q: torch.Tensor, u_accept: torch
     token = torch.zeros(n, dtype=torch.long, device=p.device)
     if m:
         r, qz = p[I].clone(), q[I].clone()
-        left = torch.full((m,), boost.delta, dtype=p.dtype, device=p.device)
+        left = torch.full((m,), boost.tv, dtype=p.dtype, device=p.device)
         chosen = torch.full((m,), -1, dtype=torch.long, device=p.device)
         for hr, hc, ht in stages:
             rows, child, toks = pack.get(hr), pack.get(hc), pack.get(ht)
@@ -504,5 +447,4 @@ def budget_r2_step(tree: Tree, p: torch.Tensor, q: torch.Tensor, u_accept: torch
         path.append(int(out[u]))
 
 
-__all__ = ["BudgetStages", "budget_r2_step", "budget_scales", "budget_stages", "edge_ratios",
-           "proximity_masses", "traversal_step"]
+__all__ = ["budget_r2_step", "edge_ratios", "traversal_step"]

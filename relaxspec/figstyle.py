@@ -39,7 +39,8 @@ import numpy as np
 
 from relaxspec.core.trees.spec import tree_kind
 from relaxspec.theory.boost import Boost
-from relaxspec.theory.relax import Relax
+from relaxspec.theory.relax import Relax, Variant
+from relaxspec.theory.rules import Rule
 
 COLUMN_WIDTH = 3.3  # inches: one column of a two-column paper
 FULL_WIDTH = 6.9  # inches: a figure across both columns
@@ -174,10 +175,10 @@ def _tree_family(spec: str) -> str | None:
 def relax_label(relax: Relax | str, *, show_k: bool = False) -> str:
     """``exact``, ``LANTERN δ=0.1`` or ``LANTERN++ λ=2`` (with ``k=...`` when ``show_k``)."""
     r = Relax.parse(relax) if isinstance(relax, str) else relax
-    if r.kind == "none":
+    if not r.merges_neighbours:
         return METHODS["exact"].label
     k = f", k={r.k}" if show_k else ""
-    if r.kind == "additive":
+    if r.is_additive:
         return f"{METHODS['lantern'].label} δ={r.delta:g}{k}"
     return f"{METHODS['lantern++'].label} λ={r.lam:g}{k}"
 
@@ -194,11 +195,11 @@ def boost_key(boost: Boost | str, rule: str = "r2") -> str | None:
     if b.is_none:
         return None
     key = _BOOST_KEYS[b.kind]
-    return f"{key}-r4" if f"{key}-r4" in METHODS and rule == "r4" else key
+    return f"{key}-r4" if f"{key}-r4" in METHODS and rule == Rule.R4 else key
 
 
 def boost_label(boost: Boost | str) -> str:
-    """``GSD G=10,tau=0.3,dist=1``, ``Cool-SD omega=2.5/1.5``, ``budget delta=0.05,k=8``: the family and
+    """``GSD G=10,tau=0.3,dist=1``, ``Cool-SD omega=2.5/1.5``, ``budget tv=0.05,k=8``: the family and
     every parameter of the canonical spec, so two boosts never share a label; ``""`` for no boost."""
     b = Boost.parse(boost) if isinstance(boost, str) else boost
     return "" if b.is_none else f"{_BOOST_NAMES[b.kind]} {str(b).partition(':')[2]}"
@@ -236,7 +237,7 @@ def method_style(method: object, *, variant: str = "principled", rule: str = "r1
     style = replace(base, label=text)
     if RULE_LINESTYLES.get(rule):
         style = replace(style, linestyle=RULE_LINESTYLES[rule])
-    if variant == "official":
+    if variant == Variant.OFFICIAL:
         style = replace(style, label=style.label + " (official)", fillstyle="none",
                         linestyle=OFFICIAL_LINESTYLES.get(rule, "--"))
     if label is not None:

@@ -7,7 +7,7 @@ A config (TOML) holds the grid and the run sizes::
     rules = ["r1"]                               # r1, r2, r3, r4
     variants = ["principled"]                    # principled, official
     relaxations = ["none", "additive:k=1000,delta=0.1", "multiplicative:k=1000,lam=2"]
-    boosts = ["none", "gsd:G=10", "cool:omega=2/1.5", "budget:delta=0.05,k=8"]  # optional: theory.boost
+    boosts = ["none", "gsd:G=10", "cool:omega=2/1.5", "budget:tv=0.05,k=8"]  # optional: theory.boost
     temperatures = [1.0]
     n_sequences = 8
     seq_len = 256

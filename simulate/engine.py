@@ -18,7 +18,7 @@ compare with; it costs about one extra softmax row per tree node.
 ``run(..., boost=Boost)`` boosts R2's sampled-draft test (GSD's group or
 Cool-SD's depth-scaled acceptance, SPEC 9.2-9.3; GSD reads the world's
 ``embedding()``); the step's TV is then the exact TV of the stages tested
-(SPEC 9.4). The budget boost (``budget:delta=..,k=..``, SPEC 9.5) merges the
+(SPEC 9.4). The budget boost (``budget:tv=..,k=..``, SPEC 9.5) merges the
 world's neighbour table (as a LANTERN relaxation reads it) within a budget of
 delta per node; the step's TV is the sum of the charges of the stages its
 path's nodes tested (each node's sum is at most delta, docs/theory.md 14.1).
@@ -71,7 +71,6 @@ from relaxspec.simulate.traversal_kernels import (
     traversal_scratch,
     traversal_walk_kernel,
 )
-from relaxspec.simulate.verify import RuleSpec
 from relaxspec.simulate.world_kernels import (
     ensure_state,
     initial_state,
@@ -85,7 +84,7 @@ from relaxspec.theory.boost import NO_BOOST, Boost
 from relaxspec.theory.relax import Relax
 from relaxspec.theory.rules import RULE_R2, RULE_R4
 from relaxspec.theory.tree import parent_depths
-from relaxspec.theory.verification import Verification
+from relaxspec.theory.verification import KernelArgs, Verification
 
 BACKENDS = ("numba", "numpy")
 STEP_FIELDS = ("tokens", "tree_size", "tree_depth", "accepted_depth", "draft_calls", "root_choice")
@@ -162,7 +161,8 @@ def _node_scratch(max_nodes):
 @njit(cache=True, error_model="numpy")
 def _sequence(s, W, ps, rs, bs, exact, seq_len, seed, o, n_steps):
     """Decode sequence ``s``: the policy tuple ``ps`` (built in :func:`_run_numba`), the rule tuple ``rs``
-    (``RuleSpec.args``), the boost tuple ``bs`` (``RuleSpec.boost_args``), per-step outputs ``o`` =
+    (``theory.verification.KernelArgs.rs``), the boost tuple ``bs`` (``KernelArgs.bs``), per-step
+    outputs ``o`` =
     (o_int, o_exp, o_tv, o_ttv) of this sequence; all scratch is allocated once per sequence, so the step
     loop allocates nothing (a boosted R2 stage allocates its rank and TV scratch). Rule 4 (R4) walks
     with :func:`simulate.traversal_kernels.traversal_walk_kernel` on its own state."""
@@ -352,8 +352,8 @@ def run(
         return replay_trace(world, rule=rule, relax=relax, variant=variant, boost=boost)
     assert isinstance(world, (LatentWorld, StationaryWorld)) and tree is not None  # as _check_run_args says
     width = max(0 if relax.is_exact else relax.k, boost.k if boost.kind == "budget" else 0)
-    spec = RuleSpec.make(rule, relax, world.neighbours(width) if width else None, world.vocab_size, variant,
-                         boost, emb)
+    spec = verification.encode(world.vocab_size, neighbours=world.neighbours(width) if width else None,
+                               emb=emb)
     t0, c0 = time.perf_counter(), time.process_time()
     if isinstance(tree, JacobiWindow):
         out = _outputs(n_sequences, seq_len)
@@ -387,7 +387,7 @@ def _outputs(n_seq: int, seq_len: int) -> tuple:
             np.full((n_seq, seq_len), np.nan), np.zeros((n_seq, seq_len)), np.zeros(n_seq, dtype=np.int64))
 
 
-def _run_numba(world, ps: PolicySpec, spec: RuleSpec, n_seq, seq_len, temperature, seed, threads, exact):
+def _run_numba(world, ps: PolicySpec, spec: KernelArgs, n_seq, seq_len, temperature, seed, threads, exact):
     W = world.kernel_world(float(temperature))
     n_q = ps.max_buffer  # rows of q: at most one per buffer node
     if ps.kind == KIND_STATIC:
@@ -407,7 +407,7 @@ def _run_numba(world, ps: PolicySpec, spec: RuleSpec, n_seq, seq_len, temperatur
             numba.set_num_threads(int(threads))
         policy = (ps.kind, ps.parents, ps.ranks, tdepths, ps.top_k, ps.max_calls, ps.total_tokens,
                   ps.check_steps, ps.threshold, ps.selection, ps.max_nodes, ps.max_buffer, max(n_q, 1))
-        simulate_kernel(W, policy, spec.args, spec.boost_args, exact, int(n_seq), int(seq_len), int(seed),
+        simulate_kernel(W, policy, spec.rs, spec.bs, exact, int(n_seq), int(seq_len), int(seed),
                         out[:4], out[4])
     finally:
         numba.set_num_threads(old)
@@ -419,7 +419,7 @@ def _run_numpy(world, tree, spec, rule, relax, variant, n_seq, seq_len, temperat
 
     out = _outputs(n_seq, seq_len)
     o_int, o_exp, o_tv, o_ttv, n_steps = out
-    nb = spec.boost.table if boost.kind == "budget" else spec.neighbours  # the table the rule merges
+    nb = spec.budget_table if boost.kind == "budget" else spec.neighbours  # the table the rule merges
     for s in range(n_seq):
         n_steps[s] = oracle_sequence(world, tree, rule, relax, variant, nb, seq_len, temperature, seed, s,
                                      exact, o_int[s], o_exp[s], o_tv[s], o_ttv[s], boost, emb)

@@ -31,14 +31,12 @@ from relaxspec.core.trees.jacobi import JacobiWindow
 from relaxspec.simulate.coupled import check_coupled_run, is_coupled, run_coupled
 from relaxspec.simulate.jacobi_kernels import FRESH_COPY, FRESH_UNIFORM, jacobi_kernel
 from relaxspec.simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_uniforms, stream_key
-from relaxspec.simulate.verify import RuleSpec
 from relaxspec.simulate.worlds import LatentWorld, StationaryWorld, TraceWorld, World
 from relaxspec.theory.boost import Boost
 from relaxspec.theory.jacobi_sampler import check_window, decode_jacobi, fill_window, kept_drafts
 from relaxspec.theory.relax import Relax
 from relaxspec.theory.rule_step import own_oracle, sample_window_step, window_rule_expectation
-from relaxspec.theory.rules import RULE_CODES
-from relaxspec.theory.verification import DraftSource, Verification
+from relaxspec.theory.verification import DraftSource, KernelArgs, Verification
 
 FRESH_CODES = {"uniform": FRESH_UNIFORM, "copy": FRESH_COPY}
 
@@ -57,24 +55,24 @@ def check_jacobi_run(world: World, window: JacobiWindow, rule: str, relax: Relax
         check_coupled_run(window, rule, relax, boost, False)
 
 
-def run_windows(world: LatentWorld | StationaryWorld, window: JacobiWindow, spec: RuleSpec, boost: Boost,
+def run_windows(world: LatentWorld | StationaryWorld, window: JacobiWindow, spec: KernelArgs, boost: Boost,
                 out: tuple, *, seq_len: int, temperature: float, seed: int, threads: int | None, backend: str,
                 exact: bool) -> np.ndarray:
     """Decode ``len(out[4])`` sequences into the per-step buffers ``out`` = (o_int, o_exp, o_tv, o_ttv,
-    n_steps) of ``simulate.engine`` with the rule ``spec`` (``RuleSpec.make`` of unrelaxed R2 or R4 and
+    n_steps) of ``simulate.engine`` with the rule ``spec`` (``Verification.encode`` of unrelaxed R2 or R4 and
     ``boost``, with GSD's embedding table or the budget's neighbour table); returns the tokens,
     (n_sequences, seq_len + L) int64 padded with -1 (the last step may overshoot seq_len).
     ``simulate.run`` and :func:`check_jacobi_run` check the arguments."""
     if is_coupled(window):  # SCD's and SJD-PAC's windows (SPEC 10.1-10.2): simulate.coupled
-        check_coupled_run(window, "r2" if spec.rule == RULE_CODES["r2"] else "r4", Relax.none(), boost, exact)
+        check_coupled_run(window, spec.verification.rule, Relax.none(), boost, exact)
         return run_coupled(world, window, out, seq_len=seq_len, temperature=temperature, seed=seed,
                            threads=threads, backend=backend, exact=exact)
     seqs = np.full((len(out[4]), int(seq_len) + window.window), -1, dtype=np.int64)
     if backend == "numpy":
-        rule = next(name for name, code in RULE_CODES.items() if code == spec.rule)
-        emb = spec.boost.emb if boost.kind == "group" else None
+        rule = spec.verification.rule
+        emb = spec.emb if boost.kind == "group" else None
         if own_oracle(rule, boost):
-            _decode_rule_numpy(world, window, rule, boost, emb, spec.boost.table, out, seqs, seq_len,
+            _decode_rule_numpy(world, window, rule, boost, emb, spec.budget_table, out, seqs, seq_len,
                                temperature, seed, exact)
         else:
             _decode_numpy(world, window, boost, emb, out, seqs, seq_len, temperature, seed, exact)
@@ -84,7 +82,7 @@ def run_windows(world: LatentWorld | StationaryWorld, window: JacobiWindow, spec
     try:
         if threads is not None:
             numba.set_num_threads(int(threads))
-        jacobi_kernel(W, window.window, FRESH_CODES[window.fresh], spec.args, spec.boost_args, bool(exact),
+        jacobi_kernel(W, window.window, FRESH_CODES[window.fresh], spec.rs, spec.bs, bool(exact),
                       len(out[4]), int(seq_len), int(seed), out[:4], seqs, out[4])
     finally:
         numba.set_num_threads(old)

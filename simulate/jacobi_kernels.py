@@ -11,8 +11,8 @@ it, the target forward along it (the world's rows only) and the sampled tokens t
 A sequence draws its uniforms from ``stream_key(seed, s)`` at counters ``step_counter(step, j,
 purpose)``: ``U_ACCEPT`` j tests d_{j+1}, ``U_DRAW`` j is position j + 1's residual draw or sampled
 token (j = L: the bonus), ``U_TREE`` k fills window slot k with a fresh uniform token. The rule travels
-as ``rs`` (``simulate.verify.RuleSpec.args`` of unrelaxed R2 or R4) and the boost as ``bs``
-(``theory.rules.encode_boost``).
+as ``rs`` (``theory.verification.KernelArgs.rs`` of unrelaxed R2 or R4) and the boost as ``bs``
+(``theory.verification.Verification.encode``).
 """
 
 from __future__ import annotations

@@ -10,8 +10,6 @@ sends a step to them): same path and bonus given the same rows and uniforms.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from relaxspec.simulate.step_kernels import (
@@ -21,49 +19,8 @@ from relaxspec.simulate.step_kernels import (
 from relaxspec.theory.boost import NO_BOOST, Boost
 from relaxspec.theory.distributions import validate_distribution
 from relaxspec.theory.relax import Relax
-from relaxspec.theory.rules import SAMPLED_DRAFT_RULES, EncodedBoost, encode, encode_boost, rule_table
 from relaxspec.theory.tree import StepExpectation, Tree
-
-
-@dataclass(frozen=True)
-class RuleSpec:
-    """A verification rule in the integer form the kernels take, with R2's boost (``boost``: its
-    ``theory.rules.EncodedBoost``, the kernels' ``bs`` tuple: :attr:`boost_args`)."""
-
-    rule: int
-    code: int
-    k: int
-    param: float
-    variant: int
-    neighbours: np.ndarray  # int32 (V, W), W = k (k + 1 for the official variant), or (V, 0)
-    boost: EncodedBoost = field(default_factory=lambda: encode_boost("r2", Relax.none()))
-
-    @classmethod
-    def make(cls, rule: str, relax: Relax, neighbours: np.ndarray | None, vocab_size: int,
-             variant: str = "principled", boost: Boost = NO_BOOST,
-             emb: np.ndarray | None = None) -> RuleSpec:
-        """Validate and encode the rule and its boost (``theory.rules``; GSD reads the (V, d) embedding
-        table ``emb``, the budget the first k columns of ``neighbours``) and keep only the table columns
-        the rule reads."""
-        e = encode(rule, relax, variant)
-        b = encode_boost(rule, relax, boost, emb, vocab_size, neighbours)
-        table = rule_table(neighbours, vocab_size, relax, variant)
-        return cls(e.rule, e.code, e.k, e.param, e.variant, table, b)
-
-    @property
-    def args(self) -> tuple:
-        """Positional kernel arguments ``(rule, code, k, param, variant, nb)``."""
-        return (self.rule, self.code, self.k, self.param, self.variant, self.neighbours)
-
-    @property
-    def relax_args(self) -> tuple:
-        """``(code, k, param, variant, nb)``."""
-        return (self.code, self.k, self.param, self.variant, self.neighbours)
-
-    @property
-    def boost_args(self) -> tuple:
-        """The boost tuple ``bs`` (``theory.rules.EncodedBoost.args``)."""
-        return self.boost.args
+from relaxspec.theory.verification import KernelArgs, Verification
 
 
 def _rows(tree: Tree, dists: np.ndarray, name: str, vocab_size: int | None = None) -> np.ndarray:
@@ -87,14 +44,16 @@ def _uniforms(u: np.ndarray, n: int, name: str) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
-def _prepare(tree: Tree, node_dists, q_dists, rule, relax, neighbours, variant, boost, emb):
+def _prepare(tree: Tree, node_dists, q_dists, rule, relax, neighbours, variant, boost, emb
+             ) -> tuple[np.ndarray, np.ndarray, KernelArgs]:
     if not isinstance(tree, Tree):
         raise ValueError(f"tree must be a relaxspec.theory.Tree, got {type(tree).__name__}")
     p = _rows(tree, node_dists, "node_dists")
-    spec = RuleSpec.make(rule, relax, neighbours, p.shape[1], variant, boost, emb)
-    if rule in SAMPLED_DRAFT_RULES:
+    v = Verification(rule, relax, variant, boost)
+    spec = v.encode(p.shape[1], neighbours=neighbours, emb=emb)
+    if v.samples_drafts:
         if q_dists is None:
-            raise ValueError(f"rule {rule} needs q_dists")
+            raise ValueError(f"rule {v.rule} needs q_dists")
         q = _rows(tree, q_dists, "q_dists", p.shape[1])
         for v in range(1, tree.size):
             if q[tree.parents[v], tree.tokens[v]] <= 0.0:
@@ -137,8 +96,8 @@ def verify_step(
     p, q, spec = _prepare(tree, node_dists, q_dists, rule, relax, neighbours, variant, boost, emb)
     ua = _uniforms(u_accept, tree.size, "u_accept")
     ud = _uniforms(u_draw, tree.size, "u_draw")
-    path, bonus, tv = sample_step_kernel(tree.parents, tree.tokens, tree.depths, p, q, ua, ud, spec.args,
-                                         spec.boost_args)
+    path, bonus, tv = sample_step_kernel(tree.parents, tree.tokens, tree.depths, p, q, ua, ud, spec.rs,
+                                         spec.bs)
     if with_tv:
         return [int(v) for v in path], int(bonus), float(tv)
     return [int(v) for v in path], int(bonus)
@@ -167,5 +126,5 @@ def step_expectation(
     """
     p, q, spec = _prepare(tree, node_dists, q_dists, rule, relax, neighbours, variant, boost, emb)
     t, tv, edge, reach = expected_tokens_per_step_kernel(tree.parents, tree.tokens, tree.depths, p, q,
-                                                         spec.args, spec.boost_args)
+                                                         spec.rs, spec.bs)
     return StepExpectation(float(t), float(tv), edge, reach)

@@ -11,12 +11,13 @@ Array conventions (validated by the Python layer, never here):
 - ``p``, ``q``: float64 rows over V tokens;
 - ``nb``: int32 neighbour table (V, W), W >= k (the official variant reads
   ``min(k + 1, W)`` columns);
-- a relaxation is ``(code, k, param)``: code 0 none, 1 additive (param =
-  delta), 2 multiplicative (param = lam); ``variant`` 0 principled, 1 official;
-- ``rule`` 1, 2 or 3;
+- a relaxation is ``(code, k, param)``: code ``RELAX_NONE``, ``RELAX_ADDITIVE`` (param =
+  delta), ``RELAX_MULTIPLICATIVE`` (param = lam); ``variant`` ``VARIANT_PRINCIPLED`` or ``VARIANT_OFFICIAL``;
+- ``rule`` ``RULE_R1`` .. ``RULE_R4``;
 - a boost (R2 and R4, SPEC 9.2-9.5) is ``bs = (kind, before, after, fallback, tau, dist, omega, emb,
-  delta, table)`` (``theory.rules.encode_boost``): kind 0 none, 1 group (GSD), 2 depth (Cool-SD),
-  3 the budget of SPEC 9.5 (``delta`` per node, merging the first k columns of the int32 ``table``);
+  tv, table)`` (``theory.verification.KernelArgs``): kind ``BOOST_NONE``, ``BOOST_GROUP`` (GSD),
+  ``BOOST_DEPTH`` (Cool-SD), ``BOOST_BUDGET`` (SPEC 9.5: ``tv`` per node, merging the first k columns of
+  the int32 ``table``);
   a node's children are tested at ``depth`` (their depth in the tree).
 
 R1 keeps its residual implicit: ``r(x) = 0`` if ``mark[x] == epoch`` else

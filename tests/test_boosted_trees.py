@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from relaxspec.core.trees import StaticTree
 from relaxspec.simulate.engine import STEP_FIELDS, run
 from relaxspec.simulate.group_kernels import rank_order_kernel
-from relaxspec.simulate.verify import RuleSpec, step_expectation, verify_step
+from relaxspec.simulate.verify import step_expectation, verify_step
 from relaxspec.simulate.worlds import LatentWorld, StationaryWorld
 from relaxspec.sweep import SweepConfig, jobs
 from relaxspec.testing import (
@@ -26,9 +26,11 @@ from relaxspec.testing import (
 from relaxspec.testing.strategies import codebooks, distributions
 from relaxspec.theory import Relax, Tree, expected_tokens_per_step, node_outcome, sample_step
 from relaxspec.theory import step_expectation as theory_step_expectation
-from relaxspec.theory.boost import NO_BOOST, Boost, acceptance_vector, boosted_law, boosted_tv, rank_order
+from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.boost_law import acceptance_vector, boosted_law, boosted_tv, rank_order
 from relaxspec.theory.sampler import draw_without_replacement
 from relaxspec.theory.tree import path_tv
+from relaxspec.theory.verification import Verification
 
 EXACT = 1e-12
 FEW = settings(max_examples=30, deadline=None)
@@ -266,7 +268,7 @@ def test_bad_input_is_refused(small_world):
     with pytest.raises(ValueError, match="another vocabulary size"):
         node_outcome(p, 1, rule="r2", q=q, boost=gsd, emb=np.zeros((5, 2)))
     with pytest.raises(ValueError, match="another vocabulary size"):
-        RuleSpec.make("r2", Relax.none(), None, 6, boost=gsd, emb=np.zeros((7, 2)))
+        Verification("r2", boost=gsd).encode(6, emb=np.zeros((7, 2)))
     with pytest.raises(ValueError, match="another vocabulary size"):
         StationaryWorld(p, q, embedding=np.zeros((5, 2)))
     with pytest.raises(ValueError, match="no embedding table"):

@@ -283,8 +283,8 @@ VERIFY_CASES = [  # rule, relaxation, variant, boost, tree ("jacobi": a window o
     ("r2", "none", "principled", "cool:omega=4/2", "static"),
     ("r3", "additive:k=2,delta=0.2", "principled", "none", "static"),
     ("r4", "none", "principled", "none", "static"),
-    ("r2", "none", "principled", "budget:delta=0.1,k=3", "static"),
-    ("r4", "none", "principled", "budget:delta=0.1,k=3", "static"),
+    ("r2", "none", "principled", "budget:tv=0.1,k=3", "static"),
+    ("r4", "none", "principled", "budget:tv=0.1,k=3", "static"),
     ("r2", "none", "principled", "none", "jacobi"),
     ("r4", "none", "principled", "cool:omega=4/2", "jacobi"),
 ]

@@ -90,12 +90,12 @@ def rows(step, sampling: Sampling = SAMPLING) -> tuple[np.ndarray, np.ndarray]:
 
 # ------------------------------------------------------------------ traces record and replay bit for bit
 R4_STATIC = ("r4", "none", "static")
-R4_BUDGET_STATIC = ("r4", "budget:delta=0.1,k=3", "static")
-R2_BUDGET_STATIC = ("r2", "budget:delta=0.1,k=3", "static")
+R4_BUDGET_STATIC = ("r4", "budget:tv=0.1,k=3", "static")
+R2_BUDGET_STATIC = ("r2", "budget:tv=0.1,k=3", "static")
 R4_JACOBI = ("r4", "none", "jacobi")
-R4_BUDGET_JACOBI = ("r4", "budget:delta=0.2,k=2", "jacobi")
+R4_BUDGET_JACOBI = ("r4", "budget:tv=0.2,k=2", "jacobi")
 CASES = [R4_STATIC, R4_BUDGET_STATIC, R2_BUDGET_STATIC, ("r4", "cool:omega=2/1.5", "static"), R4_JACOBI,
-         R4_BUDGET_JACOBI, ("r2", "budget:delta=0.2,k=2", "jacobi"),
+         R4_BUDGET_JACOBI, ("r2", "budget:tv=0.2,k=2", "jacobi"),
          ("r4", "gsd:G=3,tau=0.5,dist=4", "jacobi")]
 
 
@@ -162,7 +162,7 @@ def test_decisions_equal_the_theory_oracle(models, rule, boost, source) -> None:
 @pytest.mark.parametrize("rule, source", [("r2", "static"), ("r4", "static"), ("r2", "jacobi"),
                                           ("r4", "jacobi")])
 def test_budget_zero_is_the_unrelaxed_rule_bit_for_bit(models, rule, source) -> None:
-    zero, plain = decoder(models, rule, "budget:delta=0,k=3", source), decoder(models, rule, "none", source)
+    zero, plain = decoder(models, rule, "budget:tv=0,k=3", source), decoder(models, rule, "none", source)
     for i, label in enumerate(LABELS):
         a, b = Steps(), Steps()
         ra = zero.generate(label, seed=4, sequence=i, trace=a)
@@ -191,8 +191,8 @@ def test_mini_configs_and_scorer_with_traversal_and_budget() -> None:
     try:
         mini = load_mini()
         configs = (DecodeConfig("R4", tree="static:[[0],[1],[0,0],[0,1],[0,0,0]]", rule="r4"),
-                   DecodeConfig("R4 budget SJD", tree="jacobi:3", rule="r4", boost="budget:delta=0.05,k=8"),
-                   DecodeConfig("R2 budget", tree="chain:3", rule="r2", boost="budget:delta=0.05,k=8"))
+                   DecodeConfig("R4 budget SJD", tree="jacobi:3", rule="r4", boost="budget:tv=0.05,k=8"),
+                   DecodeConfig("R2 budget", tree="chain:3", rule="r2", boost="budget:tv=0.05,k=8"))
         for config in configs:
             b = config.boosting
             steps = Steps()
@@ -211,7 +211,7 @@ def test_mini_configs_and_scorer_with_traversal_and_budget() -> None:
                 else:
                     ends, bound = budget_r2_step_ends(s.tree, p, q, boost=b, neighbours=nb)
                     assert (e, tv) == (expected_tokens(s.tree, ends), bound)
-        assert configs[1].describe() == "jacobi:3 r4 budget:delta=0.05,k=8"
+        assert configs[1].describe() == "jacobi:3 r4 budget:tv=0.05,k=8"
     finally:
         torch.set_num_threads(threads)
 
@@ -219,15 +219,15 @@ def test_mini_configs_and_scorer_with_traversal_and_budget() -> None:
 @pytest.mark.parametrize("kwargs, message", [
     ({"rule": "r4"}, "AR sampling has none"),
     ({"rule": "r4", "tree": "eagle2:3,2,8"}, "rule r4 verifies children drawn from q without replacement"),
-    ({"rule": "r2", "tree": "eagle2:3,2,8", "boost": "budget:delta=0.1,k=4"}, "ranks its children"),
-    ({"rule": "r1", "tree": "chain:3", "boost": "budget:delta=0.1,k=4"},
+    ({"rule": "r2", "tree": "eagle2:3,2,8", "boost": "budget:tv=0.1,k=4"}, "ranks its children"),
+    ({"rule": "r1", "tree": "chain:3", "boost": "budget:tv=0.1,k=4"},
      "needs rule r2 or r4, got rule 'r1'"),
     ({"rule": "r4", "tree": "chain:3", "relax": "additive:k=4,delta=0.1"},
      "r4 .* takes no LANTERN relaxation"),
-    ({"rule": "r2", "tree": "chain:3", "relax": "additive:k=4,delta=0.1", "boost": "budget:delta=0.1,k=4"},
+    ({"rule": "r2", "tree": "chain:3", "relax": "additive:k=4,delta=0.1", "boost": "budget:tv=0.1,k=4"},
      "takes no LANTERN relaxation"),
     ({"rule": "r1", "tree": "jacobi:3"}, "needs rule r2 or r4"),
-    ({"rule": "r4", "tree": "chain:3", "boost": "budget:delta=1.5,k=4"}, "budget delta must be in"),
+    ({"rule": "r4", "tree": "chain:3", "boost": "budget:tv=1.5,k=4"}, "budget tv must be in"),
 ])
 def test_decode_config_errors(kwargs, message) -> None:
     with pytest.raises(ValueError, match=message):
@@ -245,16 +245,16 @@ def test_bad_traversal_and_budget_settings_are_named(tmp_path, models) -> None:
     with pytest.raises(ValueError, match="takes no LANTERN relaxation"):
         settings("r4", relax=Relax.additive(3, 0.1))
     with pytest.raises(ValueError, match="needs rule r2 or r4, got rule 'r3'"):
-        settings("r3", "budget:delta=0.1,k=3")
+        settings("r3", "budget:tv=0.1,k=3")
     with pytest.raises(ValueError, match="AR sampling has none"):
         Decoder(target, settings("r4"))
     with pytest.raises(ValueError, match="rule r4 verifies children drawn from q without replacement"):
         Decoder(target, settings("r4"), drafter=GPTDraftSession(models[1]), policy=Eagle2Tree(3, 2, 8))
     with pytest.raises(ValueError, match="it needs a neighbour table"):
-        Decoder(target, settings("r4", "budget:delta=0.1,k=3"), policy=JacobiWindow(2))
+        Decoder(target, settings("r4", "budget:tv=0.1,k=3"), policy=JacobiWindow(2))
     with pytest.raises(ValueError, match="reads k=8 neighbours but the table has only 7 columns"):
-        Decoder(target, settings("r2", "budget:delta=0.1,k=8"), policy=JacobiWindow(2), neighbours=NB)
-    dec = Decoder(target, settings("r4", "budget:delta=0.1,k=3"), policy=JacobiWindow(2), neighbours=NB)
+        Decoder(target, settings("r2", "budget:tv=0.1,k=8"), policy=JacobiWindow(2), neighbours=NB)
+    dec = Decoder(target, settings("r4", "budget:tv=0.1,k=3"), policy=JacobiWindow(2), neighbours=NB)
     with pytest.raises(ValueError, match="needs its neighbour table in the trace"):
         TraceWriter(tmp_path / "t", decoder_header(dec))
     with pytest.raises(ValueError, match="reads k=3 neighbours but the table has only 2 columns"):
@@ -269,15 +269,15 @@ def test_bad_traversal_and_budget_settings_are_named(tmp_path, models) -> None:
         sample_window_step(p, np.array([1, 2]), p[:2], np.zeros(3), np.zeros(3), rule="r4")
     capture_trace(dec, tmp_path / "v", [0], neighbours=NB)
     (tmp_path / "v" / "neighbours.npy").unlink()
-    with pytest.raises(ValueError, match="boosts with budget:delta=0.1,k=3 but has no neighbours.npy"):
+    with pytest.raises(ValueError, match="boosts with budget:tv=0.1,k=3 but has no neighbours.npy"):
         read_trace(tmp_path / "v")
 
 
 # ------------------------------------------------------------------ relaxspec generate / replay / rescore
 @pytest.mark.parametrize("extra", [
     ["--tree", "static:[[0],[1],[0,0]]", "--rule", "r4"],
-    ["--tree", "static:[[0],[1],[0,0]]", "--rule", "r2", "--boost", "budget:delta=0.1,k=3"],
-    ["--tree", "jacobi:3", "--rule", "r4", "--boost", "budget:delta=0.1,k=3"],
+    ["--tree", "static:[[0],[1],[0,0]]", "--rule", "r2", "--boost", "budget:tv=0.1,k=3"],
+    ["--tree", "jacobi:3", "--rule", "r4", "--boost", "budget:tv=0.1,k=3"],
 ])
 def test_generate_records_and_replays(tmp_path, ckpts, capsys, extra) -> None:  # noqa: F811
     out = tmp_path / "run"
@@ -298,12 +298,12 @@ def test_generate_records_and_replays(tmp_path, ckpts, capsys, extra) -> None:  
      "--tree ar: rule r4 verifies sampled drafts by traversal: AR sampling has none"),
     (["--tree", "static:[[0]]", "--rule", "r4", "--relax", "additive:k=3,delta=0.1"],
      "takes no LANTERN relaxation"),
-    (["--tree", "static:[[0]]", "--rule", "r1", "--boost", "budget:delta=0.1,k=3"],
+    (["--tree", "static:[[0]]", "--rule", "r1", "--boost", "budget:tv=0.1,k=3"],
      "needs rule r2 or r4, got rule 'r1'"),
-    (["--tree", "static:[[0]]", "--rule", "r4", "--boost", "budget:delta=0.1"], "needs k"),
+    (["--tree", "static:[[0]]", "--rule", "r4", "--boost", "budget:tv=0.1"], "needs k"),
     (["--tree", "eagle2:3,2,8", "--rule", "r4"],
      "rule r4 verifies children drawn from q without replacement"),
-    (["--tree", "static:[[0]]", "--rule", "r4", "--boost", "budget:delta=0.1,k=9"],
+    (["--tree", "static:[[0]]", "--rule", "r4", "--boost", "budget:tv=0.1,k=9"],
      "reads k=9 neighbours but the table has only 7 columns"),
 ])
 def test_generate_errors_are_one_line(tmp_path, ckpts, capsys, extra, message) -> None:  # noqa: F811

@@ -14,17 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from theory_strategies import ROUNDING_NB, ROUNDING_P, ROUNDING_Q, full_neighbourhoods
 
+from relaxspec.reference.verify_budget import budget_scales, budget_stages, proximity_masses
 from relaxspec.reference.verify_ops import HostLink
-from relaxspec.reference.verify_traversal import (
-    budget_r2_step,
-    budget_scales,
-    budget_stages,
-    edge_ratios,
-    proximity_masses,
-    traversal_step,
-)
+from relaxspec.reference.verify_traversal import budget_r2_step, edge_ratios, traversal_step
 from relaxspec.testing.strategies import codebooks, neighbour_tables, uniforms
-from relaxspec.theory.boost import Boost, rank_order
+from relaxspec.theory.boost import Boost
+from relaxspec.theory.boost_law import rank_order
 from relaxspec.theory.budget import (
     budget_r2_given_states,
     budget_scale,

@@ -15,13 +15,11 @@ from relaxspec.simulate.coupled_kernels import window_codes
 from relaxspec.simulate.coupled_oracle import decode_coupled, tree_size
 from relaxspec.simulate.engine import _outputs, run
 from relaxspec.simulate.jacobi import run_windows
-from relaxspec.simulate.verify import RuleSpec
 from relaxspec.simulate.worlds import LatentWorld, StationaryWorld
 from relaxspec.theory.boost import Boost
 from relaxspec.theory.coupled import WindowRule, coupled_sequence_law
 from relaxspec.theory.coupled_gumbel import gumbel_sequence_law
-from relaxspec.theory.relax import Relax
-from relaxspec.theory.verification import DraftSource
+from relaxspec.theory.verification import DraftSource, Verification
 
 V_SMALL = 64
 LATENT_64 = LatentWorld.preset("confident", vocab_size=V_SMALL, rho=0.95, sigma=0.02, beta=20.0)
@@ -35,7 +33,7 @@ WINDOWS = ["jacobi:5,coupled=principled", "jacobi:5,copy,coupled=official", "jac
 def decode(world, spec: str, *, n: int, seq_len: int, seed: int, backend: str = "numba",
            threads: int | None = None, exact: bool = False):
     """Per-step buffers and tokens of ``simulate.jacobi.run_windows`` (what ``simulate.run`` calls)."""
-    rs = RuleSpec.make("r2", Relax.none(), None, world.vocab_size, boost=Boost.none(), emb=None)
+    rs = Verification.parse("r2").encode(world.vocab_size)
     out = _outputs(n, seq_len)
     seqs = run_windows(world, parse_tree(spec), rs, Boost.none(), out, seq_len=seq_len, temperature=1.0,
                        seed=seed, threads=threads, backend=backend, exact=exact)

@@ -177,7 +177,7 @@ def test_plot_writes_pdf_and_png_and_the_cli_names_the_rows_not_drawn(tmp_path, 
     assert "tradeoff: 5 of 6 rows not drawn" in err and "r2" in err
 
 
-GSD, BUDGET = "gsd:G=10,tau=0.3,dist=1", "budget:delta=0.05,k=8"
+GSD, BUDGET = "gsd:G=10,tau=0.3,dist=1", "budget:tv=0.05,k=8"
 
 
 def boosted_rows() -> list[dict]:

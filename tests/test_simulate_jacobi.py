@@ -15,9 +15,9 @@ from relaxspec.core.trees.jacobi import JacobiWindow
 from relaxspec.core.trees.spec import check_tree_spec, draws_children, parse_tree
 from relaxspec.simulate.engine import _outputs, run
 from relaxspec.simulate.jacobi import check_jacobi_run, run_windows
-from relaxspec.simulate.verify import RuleSpec
 from relaxspec.simulate.worlds import LatentWorld, StationaryWorld, TraceWorld
-from relaxspec.theory.boost import Boost, boosted_acceptance, standard_residual
+from relaxspec.theory.boost import Boost
+from relaxspec.theory.boost_law import boosted_acceptance, standard_residual
 from relaxspec.theory.jacobi import jacobi_expected_tokens
 from relaxspec.theory.jacobi_sampler import (
     MAX_WINDOW,
@@ -29,6 +29,7 @@ from relaxspec.theory.jacobi_sampler import (
 )
 from relaxspec.theory.relax import Relax
 from relaxspec.theory.sampler import draw_token
+from relaxspec.theory.verification import Verification
 
 BOOSTS = [Boost.none(), Boost.group(10, tau=0.3, dist=1.0), Boost.depth([3.0, 2.0, 1.5])]
 RNG = np.random.default_rng(20250)
@@ -42,7 +43,7 @@ def decode(world, window: JacobiWindow, boost: Boost, *, n: int, seq_len: int, s
            backend: str = "numba", threads: int | None = None, exact: bool = False):
     """Per-step buffers and tokens of ``simulate.jacobi.run_windows`` (what ``simulate.run`` calls)."""
     emb = world.embedding() if boost.kind == "group" else None
-    spec = RuleSpec.make("r2", Relax.none(), None, world.vocab_size, boost=boost, emb=emb)
+    spec = Verification("r2", boost=boost).encode(world.vocab_size, emb=emb)
     out = _outputs(n, seq_len)
     seqs = run_windows(world, window, spec, boost, out, seq_len=seq_len, temperature=1.0, seed=seed,
                        threads=threads, backend=backend, exact=exact)
@@ -218,7 +219,7 @@ class _BareTrace(TraceWorld):
 @pytest.mark.parametrize("kwargs, match", [
     ({"rule": "r1"}, "needs rule r2"), ({"rule": "r3"}, "needs rule r2"),
     ({"relax": Relax.additive(4, 0.1)}, "no LANTERN relaxation"),
-    ({"boost": Boost.budget(0.1, 4)}, "budget:delta=0.1,k=4 merges .* needs a neighbour table"),
+    ({"boost": Boost.budget(0.1, 4)}, "budget:tv=0.1,k=4 merges .* needs a neighbour table"),
     ({"world": StationaryWorld(P8, P8), "boost": Boost.group(3)}, "no embedding table"),
     ({"world": _BareTrace()}, "TraceWorld"),
 ])

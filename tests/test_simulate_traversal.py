@@ -16,7 +16,7 @@ from relaxspec.core.trees import Eagle2Tree, StaticTree
 from relaxspec.core.trees.jacobi import JacobiWindow
 from relaxspec.simulate.engine import STEP_FIELDS, _outputs, run
 from relaxspec.simulate.jacobi import run_windows
-from relaxspec.simulate.verify import RuleSpec, step_expectation, verify_step
+from relaxspec.simulate.verify import step_expectation, verify_step
 from relaxspec.simulate.worlds import LatentWorld, StationaryWorld
 from relaxspec.sweep import SweepConfig, jobs, run_sweep
 from relaxspec.testing import (
@@ -35,6 +35,7 @@ from relaxspec.theory.budget import budget_r2_step_ends, sample_budget_r2_step
 from relaxspec.theory.sampled_trees import PrefixModel, draw_sampled_tree, r2_step_ends, step_law
 from relaxspec.theory.sampler import draw_without_replacement
 from relaxspec.theory.traversal import sample_traversal_step, traversal_ends
+from relaxspec.theory.verification import Verification
 
 ALPHA = 1e-6
 BOOSTS = [Boost.none(), Boost.depth([2.5, 1.5]), Boost.group(10, tau=0.3, dist=1.0), Boost.budget(0.05, 4)]
@@ -268,7 +269,7 @@ def test_r4_is_lossless_in_a_stationary_world():
         stream += [int(t) for t in tree.tokens[path[1:]]] + [bonus]
     L = 4
     world = StationaryWorld(p, q)
-    spec = RuleSpec.make("r4", Relax.none(), None, V)
+    spec = Verification("r4").encode(V)
     out = _outputs(48, 200)
     seqs = run_windows(world, JacobiWindow(L), spec, Boost.none(), out, seq_len=200, temperature=1.0, seed=9,
                        threads=None, backend="numba", exact=False)
@@ -295,13 +296,13 @@ def test_r4_and_the_budget_in_the_testing_api():
 # ---------------------------------------------------------------- the sweep
 def test_sweep_runs_r4_and_budgets_and_names_what_it_skips(tmp_path):
     grid = {"worlds": ["ambiguous"], "trees": ["chain:3", "eagle2:4,2,8"], "rules": ["r2", "r4"],
-            "relaxations": ["none", "additive:k=8,delta=0.1"], "boosts": ["none", "budget:delta=0.05,k=8"],
+            "relaxations": ["none", "additive:k=8,delta=0.1"], "boosts": ["none", "budget:tv=0.05,k=8"],
             "n_sequences": 1, "seq_len": 8, "world_overrides": {"vocab_size": 300, "n_clusters": 20}}
     cfg = SweepConfig.from_dict(grid)
     got = {(j.tree, j.rule, str(j.relax), str(j.boost)) for j in jobs(cfg)}
     assert got == {("chain:3", "r2", "none", "none"), ("chain:3", "r2", "additive:k=8,delta=0.1", "none"),
-                   ("chain:3", "r4", "none", "none"), ("chain:3", "r2", "none", "budget:delta=0.05,k=8"),
-                   ("chain:3", "r4", "none", "budget:delta=0.05,k=8")}
+                   ("chain:3", "r4", "none", "none"), ("chain:3", "r2", "none", "budget:tv=0.05,k=8"),
+                   ("chain:3", "r4", "none", "budget:tv=0.05,k=8")}
     lines = " | ".join(cfg.skipped())
     assert "skipped rule r4 on eagle2:4,2,8" in lines and "skipped rule r2 on eagle2:4,2,8" in lines
     assert "skipped rule r4 with relaxation additive:k=8,delta=0.1" in lines
@@ -310,7 +311,7 @@ def test_sweep_runs_r4_and_budgets_and_names_what_it_skips(tmp_path):
         rows = run_sweep(cfg, tmp_path / "r.csv", progress=False)
     tv = {(r["rule"], r["relax"], r["boost"]): float(r["tv_bound_per_token"]) for r in rows}
     assert tv[("r4", "none", "none")] == 0.0 and tv[("r2", "none", "none")] == 0.0
-    assert min(tv[(rule, "none", "budget:delta=0.05,k=8")] for rule in ("r2", "r4")) > 0.0
+    assert min(tv[(rule, "none", "budget:tv=0.05,k=8")] for rule in ("r2", "r4")) > 0.0
 
 
 # ---------------------------------------------------------------- bad input

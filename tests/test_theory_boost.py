@@ -10,16 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relaxspec.testing.strategies import codebooks, distributions
-from relaxspec.theory.boost import (
-    NO_BOOST,
-    Boost,
+from relaxspec.theory.boost import NO_BOOST, Boost, cool_schedule
+from relaxspec.theory.boost_law import (
     acceptance_vector,
     base_acceptance,
     boost_excess,
     boosted_acceptance,
     boosted_law,
     boosted_tv,
-    cool_schedule,
     group_members,
     onehot_acceptance,
     rank_window,
@@ -262,10 +260,20 @@ def test_theory_cool_schedule_formula():
 
 @pytest.mark.parametrize("spec", ["cool:delta=2", "cool:delta=3,nu=0.5", "cool:delta=1.1,nu=0",
                                   "cool:delta=2,nu=0.7,mu=-1", "cool:omega=1.2345678912345/1.1",
-                                  "gsd:G=10,tau=0.123456789,dist=0.5,window=official"])
+                                  "gsd:G=10,tau=0.123456789,dist=0.5,window=official",
+                                  "budget:tv=0.123456789,k=8"])
 def test_theory_boost_spec_round_trips_exactly(spec):
     b = Boost.parse(spec)
     assert Boost.parse(str(b)) == b
+
+
+def test_theory_budget_names_its_tv():
+    """The budget's TV per node is ``tv`` (field, constructor, grammar); ``delta`` is LANTERN's and
+    Cool-SD's."""
+    b = Boost.budget(tv=0.05, k=8)
+    assert (b.tv, b.k) == (0.05, 8) and str(b) == "budget:tv=0.05,k=8" and Boost.parse(str(b)) == b
+    with pytest.raises(ValueError, match=r"budget takes \('tv', 'k'\)"):
+        Boost.parse("budget:delta=0.05,k=8")
 
 
 @settings(max_examples=100, deadline=None)

@@ -95,7 +95,7 @@ def test_theory_budget_r2_node_tv_within_delta(node, m):
     out = budget_node_outcome(p, q, m, boost=boost, neighbours=nb)
     assert out.emitted.sum() == pytest.approx(1.0, abs=1e-12)
     assert out.tv <= out.stage_tv + 1e-12
-    assert out.stage_tv <= boost.delta + 1e-12
+    assert out.stage_tv <= boost.tv + 1e-12
     if m == 1:
         assert out.tv == pytest.approx(out.stage_tv, abs=1e-12)
 
@@ -109,7 +109,7 @@ def test_theory_budget_one_draft_spends_the_budget_exactly(node):
     out = budget_node_outcome(p, q, 1, boost=boost, neighbours=nb)
     full = budget_stage(p, q / q.sum(), check_budget(boost, nb, p.size), boost, np.inf)
     assert full.scale == 1.0
-    expect = 1.0 - total_variation(p, q) + min(boost.delta, full.charge)
+    expect = 1.0 - total_variation(p, q) + min(boost.tv, full.charge)
     assert 1.0 - out.reject_prob == pytest.approx(expect, abs=1e-12)
 
 
@@ -200,9 +200,9 @@ def test_theory_budget_trees_tv_within_the_bound(data, V, shape):
     for law in (r2, r4):
         tv = step_tv(law, model, tree_depth(shape))
         assert tv <= law.tv_bound + 1e-12
-        assert law.tv_bound <= boost.delta * internal + 1e-12
+        assert law.tv_bound <= boost.tv * internal + 1e-12
         if internal == 1:
-            assert tv <= boost.delta + 1e-12
+            assert tv <= boost.tv + 1e-12
 
 
 # ------------------------------------------------------------------ the sampler
@@ -256,7 +256,7 @@ def test_theory_budget_bad_input():
         budget_node_outcome(p, p, -1, boost=Boost.budget(0.1, 0), neighbours=None)
     with pytest.raises(ValueError, match="zero draft probability"):
         budget_node_outcome(p, np.array([0.5, 0.5, 0, 0]), [2], boost=Boost.budget(0.1, 0), neighbours=None)
-    with pytest.raises(ValueError, match="delta must be in"):
+    with pytest.raises(ValueError, match="budget tv must be in"):
         Boost.budget(1.5, 2)
     tree = Tree(np.array([-1, 0]), np.array([0, 1]))
     with pytest.raises(ValueError, match="shape"):

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relaxspec.testing.strategies import codebooks, distributions
-from relaxspec.theory.boost import NO_BOOST, Boost, boosted_law, onehot_acceptance
+from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.boost_law import boosted_law, onehot_acceptance
 from relaxspec.theory.jacobi import (
     jacobi_expected_tokens,
     jacobi_kept_chain,

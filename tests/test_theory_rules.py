@@ -6,10 +6,18 @@ import numpy as np
 import pytest
 
 from relaxspec.core.trees.selection import ChildSelector
-from relaxspec.simulate.verify import RuleSpec
 from relaxspec.theory.neighbours import neighbour_table
-from relaxspec.theory.relax import Relax
-from relaxspec.theory.rules import encode, neighbour_rows, relax_args, rows_read, rule_table
+from relaxspec.theory.relax import RELAX_MULTIPLICATIVE, VARIANT_OFFICIAL, Relax
+from relaxspec.theory.rules import (
+    BOOST_BUDGET,
+    BOOST_NONE,
+    RULE_R2,
+    neighbour_rows,
+    relax_args,
+    rows_read,
+    rule_table,
+)
+from relaxspec.theory.verification import Verification
 
 NB = neighbour_table(np.random.default_rng(0).normal(size=(12, 2)), k_max=11)
 
@@ -28,11 +36,14 @@ def test_rules_read_k_or_k_plus_one_columns(relax, variant, width) -> None:
 
 def test_one_encoding_for_the_kernels_and_the_selection() -> None:
     relax = Relax.multiplicative(4, 3.0)
-    e = encode("r2", relax, "official")
-    assert (e.rule, e.code, e.k, e.param, e.variant) == (2, 2, 4, 3.0, 1)
-    spec = RuleSpec.make("r2", relax, NB, 12, "official")
-    assert spec.args[:5] == (e.rule, e.code, e.k, e.param, e.variant)
+    enc = Verification("r2", relax, "official").encode(12, neighbours=NB)
+    assert enc.rs[:5] == (RULE_R2, RELAX_MULTIPLICATIVE, 4, 3.0, VARIANT_OFFICIAL) == (2, 2, 4, 3.0, 1)
+    np.testing.assert_array_equal(enc.rs[5], rule_table(NB, 12, relax, "official"))
+    assert enc.bs[0] == BOOST_NONE and enc.verification == Verification("r2", relax, "official")
     assert ChildSelector("latent", relax, NB).kernel_args()[2:5] == relax_args(relax)
+    budget = Verification.parse("r4+budget:tv=0.25,k=3").encode(12, neighbours=NB)
+    assert (budget.bs[0], budget.bs[8]) == (BOOST_BUDGET, 0.25)
+    np.testing.assert_array_equal(budget.budget_table, NB[:, :3])
 
 
 @pytest.mark.parametrize("args, match", [
@@ -42,6 +53,6 @@ def test_one_encoding_for_the_kernels_and_the_selection() -> None:
 ])
 def test_bad_rules_are_named(args, match) -> None:
     with pytest.raises(ValueError, match=match):
-        encode(*args)
+        Verification(*args).encode(12)
     with pytest.raises(ValueError, match="needs a neighbour table"):
         rule_table(None, 12, Relax.additive(2, 0.1), "principled")

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from relaxspec.testing.strategies import relaxations
-from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.boost import NO_BOOST, Boost, BoostKind
 from relaxspec.theory.relax import Relax
 from relaxspec.theory.rule_step import own_oracle, step_neighbours
 from relaxspec.theory.rules import RULES, VARIANTS
@@ -81,7 +81,7 @@ def test_fields_of_a_parsed_spec() -> None:
     ("r5", "unknown rule or method 'r5'"),
     ("r1+gsd:G=3", "needs rule r2 or r4"),
     ("r4+lantern:k=3,delta=0.1", "takes no LANTERN relaxation"),
-    ("r2+budget:delta=0.1,k=3", "written tv="),
+    ("r2+budget:delta=0.1,k=3", "budget takes ('tv', 'k')"),
     ("r2+budget:tv=2,k=3", "in [0, 1]"),
     ("r1+foo:k=1", "unknown method 'foo'"),
     ("r2+lantern++:lam=5", "needs k"),
@@ -131,7 +131,17 @@ def test_draft_sources(v: Verification) -> None:
 
 @given(verifications())
 def test_encode_is_the_rules_encoding(v: Verification) -> None:
-    enc = v.encode()
-    assert enc.rule == RULES.index(v.rule) + 1
-    assert enc.variant == VARIANTS.index(v.variant)
-    assert (enc.code, enc.k) == (v.relax.code, v.relax.k)
+    V = 70
+    table = np.array([[(i + j) % V for j in range(1, 66)] for i in range(V)])
+    emb = np.arange(2 * V, dtype=np.float64).reshape(V, 2)
+    enc = v.encode(V, neighbours=table, emb=emb)
+    rule, code, k, param, variant, nb = enc.rs
+    assert rule == RULES.index(v.rule) + 1 == v.rule.code
+    assert variant == VARIANTS.index(v.variant)
+    assert (code, k, param) == (v.relax.code, v.relax.k, v.relax.param)
+    assert nb.dtype == np.int32 and nb.shape == (V, 0 if v.relax.is_exact else v.neighbour_columns)
+    kind, *_, tv, budget = enc.bs
+    assert kind == list(BoostKind).index(v.boost.kind) and tv == (v.boost.tv if v.uses_budget else 0.0)
+    assert budget.shape[1] == (v.boost.k if v.uses_budget else 0)
+    if v.reads_embedding:
+        np.testing.assert_array_equal(enc.emb, emb)

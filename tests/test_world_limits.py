@@ -117,7 +117,7 @@ def test_world_sizes_are_bounded(over: dict, named: str) -> None:
 # ---- item 8: a relaxation reading more neighbours than a token has
 @pytest.mark.parametrize("key, spec", [("relaxations", "additive:k=100000,delta=0.1"),
                                        ("relaxations", "multiplicative:k=64,lam=2"),
-                                       ("boosts", "budget:delta=0.05,k=64")])
+                                       ("boosts", "budget:tv=0.05,k=64")])
 def test_relaxation_width_over_the_vocabulary_is_refused_at_validation(key: str, spec: str) -> None:
     extra = {key: [spec]}
     if key == "boosts":

@@ -1,13 +1,11 @@
 """Exact analysis of relaxed speculative verification (float64, no Monte Carlo)."""
 
-from relaxspec.theory.boost import (
-    NO_BOOST,
-    Boost,
+from relaxspec.theory.boost import NO_BOOST, Boost, cool_schedule
+from relaxspec.theory.boost_law import (
     boost_excess,
     boosted_acceptance,
     boosted_law,
     boosted_tv,
-    cool_schedule,
     group_members,
     onehot_acceptance,
     rank_window,

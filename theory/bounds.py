@@ -25,8 +25,8 @@ import numpy as np
 
 from relaxspec.theory.distributions import validate_distribution
 from relaxspec.theory.neighbours import validate_neighbour_rows
-from relaxspec.theory.relax import NO_RELAX, Relax, merge_count
-from relaxspec.theory.rules import neighbour_rows, rows_read
+from relaxspec.theory.relax import NO_RELAX, Relax, Variant, merge_count
+from relaxspec.theory.rules import Rule, neighbour_rows, rows_read
 from relaxspec.theory.verify import check_node_inputs, r1_walk, r2_states
 
 
@@ -85,9 +85,9 @@ def r1_distortion(
         c = int(kids[st.index])
         present = not removed[c]
         tight &= present or p[c] == 0.0
-        if relax.kind == "additive":
+        if relax.is_additive:
             nominal += relax.delta * st.reach
-        elif relax.kind == "multiplicative" and present and not reset:
+        elif relax.is_multiplicative and present and not reset:
             nominal += (relax.lam - 1.0) * p[c]
         for j, y in enumerate(st.zeroed.tolist()):
             if removed[y]:
@@ -148,10 +148,10 @@ def _r2_stage_bound(
     beta = float(u.sum())
     over = np.maximum(qp - r, 0.0)  # (q'(c) - r(c))^+
     if coarse:
-        cap = np.full_like(r, relax.delta) if relax.kind == "additive" else (relax.lam - 1.0) * r
+        cap = np.full_like(r, relax.delta) if relax.is_additive else (relax.lam - 1.0) * r
         total = float(np.minimum(cap, over).sum())
         if beta > 0.0:
-            if variant == "principled":
+            if variant == Variant.PRINCIPLED:
                 total += float((over * np.minimum(cap, beta)).sum()) / beta
             else:  # t_c <= 1 wherever J_c >= 1 is possible, i.e. r(n_1(c)) <= cap_c
                 total += float(over[r[nb[:, 0]] <= cap].sum())
@@ -163,7 +163,7 @@ def _r2_stage_bound(
         w = over[c] - eps
         if w <= 0.0 or beta == 0.0:
             continue
-        if variant == "principled":
+        if variant == Variant.PRINCIPLED:
             total += w * float(u[nb[c, :J]].sum()) / beta
         elif J >= 1:
             g = float(np.minimum(r, qp)[nb[c, : relax.k + 1]].sum())
@@ -219,7 +219,7 @@ def r3_tv_bound(
     best = int(np.argmax(p))
     if relax.is_exact:
         return 0.0
-    cap = relax.delta if relax.kind == "additive" else None
+    cap = relax.delta if relax.is_additive else None
     for c in x.kids.tolist():
         if c == best:
             return 0.0
@@ -240,15 +240,15 @@ def tv_bound(
     variant: str = "principled",
 ) -> float:
     """The proved bound on ``node_outcome(...).tv`` for any rule (same arguments)."""
-    if rule == "r1":
+    if rule == Rule.R1:
         return r1_distortion(p, children, relax=relax, neighbours=neighbours,
                              variant=variant).bound
-    if rule == "r2":
+    if rule == Rule.R2:
         if q is None:
             raise ValueError("rule r2 needs the draft distribution q")
         return r2_tv_bound(p, q, children, relax=relax, neighbours=neighbours,  # type: ignore[arg-type]
                            variant=variant)
-    if rule == "r3":
+    if rule == Rule.R3:
         return r3_tv_bound(p, children, relax=relax, neighbours=neighbours)
     check_node_inputs(p, children, rule=rule, relax=relax, neighbours=neighbours, q=q,
                       variant=variant)

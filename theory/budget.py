@@ -18,10 +18,10 @@ the stage's Delta of SPEC 9.4,
 
 is continuous, concave, piecewise linear and non-decreasing in s; the scale is the largest s with
 Delta(s) <= the node's remaining budget (:func:`budget_scale`, exact by a sort and a scan), which
-is known when the stage starts: delta minus the Deltas of the node's earlier stages. So along every
-run the Deltas of a node sum to at most delta, and the node's TV is at most delta (docs/theory.md,
-section 14). With no budget left (delta = 0 in particular) the scale is 0.0, so s eps(x) = 0.0 and a_s
-is the exact acceptance bit for bit: with delta = 0 the rule is R2 (or R4) bit for bit.
+is known when the stage starts: tv minus the Deltas of the node's earlier stages. So along every
+run the Deltas of a node sum to at most tv, and the node's TV is at most tv (docs/theory.md,
+section 14). With no budget left (tv = 0 in particular) the scale is 0.0, so s eps(x) = 0.0 and a_s
+is the exact acceptance bit for bit: with tv = 0 the rule is R2 (or R4) bit for bit.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from relaxspec.theory.boost import Boost, standard_residual
+from relaxspec.theory.boost import Boost
+from relaxspec.theory.boost_law import standard_residual
 from relaxspec.theory.distributions import total_variation, validate_distribution
 from relaxspec.theory.neighbours import validate_neighbour_rows
 from relaxspec.theory.relax import Relax
@@ -49,8 +50,8 @@ def check_budget(boost: Boost, neighbours: np.ndarray | None, vocab_size: int,
     (empty when k = 0).
 
     ``rows``: the tokens whose rows the rule reads (default: all)."""
-    if not isinstance(boost, Boost) or boost.kind != "budget":
-        raise ValueError(f"expected a budget boost (Boost.budget(delta, k)), got {boost!r}")
+    if not isinstance(boost, Boost) or not boost.uses_budget:
+        raise ValueError(f"expected a budget boost (Boost.budget(tv, k)), got {boost!r}")
     # Relax.additive(k, 1) only names the k columns the table must have (neighbour_rows' check and
     # message); its cap plays no part in eps (proximity_masses).
     nb = neighbour_rows(neighbours, vocab_size, Relax.additive(boost.k, 1.0), "principled")
@@ -163,14 +164,14 @@ def budget_r2_states(p: np.ndarray, q: np.ndarray, m: int, nb: np.ndarray, boost
             if a < 1.0:
                 yield from walk(i + 1, r_next, drawn + [int(c)], w * qp[c] * (1.0 - a), left - st.charge)
 
-    yield from walk(0, p.copy(), [], 1.0, boost.delta)
+    yield from walk(0, p.copy(), [], 1.0, boost.tv)
 
 
 def budget_r2_given_states(p: np.ndarray, q: np.ndarray, kids: np.ndarray, nb: np.ndarray, boost: Boost
                            ) -> Iterator[BudgetR2State]:
     """The budgeted R2 walk given the draw order ``kids``: one state per reached draw, then the residual
     draw (absent when some draw is accepted surely); ``weight`` is P(reached | order)."""
-    r, reach, left = p.copy(), 1.0, boost.delta
+    r, reach, left = p.copy(), 1.0, boost.tv
     for i, c in enumerate(kids):
         qp = draft_residual(q, kids[:i])
         if qp is None or qp[c] <= 0:
@@ -195,7 +196,7 @@ def budget_node_outcome(p: np.ndarray, q: np.ndarray, children: Sequence[int] | 
                         boost: Boost, neighbours: np.ndarray | None) -> NodeOutcome:
     """Exact outcome of budgeted R2 at one node (``theory.verify.NodeOutcome``): ``children`` an int m
     (drawn from q, averaged over every draw order; V <= 12, m <= 4) or the draw order. ``stage_tv`` is
-    the expected sum of the stages' charges (<= delta; it bounds ``tv``, with equality for one draw)."""
+    the expected sum of the stages' charges (<= tv; it bounds ``tv``, with equality for one draw)."""
     p, q, nb = _check_node(p, q, boost, neighbours)
     if isinstance(children, (int, np.integer)) and not isinstance(children, bool):
         m = int(children)
@@ -230,7 +231,7 @@ def sample_budget_node(p: np.ndarray, q: np.ndarray, children: np.ndarray, u_acc
     """Budgeted R2 at one node with explicit uniforms (NumPy oracle, no input checks; ``nb`` from
     :func:`check_budget`): child i spends ``u_accept[i]`` (accept iff u < a), the residual draw
     ``u_draw``. Returns (index of the accepted child or -1, emitted token)."""
-    r, left = p.astype(np.float64, copy=True), boost.delta
+    r, left = p.astype(np.float64, copy=True), boost.tv
     for i, c in enumerate(children):
         qp = draft_residual(q, children[:i])
         if qp is None:
@@ -245,7 +246,7 @@ def sample_budget_node(p: np.ndarray, q: np.ndarray, children: np.ndarray, u_acc
 # ------------------------------------------------------------------ budgeted R2 on a drawn tree
 def budget_r2_step_ends(tree: Tree, p_rows: np.ndarray, q_rows: np.ndarray, *, boost: Boost,
                         neighbours: np.ndarray | None) -> tuple[list[StepEnd], float]:
-    """Budgeted R2 on a drawn tree, exactly: every node has its own budget delta. Returns the step's
+    """Budgeted R2 on a drawn tree, exactly: every node has its own budget tv. Returns the step's
     ends (``theory.sampled_trees.StepEnd``) and the expected sum of the charges of the nodes it
     verified (a bound on the step's TV: docs/theory.md, section 14)."""
     p, q = check_drawn_tree(tree, p_rows, q_rows)

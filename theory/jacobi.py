@@ -36,14 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from relaxspec.theory.boost import (
-    NO_BOOST,
-    Boost,
-    boosted_acceptance,
-    onehot_acceptance,
-    stage_tv,
-    standard_residual,
-)
+from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.boost_law import boosted_acceptance, onehot_acceptance, stage_tv, standard_residual
 from relaxspec.theory.distributions import validate_distribution
 from relaxspec.theory.jacobi_sampler import check_fresh, check_window_boost, check_window_size
 
@@ -109,7 +103,7 @@ def jacobi_kept_chain(p: np.ndarray, window: int, *, fresh: str = "uniform", boo
     L = check_window_size(window)
     check_fresh(fresh)
     emb = check_window_boost(boost, emb, p.size)
-    if boost.kind == "depth":
+    if boost.scales_by_depth:
         acc = np.array([onehot_acceptance(p, boost, depth=m) for m in range(1, L + 1)])
     else:
         acc = np.broadcast_to(onehot_acceptance(p, boost, emb=emb), (L, p.size))
@@ -203,7 +197,7 @@ class _Enumerator:
         return self.rows[qid]
 
     def _depth(self, j: int) -> int:
-        return j if self.boost.kind == "depth" else 1
+        return j if self.boost.scales_by_depth else 1
 
     def test(self, ctx: int, token: int, qid: int, j: int) -> tuple[float, np.ndarray]:
         """(acceptance, residual law) of draft ``token`` (q = ``qid``) at window position ``j``."""

@@ -260,7 +260,7 @@ def node_acceptance(p: np.ndarray, q: np.ndarray, k: int, *, children: Sequence[
     k = _check_k(k)
     if k > int(np.count_nonzero(q > 0)):
         raise ValueError(f"{k} drafts without replacement need at least {k} tokens with draft mass")
-    if gsd is not None and (not isinstance(gsd, Boost) or gsd.kind != "group"):
+    if gsd is not None and (not isinstance(gsd, Boost) or not gsd.reads_embedding):
         raise ValueError(f"gsd must be a group boost (Boost.group(G, ...)), got {gsd!r}")
     S = top_drafts(q, k)
     r1 = 1.0 - node_outcome(p, S, rule="r1").reject_prob

@@ -35,7 +35,7 @@ from relaxspec.theory.jacobi_sampler import (
     window_expectation,
 )
 from relaxspec.theory.relax import NO_RELAX, Relax
-from relaxspec.theory.rules import SAMPLED_DRAFT_RULES, check_rule, check_step_boost, neighbour_rows
+from relaxspec.theory.rules import SAMPLED_DRAFT_RULES, Rule, check_rule, check_step_boost, neighbour_rows
 from relaxspec.theory.sampled_trees import StepEnd, expected_tokens
 from relaxspec.theory.traversal import sample_traversal_step, traversal_ends
 from relaxspec.theory.tree import StepExpectation, Tree, sample_step, step_expectation
@@ -43,7 +43,7 @@ from relaxspec.theory.tree import StepExpectation, Tree, sample_step, step_expec
 
 def own_oracle(rule: str, boost: Boost) -> bool:
     """True when the step is not ``theory.tree``'s: rule r4 or the budget boost."""
-    return rule == "r4" or getattr(boost, "kind", None) == "budget"
+    return rule == Rule.R4 or getattr(boost, "uses_budget", False)
 
 
 def check_step_rule(rule: str, relax: Relax, variant: str, boost: Boost) -> None:
@@ -57,7 +57,7 @@ def step_neighbours(neighbours: np.ndarray | None, vocab_size: int, relax: Relax
                     boost: Boost) -> np.ndarray:
     """The int64 neighbour table a step reads: the budget's (validated, at least k columns), else
     ``theory.rules.neighbour_rows`` (empty when the rule merges nothing)."""
-    if boost.kind == "budget":
+    if boost.uses_budget:
         if neighbours is None and boost.k > 0:  # k = 0 merges nothing: R2, with no table to read
             raise ValueError(f"boost {boost} merges the mass of latent neighbours: it needs a neighbour "
                              "table")
@@ -86,8 +86,8 @@ def sample_rule_step(tree: Tree, node_dists: np.ndarray, u_accept: np.ndarray, u
                            q_dists=q_dists, variant=variant, boost=boost, emb=emb)
     check_step_rule(rule, relax, variant, boost)
     q = _sampled_rows(rule, tree, node_dists, q_dists)
-    table = neighbours if boost.kind == "budget" else None
-    if rule == "r4":
+    table = neighbours if boost.uses_budget else None
+    if rule == Rule.R4:
         return sample_traversal_step(tree, node_dists, q, u_accept, u_draw, boost=boost, neighbours=table,
                                      emb=emb)
     return sample_budget_r2_step(tree, node_dists, q, u_accept, u_draw, boost=boost, neighbours=table)
@@ -123,8 +123,8 @@ def rule_step_expectation(tree: Tree, node_dists: np.ndarray, *, rule: str, rela
                                 q_dists=q_dists, variant=variant, boost=boost, emb=emb)
     check_step_rule(rule, relax, variant, boost)
     q = _sampled_rows(rule, tree, node_dists, q_dists)
-    table = neighbours if boost.kind == "budget" else None
-    if rule == "r4":
+    table = neighbours if boost.uses_budget else None
+    if rule == Rule.R4:
         out = traversal_ends(tree, node_dists, q, boost=boost, neighbours=table, emb=emb)
         return expectation_from_ends(tree, out.ends, out.tokens, out.tv_bound)
     ends, bound = budget_r2_step_ends(tree, node_dists, q, boost=boost, neighbours=table)

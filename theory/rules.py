@@ -6,51 +6,101 @@ a ``variant`` (``principled`` = SPEC,
 ``official`` = the published codes' rejection update) and the neighbour
 table the relaxation reads. The official variant zeroes x and its first
 k + 1 neighbours on a rejection, so it reads k + 1 columns of the table
-(:func:`rows_read`). The Numba kernels take the same rule as plain integers
-(:func:`encode`, :func:`relax_args`) and the columns it reads as a contiguous
-int32 table (:func:`rule_table`); theory reads the int64 table of
-:func:`neighbour_rows`.
+(:func:`rows_read`). The Numba kernels take the same rule as the named codes below
+(``theory.verification.Verification.encode``, :func:`relax_args`) and the columns it reads as a
+contiguous int32 table (:func:`rule_table`); theory reads the int64 table of :func:`neighbour_rows`.
 
 A boost (``theory.boost.Boost``, SPEC 9.2-9.3, and the budget of 9.5) raises a sampled-draft test
 (R2's stages, R4's edges) and keeps its standard residual: :func:`check_step_boost` says where it is
 valid on a whole step (rule r2 or r4, no relaxation), :func:`check_boost` where theory's node-by-node
-rules take it (R2 with GSD or Cool-SD), and :func:`encode_boost` hands it to the kernels as plain numbers
-and arrays (the budget with the neighbour table it merges).
+rules take it (R2 with GSD or Cool-SD), and ``theory.verification.Verification.encode`` hands it to
+the kernels as the named codes, numbers and arrays (the budget with the table of :func:`budget_table`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import enum
 
 import numpy as np
 
-from relaxspec.theory.boost import NO_BOOST, OFFICIAL_BELOW, Boost, check_embedding, window_extent
+from relaxspec.theory.boost import Boost, BoostKind, check_embedding
 from relaxspec.theory.neighbours import validate_neighbour_rows, validate_neighbours
-from relaxspec.theory.relax import Relax
+from relaxspec.theory.relax import VARIANT_CODES as VARIANT_CODES  # the variant's home is theory.relax
+from relaxspec.theory.relax import VARIANT_OFFICIAL as VARIANT_OFFICIAL
+from relaxspec.theory.relax import VARIANT_PRINCIPLED as VARIANT_PRINCIPLED
+from relaxspec.theory.relax import VARIANTS as VARIANTS
+from relaxspec.theory.relax import Relax, as_variant
+from relaxspec.theory.relax import Variant as Variant
 
-RULES = ("r1", "r2", "r3", "r4")
-VARIANTS = ("principled", "official")
 RULE_R1, RULE_R2, RULE_R3, RULE_R4 = 1, 2, 3, 4
 """The kernels' rule codes (the Numba kernels compare against these names, never bare integers)."""
-RULE_CODES = {"r1": RULE_R1, "r2": RULE_R2, "r3": RULE_R3, "r4": RULE_R4}
-VARIANT_PRINCIPLED, VARIANT_OFFICIAL = 0, 1
-"""The kernels' variant codes."""
-VARIANT_CODES = {"principled": VARIANT_PRINCIPLED, "official": VARIANT_OFFICIAL}
+
+
+class Rule(enum.StrEnum):
+    """The verification rules of SPEC 3 and 9.6 (a ``StrEnum``: ``Rule.R2 == "r2"``)."""
+
+    def __repr__(self) -> str:  # the spelling it is written and parsed with, as before it was an enum
+        return repr(self.value)
+
+    R1 = "r1"
+    """Point-mass drafts: a child x is accepted with the relaxed mass r(A(x)) (LANTERN's rule)."""
+    R2 = "r2"
+    """Sampled drafts: children drawn from q without replacement, tested stage by stage (SpecInfer)."""
+    R3 = "r3"
+    """Greedy: the longest chain of acceptable children (deterministic)."""
+    R4 = "r4"
+    """Traversal verification (SPEC 9.6): sampled drafts tested path by path from the leaves."""
+
+    @property
+    def code(self) -> int:
+        """The kernels' code (:data:`RULE_R1` ...)."""
+        return RULE_CODES[self]
+
+    @property
+    def samples_drafts(self) -> bool:
+        """True for the rules that verify drafts drawn from q (R2 and R4): the ones a boost raises."""
+        return self in SAMPLED_DRAFT_RULES
+
+    @property
+    def is_point_mass(self) -> bool:
+        """True for R1: each child is a point-mass draft tested on the residual of its earlier siblings."""
+        return self is Rule.R1
+
+    @property
+    def is_greedy(self) -> bool:
+        """True for R3: deterministic, no uniforms read."""
+        return self is Rule.R3
+
+    @property
+    def is_traversal(self) -> bool:
+        """True for R4: a whole step is one walk (``theory.traversal``), not node by node."""
+        return self is Rule.R4
+
+
+RULES = tuple(Rule)
+RULE_CODES = {Rule.R1: RULE_R1, Rule.R2: RULE_R2, Rule.R3: RULE_R3, Rule.R4: RULE_R4}
+SAMPLED_DRAFT_RULES = (Rule.R2, Rule.R4)
+"""The rules that verify drafts drawn from q (R2 stage by stage, R4 path by path): the ones a boost raises."""
+
+
+def as_rule(rule: str | Rule) -> Rule:
+    """``rule`` as a :class:`Rule`; ``ValueError`` names an unknown one."""
+    if rule not in RULES:
+        raise ValueError(f"unknown rule {rule!r}; expected one of {tuple(str(r) for r in RULES)}")
+    return Rule(rule)
 
 
 def check_rule(rule: str, variant: str) -> None:
     """Raise ``ValueError`` for an unknown rule or variant."""
-    if rule not in RULES:
-        raise ValueError(f"unknown rule {rule!r}; expected one of {RULES}")
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}")
+    as_rule(rule)
+    as_variant(variant)
 
 
 def rows_read(relax: Relax, variant: str) -> int:
     """How many leading columns of a neighbour row a rule reads: 0 (exact), k, or k + 1 (official)."""
     if relax.is_exact:
         return 0
-    return relax.k + 1 if variant == "official" else relax.k
+    return relax.k + 1 if as_variant(variant).is_official else relax.k
 
 
 def _checked_table(neighbours: np.ndarray | None, vocab_size: int, relax: Relax) -> np.ndarray:
@@ -85,28 +135,10 @@ def relax_args(relax: Relax) -> tuple[int, int, float]:
     return relax.code, relax.k, float(relax.param)
 
 
-@dataclass(frozen=True)
-class EncodedRule:
-    """A verification rule as plain integers and a float (what the Numba kernels take)."""
-
-    rule: int
-    code: int
-    k: int
-    param: float
-    variant: int
-
-
-def encode(rule: str, relax: Relax, variant: str = "principled") -> EncodedRule:
-    """Validate and encode a rule (see the module docstring)."""
-    check_rule(rule, variant)
-    return EncodedRule(RULE_CODES[rule], *relax_args(relax), VARIANT_CODES[variant])
-
-
 BOOST_NONE, BOOST_GROUP, BOOST_DEPTH, BOOST_BUDGET = 0, 1, 2, 3
 """The kernels' boost codes (``bs[0]``)."""
-BOOST_CODES = {"none": BOOST_NONE, "group": BOOST_GROUP, "depth": BOOST_DEPTH, "budget": BOOST_BUDGET}
-SAMPLED_DRAFT_RULES = ("r2", "r4")
-"""The rules that verify drafts drawn from q (R2 stage by stage, R4 path by path): the ones a boost raises."""
+BOOST_CODES = {BoostKind.NONE: BOOST_NONE, BoostKind.GROUP: BOOST_GROUP, BoostKind.DEPTH: BOOST_DEPTH,
+               BoostKind.BUDGET: BOOST_BUDGET}
 
 
 def check_step_boost(rule: str, relax: Relax, boost: Boost) -> None:
@@ -119,14 +151,15 @@ def check_step_boost(rule: str, relax: Relax, boost: Boost) -> None:
                          f"got {type(boost).__name__}")
     if not isinstance(relax, Relax):
         raise ValueError(f"relax must be a relaxspec.theory.Relax, got {type(relax).__name__}")
-    if rule == "r4" and not relax.is_exact:
+    rule = as_rule(rule)
+    if rule.is_traversal and not relax.is_exact:
         raise ValueError(f"rule r4 (traversal verification) takes no LANTERN relaxation (got {relax}): relax "
-                         "it with a boost (budget:delta=..,k=.., gsd:.., cool:..)")
+                         "it with a boost (budget:tv=..,k=.., gsd:.., cool:..)")
     if boost.is_none:
         return
-    if rule not in SAMPLED_DRAFT_RULES:
+    if not rule.samples_drafts:
         raise ValueError(f"boost {boost} raises a sampled-draft test: it needs rule r2 or r4, got rule "
-                         f"{rule!r}")
+                         f"{str(rule)!r}")
     if not relax.is_exact:
         raise ValueError(f"boost {boost} keeps the standard residual and takes no LANTERN relaxation: "
                          f"use Relax.none() with it, got {relax}")
@@ -138,17 +171,17 @@ def check_boost(rule: str, relax: Relax, boost: Boost) -> None:
     (``theory.traversal``, ``theory.budget``; ``theory.rule_step`` sends a step there), so they are
     refused here rather than verified as something else."""
     check_step_boost(rule, relax, boost)
-    if rule == "r4":
+    if as_rule(rule).is_traversal:
         raise ValueError("rule r4 (traversal verification) verifies a whole step, not node by node: "
                          "relaxspec.theory.traversal (or theory.rule_step) verifies it")
-    if boost.kind == "budget":
+    if boost.uses_budget:
         raise ValueError(f"boost {boost} is not verified on draft trees node by node: its stages share a "
                          "node's budget (theory.budget, or theory.rule_step, verifies it)")
 
 
 def boost_embedding(boost: Boost, emb: np.ndarray | None, vocab_size: int) -> np.ndarray | None:
     """The embedding table a boost reads, validated: float64 (V, d >= 1) for GSD, None otherwise."""
-    if boost.kind != "group":
+    if not boost.reads_embedding:
         return None
     if emb is None:
         raise ValueError(f"boost {boost} (group acceptance) needs an embedding table of the "
@@ -157,34 +190,6 @@ def boost_embedding(boost: Boost, emb: np.ndarray | None, vocab_size: int) -> np
     if e.shape[1] < 1:
         raise ValueError(f"the embedding table has shape {e.shape}: it needs at least one dimension")
     return e
-
-
-@dataclass(frozen=True)
-class EncodedBoost:
-    """A boost as the Numba kernels take it: ``kind`` (:data:`BOOST_CODES`), the GSD window's reach
-    ``before`` / ``after`` (``theory.boost.window_extent``), ``fallback`` (x is tested alone when fewer
-    than this many tokens rank below it: the official window's ``theory.boost.official_window_falls_back``,
-    0 otherwise), ``tau``, ``dist``, the per-depth ``omega`` (float64, at least one entry), the
-    embedding ``emb`` (float64 C-contiguous (V, d); (1, 1) unused), the budget's ``delta`` (0 unused) and
-    the neighbour ``table`` it merges (int32 C-contiguous (V, k), its first k columns; (1, 0) unused)."""
-
-    kind: int
-    before: int
-    after: int
-    fallback: int
-    tau: float
-    dist: float
-    omega: np.ndarray
-    emb: np.ndarray
-    delta: float = 0.0
-    table: np.ndarray = field(default_factory=lambda: np.zeros((1, 0), dtype=np.int32))
-
-    @property
-    def args(self) -> tuple:
-        """Positional kernel tuple ``bs = (kind, before, after, fallback, tau, dist, omega, emb, delta,
-        table)``."""
-        return (self.kind, self.before, self.after, self.fallback, self.tau, self.dist, self.omega, self.emb,
-                self.delta, self.table)
 
 
 def budget_table(boost: Boost, neighbours: np.ndarray | None, vocab_size: int) -> np.ndarray:
@@ -198,23 +203,3 @@ def budget_table(boost: Boost, neighbours: np.ndarray | None, vocab_size: int) -
     table = np.ascontiguousarray(neighbours[:, :boost.k], dtype=np.int32)
     validate_neighbour_rows(table, np.arange(vocab_size), boost.k)
     return table
-
-
-def encode_boost(rule: str, relax: Relax, boost: Boost = NO_BOOST, emb: np.ndarray | None = None,
-                 vocab_size: int | None = None, neighbours: np.ndarray | None = None) -> EncodedBoost:
-    """Validate (:func:`check_step_boost`, :func:`boost_embedding`, :func:`budget_table`) and encode a
-    boost for the kernels; ``neighbours`` is the table the budget boost merges (the world's)."""
-    check_step_boost(rule, relax, boost)
-    if boost.kind in ("group", "budget") and vocab_size is None:
-        raise ValueError(f"encoding boost {boost} needs the vocabulary size")
-    if boost.kind == "group":
-        e = np.ascontiguousarray(boost_embedding(boost, emb, vocab_size), dtype=np.float64)
-        before, after = window_extent(boost.group_size, boost.window)
-        fallback = OFFICIAL_BELOW if boost.window == "official" else 0
-        return EncodedBoost(BOOST_CODES["group"], before, after, fallback, boost.tau, boost.dist, np.ones(1),
-                            e)
-    if boost.kind == "budget":
-        return EncodedBoost(BOOST_CODES["budget"], 0, 0, 0, 0.0, 0.0, np.ones(1), np.zeros((1, 1)),
-                            boost.delta, budget_table(boost, neighbours, vocab_size))
-    omega = np.array(boost.omega if boost.kind == "depth" else (1.0,), dtype=np.float64)
-    return EncodedBoost(BOOST_CODES[boost.kind], 0, 0, 0, 0.0, 0.0, omega, np.zeros((1, 1)))

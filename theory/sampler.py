@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from relaxspec.theory.boost import NO_BOOST, Boost, sampled_draft_stage
+from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.boost_law import sampled_draft_stage
 from relaxspec.theory.relax import Relax
+from relaxspec.theory.rules import Rule
 from relaxspec.theory.stages import draft_residual, greedy_acceptable, r1_reject, r1_stage
 
 
@@ -71,12 +73,12 @@ def sample_node(
     with GSD's embedding table ``emb``. No input checking: callers validate
     once per run (``theory.rules.check_boost``).
     """
-    if rule == "r3":
+    if rule == Rule.R3:
         for i, c in enumerate(children):
             if greedy_acceptable(p, int(c), neighbours[c], relax):
                 return i, int(c)
         return -1, int(np.argmax(p))
-    if rule == "r1":
+    if rule == Rule.R1:
         r, Z = p.astype(np.float64, copy=True), 1.0
         for i, c in enumerate(children):
             a, zeroed, _, _ = r1_stage(r, Z, int(c), neighbours[c], relax, variant)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from relaxspec.theory.relax import Relax, merge_count
+from relaxspec.theory.relax import Relax, Variant, merge_count
 
 
 def seqsum(a: np.ndarray) -> float:
@@ -35,7 +35,7 @@ def zero_set(x: int, row: np.ndarray, J: int, relax: Relax, variant: str) -> np.
     ``evaluate_posterior``): x, plus its first k + 1 neighbours whenever J >= 1
     (truncated to the table's width).
     """
-    if variant == "official" and J >= 1:
+    if variant == Variant.OFFICIAL and J >= 1:
         return np.concatenate(([x], row[: relax.k + 1]))
     return np.concatenate(([x], row[:J]))
 
@@ -104,7 +104,7 @@ def r2_stage(
     if qx <= 0.0:
         raise ValueError(f"drafted token {x} has zero draft probability")
     a = min(1.0, (r[x] + c) / qx)
-    if variant == "official":
+    if variant == Variant.OFFICIAL:
         qz = qp.copy()
         if J >= 1:
             qz[row[: relax.k + 1]] = 0.0

@@ -26,7 +26,7 @@ Relaxed R4 (``boost``): the stage of node u that tests its i-th child (entered w
 tests a node of that child's subtree) has the excess Delta_{u,i} = sum_x Q_u(x) |min(1, alpha(u)
 b_u(x)) - min(1, alpha(u) P_u(x) / Q_u(x))| of SPEC 9.4; the step's TV is at most the expected sum of
 the Deltas of the stages it enters (docs/theory.md, section 12). The budget boost (SPEC 9.5,
-:mod:`theory.budget`) gives each node u its own budget delta for the Deltas of its stages.
+:mod:`theory.budget`) gives each node u its own budget tv for the Deltas of its stages.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from relaxspec.theory.boost import NO_BOOST, Boost, check_embedding, group_members, rank_order
+from relaxspec.theory.boost import NO_BOOST, Boost, check_embedding
+from relaxspec.theory.boost_law import group_members, rank_order
 from relaxspec.theory.budget import budget_stage, check_budget
 from relaxspec.theory.sampled_trees import StepEnd, check_drawn_tree
 from relaxspec.theory.sampler import draw_token
@@ -50,9 +51,9 @@ def check_traversal_boost(boost: Boost, vocab_size: int, neighbours: np.ndarray 
     if not isinstance(boost, Boost):
         raise ValueError(f"boost must be a relaxspec.theory.boost.Boost, got {type(boost).__name__}")
     nb = np.zeros((vocab_size, 0), dtype=np.int64)
-    if boost.kind == "budget":
+    if boost.uses_budget:
         nb = check_budget(boost, neighbours, vocab_size)
-    if boost.kind == "group":
+    if boost.reads_embedding:
         if emb is None:
             raise ValueError(f"boost {boost} (group acceptance) needs an embedding table of the "
                              f"{vocab_size} tokens")
@@ -66,10 +67,10 @@ def edge_ratio(P: np.ndarray, Q: np.ndarray, x: int, boost: Boost, depth: int,
     ratio P(x)/Q(x) without one): GSD's P(C)/Q(C) over x's group, Cool-SD's omega_depth P(x)/Q(x). Its
     min(1, .) is ``theory.boost.boosted_acceptance``. The budget's ratio lives in
     ``theory.budget.budget_stage``. ``order``: ``theory.boost.rank_order(P)`` when known (GSD)."""
-    if boost.kind == "group":
+    if boost.reads_embedding:
         C = group_members(P, x, emb, boost, order)
         return seqsum(P[C]) / seqsum(Q[C])
-    if boost.kind == "depth":
+    if boost.scales_by_depth:
         return boost.omega_at(depth) * P[x] / Q[x]
     return P[x] / Q[x]
 
@@ -104,7 +105,7 @@ class TraversalWalk:
                   for u in range(n)]
         self.alpha = np.ones(n)
         self.deleted = np.zeros(n, dtype=np.int64)  # deleted children of u: the first ones in draw order
-        self.left = np.full(n, boost.delta if boost.kind == "budget" else 0.0)  # budget per node
+        self.left = np.full(n, boost.tv if boost.uses_budget else 0.0)  # budget per node
         self.stage_excess = np.zeros(n)  # Delta of u's current stage
         self.entered = np.full(n, -1, dtype=np.int64)  # the last stage of u that a test entered
         self._recompute(0)
@@ -117,11 +118,11 @@ class TraversalWalk:
         """Edge ratios of u's live children at u's current stage and the stage's Delta."""
         P, Q, a = self.P[u], self.Q[u], self.alpha[u]
         toks = self.tree.tokens[live]
-        if self.boost.kind == "budget":
+        if self.boost.uses_budget:
             st = budget_stage(P, Q, self.nb, self.boost, float(self.left[u]), a)
             return st.ratio[np.searchsorted(st.tokens, toks)], st.charge
         depth = int(self.tree.depths[u]) + 1
-        order = rank_order(P) if self.boost.kind == "group" else None
+        order = rank_order(P) if self.boost.reads_embedding else None
         ratios = np.array([edge_ratio(P, Q, int(x), self.boost, depth, self.emb, order) for x in toks])
         if self.boost.is_none:
             return ratios, 0.0
@@ -160,7 +161,7 @@ class TraversalWalk:
         res = np.maximum(a * self.P[u] - self.Q[u], 0.0)
         S = seqsum(res)
         self.P[u] = res / S if S > 0.0 else np.full_like(res, 1.0 / res.size)
-        self.left[u] -= self.stage_excess[u] if self.boost.kind == "budget" else 0.0
+        self.left[u] -= self.stage_excess[u] if self.boost.uses_budget else 0.0
         self.deleted[u] += 1
         self.Q[u] = draft_residual(self.q_rows[u], self.tree.tokens[self.kids[u][: self.deleted[u]]])
         denom = S + (1.0 - a)  # exactly S when a = 1 (the root), so that alpha(root) stays 1.0

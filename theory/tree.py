@@ -19,7 +19,7 @@ import numpy as np
 from relaxspec.theory.boost import NO_BOOST, Boost
 from relaxspec.theory.distributions import validate_distribution
 from relaxspec.theory.relax import NO_RELAX, Relax
-from relaxspec.theory.rules import boost_embedding, check_boost, check_rule, neighbour_rows
+from relaxspec.theory.rules import Rule, boost_embedding, check_boost, check_rule, neighbour_rows
 from relaxspec.theory.sampler import draw_token, sample_node
 from relaxspec.theory.stages import greedy_acceptable
 from relaxspec.theory.verify import BoostAt, node_outcome, r2_stage_tvs
@@ -156,7 +156,7 @@ def node_accept_probs(
     check_rule(rule, variant)
     check_boost(rule, relax, boost)
     p = _check_node_dists(tree, node_dists, "node_dists")
-    if rule == "r2":
+    if rule == Rule.R2:
         if q_dists is None:
             raise ValueError("rule r2 needs q_dists")
         q = _check_node_dists(tree, q_dists, "q_dists")
@@ -165,7 +165,7 @@ def node_accept_probs(
         kids = tree.children(u)
         if kids.size == 0:
             continue
-        if rule == "r2":
+        if rule == Rule.R2:
             res = node_outcome(p[u], kids.size, rule="r2", relax=relax, neighbours=neighbours,
                                q=q[u], variant=variant, boost=boost, depth=int(tree.depths[u]) + 1, emb=emb)
         else:
@@ -201,7 +201,7 @@ def expected_tokens_per_step(
     (``q_dists[v]`` the draft's). For R3 the step is deterministic: 1 + the
     depth of the accepted greedy chain. R2 takes a ``boost`` (GSD: ``emb``).
     """
-    if rule == "r3":
+    if rule == Rule.R3:
         check_rule(rule, variant)
         p = _check_node_dists(tree, node_dists, "node_dists")
         nb = neighbour_rows(neighbours, p.shape[1], relax, variant)
@@ -254,7 +254,7 @@ def step_expectation(
     """
     check_rule(rule, variant)
     check_boost(rule, relax, boost)
-    if rule == "r3":
+    if rule == Rule.R3:
         path = greedy_path(tree, node_dists, neighbours, relax)
         on_path = np.zeros(tree.size)
         on_path[path] = 1.0
@@ -269,14 +269,14 @@ def step_expectation(
         if kids.size == 0:
             continue
         o = node_outcome(node_dists[u], tree.tokens[kids], rule=rule, relax=relax, neighbours=table,
-                         q=q_dists[u] if rule == "r2" and q_dists is not None else None, variant=variant,
+                         q=q_dists[u] if rule == Rule.R2 and q_dists is not None else None, variant=variant,
                          boost=boost, depth=int(tree.depths[u]) + 1, emb=emb)
         edge[kids] = o.accept_probs
         reach[kids] = reach[u] * o.accept_probs
-        tvs[u] = o.tv if rule == "r1" else o.stage_tv
-    if rule == "r2" and boost.is_none:
+        tvs[u] = o.tv if rule == Rule.R1 else o.stage_tv
+    if rule == Rule.R2 and boost.is_none:
         tv = 0.0 if relax.is_exact else np.nan
-    elif rule == "r2":
+    elif rule == Rule.R2:
         internal = np.array([tree.children(u).size > 0 for u in range(tree.size)])
         tv = float(np.sum(reach[internal] * tvs[internal]))
     elif relax.is_exact:
@@ -316,11 +316,11 @@ def path_tv(
     rows of ``node_dists`` are read only on the path. ``simulate.step_kernels.path_tv`` is its twin.
     """
     check_boost(rule, relax, boost)  # R4 and the budget are recorded by their own walks
-    if rule == "r3":
+    if rule == Rule.R3:
         return greedy_path_tv(tree, node_dists, path)
-    if rule == "r2" and boost.is_none:
+    if rule == Rule.R2 and boost.is_none:
         return 0.0 if relax.is_exact else np.nan
-    if rule == "r1" and relax.is_exact:
+    if rule == Rule.R1 and relax.is_exact:
         return 0.0
     table = neighbours if neighbours.shape[1] else None
     total = 0.0
@@ -328,7 +328,7 @@ def path_tv(
         kids = tree.children(u)
         if kids.size == 0:
             continue
-        if rule == "r1":
+        if rule == Rule.R1:
             total += node_outcome(node_dists[u], tree.tokens[kids], rule="r1", relax=relax, neighbours=table,
                                   variant=variant).tv
             continue
@@ -388,7 +388,7 @@ def sample_step(
     emb = boost_embedding(boost, emb, len(node_dists[0]))
     if neighbours is None:
         neighbours = neighbour_rows(None, len(node_dists[0]), relax, variant)  # names a missing table
-    if rule == "r3":
+    if rule == Rule.R3:
         path = greedy_path(tree, node_dists, neighbours, relax)
         return path, int(np.argmax(node_dists[path[-1]]))
     path = [0]

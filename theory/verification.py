@@ -30,29 +30,38 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from relaxspec.theory.boost import NO_BOOST, Boost, format_number
+import numpy as np
+
+from relaxspec.theory.boost import NO_BOOST, OFFICIAL_BELOW, Boost, format_number
+from relaxspec.theory.boost_law import window_extent
 from relaxspec.theory.relax import Relax
 from relaxspec.theory.rules import (
+    BOOST_BUDGET,
+    BOOST_CODES,
+    BOOST_GROUP,
     RULES,
-    SAMPLED_DRAFT_RULES,
     VARIANTS,
-    EncodedRule,
-    check_rule,
+    Rule,
+    Variant,
+    as_rule,
+    as_variant,
+    boost_embedding,
+    budget_table,
     check_step_boost,
-    encode,
     rows_read,
+    rule_table,
 )
 
-RULE_ALIASES = {"pointmass": "r1", "sampled": "r2", "greedy": "r3", "traversal": "r4"}
+RULE_ALIASES = {"pointmass": Rule.R1, "sampled": Rule.R2, "greedy": Rule.R3, "traversal": Rule.R4}
 """Readable names of the rules (SPEC 3, 9.6)."""
 RELAX_METHODS = {"lantern": "additive", "lantern++": "multiplicative"}
 """Grammar name -> :class:`theory.relax.Relax` kind."""
 BOOST_METHODS = {"gsd": "gsd", "cool": "cool", "budget": "budget"}
 """Grammar name -> :meth:`theory.boost.Boost.parse` name."""
 METHOD_ALIASES = {"additive": "lantern", "multiplicative": "lantern++", "group": "gsd", "depth": "cool"}
-METHOD_RULES = {"lantern": "r1", "lantern++": "r2", "gsd": "r2", "cool": "r2", "budget": "r2"}
+METHOD_RULES = {"lantern": Rule.R1, "lantern++": Rule.R2, "gsd": Rule.R2, "cool": Rule.R2, "budget": Rule.R2}
 """The rule a method alone stands for: the one its paper verifies it with."""
-DEFAULT_VARIANT = "principled"
+DEFAULT_VARIANT = Variant.PRINCIPLED
 
 
 class DraftSource(enum.Enum):
@@ -83,16 +92,17 @@ class Oracle(enum.Enum):
 class Verification:
     """One verification rule; build it with :func:`parse` or directly (validated either way)."""
 
-    rule: str = "r1"
+    rule: Rule = Rule.R1
     relax: Relax = Relax.none()
-    variant: str = DEFAULT_VARIANT
+    variant: Variant = DEFAULT_VARIANT
     boost: Boost = NO_BOOST
 
     def __post_init__(self) -> None:
         if not isinstance(self.rule, str):
-            raise ValueError(f"a rule is a string (one of {RULES}), got {type(self.rule).__name__}")
-        object.__setattr__(self, "rule", RULE_ALIASES.get(self.rule, self.rule))
-        check_rule(self.rule, self.variant)
+            raise ValueError(f"a rule is a string (one of {tuple(str(r) for r in RULES)}), got "
+                             f"{type(self.rule).__name__}")
+        object.__setattr__(self, "rule", as_rule(RULE_ALIASES.get(self.rule, self.rule)))
+        object.__setattr__(self, "variant", as_variant(self.variant))
         check_step_boost(self.rule, self.relax, self.boost)
 
     # ------------------------------------------------------------------ what it is
@@ -104,26 +114,42 @@ class Verification:
     @property
     def samples_drafts(self) -> bool:
         """True for the rules that verify drafts drawn from q (R2 and R4)."""
-        return self.rule in SAMPLED_DRAFT_RULES
+        return self.rule.samples_drafts
+
+    @property
+    def is_traversal(self) -> bool:
+        """True for R4 (SPEC 9.6): a step is one walk, not node by node."""
+        return self.rule.is_traversal
+
+    @property
+    def uses_budget(self) -> bool:
+        """True for the budgeted relaxation (SPEC 9.5): a node's stages share a TV budget."""
+        return self.boost.uses_budget
+
+    @property
+    def walks_own_step(self) -> bool:
+        """True when a step is not ``theory.tree``'s node-by-node walk: R4 or the budget (their own oracles,
+        :attr:`oracle`)."""
+        return self.oracle is not Oracle.TREE
 
     @property
     def oracle(self) -> Oracle:
         """The theory oracle that decides a step."""
-        if self.rule == "r4":
+        if self.rule.is_traversal:
             return Oracle.TRAVERSAL
-        return Oracle.BUDGET if self.boost.kind == "budget" else Oracle.TREE
+        return Oracle.BUDGET if self.boost.uses_budget else Oracle.TREE
 
     @property
     def neighbour_columns(self) -> int:
         """How many leading columns of the neighbour table a step reads (0: it needs no table)."""
-        if self.boost.kind == "budget":
+        if self.boost.uses_budget:
             return self.boost.k
         return rows_read(self.relax, self.variant)
 
     @property
     def reads_embedding(self) -> bool:
         """True when the rule reads an embedding table (GSD's groups)."""
-        return self.boost.kind == "group"
+        return self.boost.reads_embedding
 
     # ------------------------------------------------------------------ what it verifies
     def source_problem(self, source: DraftSource) -> str | None:
@@ -133,13 +159,13 @@ class Verification:
         if source is DraftSource.AR:
             if not self.boost.is_none:
                 return f"boost {self.boost} raises the acceptance of drafts: AR sampling has none"
-            if self.rule == "r4":
+            if self.rule.is_traversal:
                 return "rule r4 verifies sampled drafts by traversal: AR sampling has none"
             return None
         if source is DraftSource.JACOBI:
             if not self.samples_drafts:
                 return (f"a Jacobi window verifies sampled drafts (SPEC 9.1): it needs rule r2 or r4, "
-                        f"got rule {self.rule!r}")
+                        f"got rule {str(self.rule)!r}")
             if not self.relax.is_exact:
                 return (f"a Jacobi window takes no LANTERN relaxation (got {self.relax}): boost it with "
                         "gsd, cool or budget")
@@ -157,19 +183,25 @@ class Verification:
             raise ValueError(f"{what}: {problem}" if what else problem)
 
     # ------------------------------------------------------------------ the kernels' form
-    def encode(self) -> EncodedRule:
-        """The rule as the Numba kernels take it (``theory.rules.encode``; the boost encodes with its
-        tables through ``theory.rules.encode_boost``)."""
-        return encode(self.rule, self.relax, self.variant)
+    def encode(self, vocab_size: int, *, neighbours: np.ndarray | None = None,
+               emb: np.ndarray | None = None) -> KernelArgs:
+        """The verification as the Numba kernels take it (:class:`KernelArgs`), with the tables it reads
+        validated: the columns of the neighbour table the relaxation or the budget reads
+        (:attr:`neighbour_columns`) and GSD's (V, d) embedding table ``emb``."""
+        if isinstance(vocab_size, bool) or int(vocab_size) != vocab_size or vocab_size < 1:
+            raise ValueError(f"encoding {self} needs the vocabulary size (an integer >= 1), got "
+                             f"{vocab_size!r}")
+        V = int(vocab_size)
+        rs = (self.rule.code, self.relax.code, self.relax.k, float(self.relax.param), self.variant.code,
+              rule_table(neighbours, V, self.relax, self.variant))
+        return KernelArgs(self, rs, _boost_tuple(self.boost, V, neighbours, emb))
 
     # ------------------------------------------------------------------ the grammar
     def _method(self) -> str:
-        if self.relax.kind == "additive":
+        if self.relax.is_additive:
             return f"lantern:k={self.relax.k},delta={format_number(self.relax.delta)}"
-        if self.relax.kind == "multiplicative":
+        if self.relax.is_multiplicative:
             return f"lantern++:k={self.relax.k},lam={format_number(self.relax.lam)}"
-        if self.boost.kind == "budget":
-            return f"budget:tv={format_number(self.boost.delta)},k={self.boost.k}"
         return "" if self.boost.is_none else str(self.boost)
 
     def _body(self) -> str:
@@ -178,7 +210,7 @@ class Verification:
 
     def __str__(self) -> str:
         body = self._body()
-        return body if self.variant == DEFAULT_VARIANT else f"{body}/{self.variant}"
+        return body if self.variant is DEFAULT_VARIANT else f"{body}/{self.variant}"
 
     @classmethod
     def parse(cls, text: str | Verification) -> Verification:
@@ -186,18 +218,64 @@ class Verification:
         return parse(text)
 
 
+@dataclass(frozen=True, eq=False)
+class KernelArgs:
+    """A verification as the Numba kernels take it: the rule tuple ``rs`` and the boost tuple ``bs``.
+
+    ``rs = (rule, code, k, param, variant, nb)``: ``theory.rules.RULE_R1`` .. ``RULE_R4``, the relaxation's
+    ``theory.relax.RELAX_*`` code, its k and delta or lam, ``theory.relax.VARIANT_*`` and the int32
+    C-contiguous columns of the neighbour table it reads ((V, 0) exact).
+
+    ``bs = (kind, before, after, fallback, tau, dist, omega, emb, tv, table)``: ``theory.rules.BOOST_*``,
+    the GSD window's reach (``theory.boost.window_extent``), ``fallback`` (x is tested alone when fewer
+    than this many tokens rank below it: the official window, ``theory.boost.official_window_falls_back``;
+    0 otherwise), ``tau``, ``dist``, the per-depth ``omega`` (float64, at least one entry), the embedding
+    ``emb`` (float64 C-contiguous (V, d); (1, 1) unused), the budget's ``tv`` (0 unused) and the neighbour
+    ``table`` it merges (int32 C-contiguous (V, k); (1, 0) unused).
+    """
+
+    verification: Verification
+    rs: tuple
+    bs: tuple
+
+    @property
+    def neighbours(self) -> np.ndarray:
+        """The relaxation's int32 neighbour columns (``rs[5]``)."""
+        return self.rs[5]
+
+    @property
+    def emb(self) -> np.ndarray:
+        """GSD's embedding table (``bs[7]``)."""
+        return self.bs[7]
+
+    @property
+    def budget_table(self) -> np.ndarray:
+        """The budget's neighbour columns (``bs[9]``)."""
+        return self.bs[9]
+
+
+def _boost_tuple(boost: Boost, vocab_size: int, neighbours: np.ndarray | None, emb: np.ndarray | None
+                 ) -> tuple:
+    """The kernels' ``bs`` (:class:`KernelArgs`), its tables validated."""
+    none = np.zeros((1, 1))
+    if boost.reads_embedding:
+        e = np.ascontiguousarray(boost_embedding(boost, emb, vocab_size), dtype=np.float64)
+        before, after = window_extent(boost.group_size, boost.window)
+        fallback = OFFICIAL_BELOW if boost.official_window else 0
+        return (BOOST_GROUP, before, after, fallback, boost.tau, boost.dist, np.ones(1), e, 0.0,
+                np.zeros((1, 0), dtype=np.int32))
+    if boost.uses_budget:
+        return (BOOST_BUDGET, 0, 0, 0, 0.0, 0.0, np.ones(1), none, boost.tv,
+                budget_table(boost, neighbours, vocab_size))
+    omega = np.array(boost.omega if boost.scales_by_depth else (1.0,), dtype=np.float64)
+    return (BOOST_CODES[boost.kind], 0, 0, 0, 0.0, 0.0, omega, none, 0.0, np.zeros((1, 0), dtype=np.int32))
+
+
 def _method_parts(method: str, text: str) -> tuple[Relax, Boost]:
     name, colon, args = method.partition(":")
     name = METHOD_ALIASES.get(name.strip(), name.strip())
     if name in RELAX_METHODS:
         return Relax.parse(f"{RELAX_METHODS[name]}{colon}{args}"), NO_BOOST
-    if name == "budget":
-        # the grammar calls the budget's per-node TV ``tv`` (``delta`` is LANTERN's merged-mass cap)
-        items = [item.strip() for item in args.split(",") if item.strip()]
-        if any(item.partition("=")[0].strip() == "delta" for item in items):
-            raise ValueError(f"verification {text!r}: the budget's TV per node is written tv=..., not delta")
-        args = ",".join("delta=" + item.partition("=")[2] if item.partition("=")[0].strip() == "tv" else item
-                        for item in items)
     if name in BOOST_METHODS:
         return Relax.none(), Boost.parse(f"{BOOST_METHODS[name]}{colon}{args}")
     known = ", ".join([*RELAX_METHODS, *BOOST_METHODS])
@@ -230,7 +308,8 @@ def parse(text: str | Verification) -> Verification:
         name = METHOD_ALIASES.get(name, name)
         if name not in METHOD_RULES:
             raise ValueError(f"verification {text!r}: unknown rule or method {head.strip()!r}; a spec starts "
-                             f"with a rule {RULES + tuple(RULE_ALIASES)} or a method {tuple(METHOD_RULES)}")
+                             f"with a rule {tuple(str(r) for r in RULES) + tuple(RULE_ALIASES)} or a method "
+                             f"{tuple(METHOD_RULES)}")
         rule, method = METHOD_RULES[name], body
     try:
         relax, boost = _method_parts(method, text) if method.strip() else (Relax.none(), NO_BOOST)

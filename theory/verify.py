@@ -19,11 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from relaxspec.theory.boost import NO_BOOST, Boost, sampled_draft_stage, stage_tv
+from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.boost_law import sampled_draft_stage, stage_tv
 from relaxspec.theory.distributions import total_variation, validate_distribution
 from relaxspec.theory.neighbours import validate_neighbour_rows
 from relaxspec.theory.relax import NO_RELAX, Relax, check_token
-from relaxspec.theory.rules import boost_embedding, check_boost, check_rule, neighbour_rows, rows_read
+from relaxspec.theory.rules import Rule, boost_embedding, check_boost, check_rule, neighbour_rows, rows_read
 from relaxspec.theory.stages import (
     draft_residual,
     greedy_acceptable,
@@ -119,7 +120,7 @@ def check_node_inputs(
     emb = boost_embedding(boost, emb, V)
     nb = neighbour_rows(neighbours, V, relax, variant)
     kids: np.ndarray | None
-    if rule == "r2":
+    if rule == Rule.R2:
         if q is None:
             raise ValueError("rule r2 needs the draft distribution q")
         q = validate_distribution(q, name="q", size=V)
@@ -168,14 +169,14 @@ def node_outcome(
     """
     x = check_node_inputs(p, children, rule=rule, relax=relax, neighbours=neighbours, q=q,
                           variant=variant, boost=boost, depth=depth, emb=emb)
-    if rule == "r2":
+    if rule == Rule.R2:
         assert x.q is not None  # check_node_inputs requires R2's q
         at = BoostAt(boost, int(depth), x.emb)
         if x.kids is None:
             return _r2_enumerated(x.p, x.q, x.m, x.nb, relax, variant, at)
         return _r2_given(x.p, x.q, x.kids, x.nb, relax, variant, at)
     assert x.kids is not None  # only R2 may draw its children
-    if rule == "r1":
+    if rule == Rule.R1:
         return _r1(x.p, x.kids, x.nb, relax, variant)
     return _r3(x.p, x.kids, x.nb, relax)
 

@@ -89,12 +89,12 @@ def methods() -> list[Method]:
         # issue 15: traversal verification and the budgeted relaxation (a proved TV bound per node)
         Method("R4 exact (static tree)", "r4", STATIC, "r4"),
         Method("SJD + R4", "r4-jacobi", f"jacobi:{WINDOW}", "r4"),
-        *[Method(f"R2 + budget δ={d:g}", "budget", STATIC, "r2", boost=f"budget:delta={d:g},k={{k}}",
+        *[Method(f"R2 + budget δ={d:g}", "budget", STATIC, "r2", boost=f"budget:tv={d:g},k={{k}}",
                  lossy=True) for d in BUDGETS],
-        *[Method(f"R4 + budget δ={d:g}", "budget-r4", STATIC, "r4", boost=f"budget:delta={d:g},k={{k}}",
+        *[Method(f"R4 + budget δ={d:g}", "budget-r4", STATIC, "r4", boost=f"budget:tv={d:g},k={{k}}",
                  lossy=True) for d in BUDGETS],
         *[Method(f"SJD + R4 + budget δ={d:g}", "budget-jacobi", f"jacobi:{WINDOW}", "r4",
-                 boost=f"budget:delta={d:g},k={{k}}", lossy=True) for d in BUDGETS],
+                 boost=f"budget:tv={d:g},k={{k}}", lossy=True) for d in BUDGETS],
     ]
     return rows
 

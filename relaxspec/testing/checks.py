@@ -45,7 +45,7 @@ from relaxspec.theory.boost import Boost
 from relaxspec.theory.bounds import tv_bound
 from relaxspec.theory.distributions import total_variation
 from relaxspec.theory.relax import Relax
-from relaxspec.theory.rules import check_step_boost
+from relaxspec.theory.rules import RULES, Rule, check_step_boost
 from relaxspec.theory.tree import Tree, expected_tokens_per_step, path_probs
 from relaxspec.theory.verify import node_outcome
 
@@ -173,15 +173,15 @@ def proved_bound(rule: str) -> Bound:
     """The suite's proved per-node TV bound for SPEC rule ``rule`` (``theory.bounds.tv_bound``) as a
     callable of the node: R1 p(D) (docs/theory.md Theorems 6-7), R2 with children drawn from q, R3; R4
     (traversal verification, unrelaxed) 0: it is lossless (Theorem 12.2)."""
-    if rule not in ("r1", "r2", "r3", "r4"):
+    if rule not in RULES:
         raise ValueError(f"unknown rule {rule!r}; expected 'r1', 'r2', 'r3' or 'r4'")
 
     def bound(node: S.Node) -> float:
-        if rule == "r4":
+        if rule == Rule.R4:
             return 0.0
-        children = node.m if rule == "r2" else node.kids
+        children = node.m if rule == Rule.R2 else node.kids
         return tv_bound(node.p, children, rule=rule, relax=node.relax, neighbours=node.nb,
-                        q=node.q if rule == "r2" else None, variant=node.variant)
+                        q=node.q if rule == Rule.R2 else None, variant=node.variant)
 
     bound.__name__ = f"proved_bound({rule!r})"
     return bound
@@ -192,19 +192,19 @@ def boost_bound(boost: Boost, depth: int = 1,
     """The proved per-node TV bound of R2 boosted by ``boost`` (GSD, Cool-SD) for children at ``depth``,
     GSD reading ``embedding(V)``: SPEC 9.4 stage by stage, ``theory.node_outcome(p, m, rule="r2",
     boost=...).stage_tv`` averaged over the draw orders of the node's m children (exact for m = 1,
-    docs/theory.md section 11). The budget boost (SPEC 9.5) has the bound ``delta`` at every node
+    docs/theory.md section 11). The budget boost (SPEC 9.5) has the bound ``tv`` at every node
     (Theorem 14.1; for R4 at one node too, which is R2 there). Use it with
     ``TheoryRule("r2", boost=boost)`` or a port of it."""
     check_step_boost("r2", Relax.none(), boost)
-    if boost.kind == "budget":
+    if boost.uses_budget:
         def budget(node: S.Node) -> float:
-            return boost.delta
+            return boost.tv
 
         budget.__name__ = f"boost_bound({str(boost)!r})"
         return budget
 
     def bound(node: S.Node) -> float:
-        emb = embedding(node.V) if boost.kind == "group" else None
+        emb = embedding(node.V) if boost.reads_embedding else None
         return node_outcome(node.p, node.m, rule="r2", relax=node.relax, neighbours=node.nb, q=node.q,
                             variant=node.variant, boost=boost, depth=depth, emb=emb).stage_tv
 
@@ -387,16 +387,16 @@ def check_monotone(rule: object, parameter: str, *, nodes: st.SearchStrategy[S.N
 def theory_expected_tokens(rule: str) -> Callable[[S.TreeCase], float]:
     """theory's exact E[tokens per step] (``theory.tree.expected_tokens_per_step``) for SPEC rule
     ``rule``, as a callable of a :class:`~relaxspec.testing.strategies.TreeCase`."""
-    if rule == "r4":
+    if rule == Rule.R4:
         raise ValueError("rule r4 (traversal verification) is not a node-by-node walk: a rejected subtree "
                          "changes its parent's test, so E[tokens per step] is not composed from node laws "
                          "(theory.traversal.traversal_ends gives it on a drawn tree)")
-    if rule not in ("r1", "r2", "r3"):
+    if rule not in (Rule.R1, Rule.R2, Rule.R3):
         raise ValueError(f"unknown rule {rule!r}; expected 'r1', 'r2' or 'r3'")
 
     def expected(case: S.TreeCase) -> float:
         return expected_tokens_per_step(case.tree, case.p, rule=rule, relax=case.relax, neighbours=case.nb,
-                                        q_dists=case.q if rule == "r2" else None, variant=case.variant)
+                                        q_dists=case.q if rule == Rule.R2 else None, variant=case.variant)
 
     expected.__name__ = f"theory_expected_tokens({rule!r})"
     return expected
@@ -418,7 +418,7 @@ def _composed_tokens(info: RuleInfo, case: S.TreeCase) -> float | None:
 
 
 def _tree_strategy(info: RuleInfo, tree: object) -> st.SearchStrategy[S.TreeCase]:
-    kinds = ("none",) if info.spec_rule == "r3" else S.KINDS
+    kinds = ("none",) if info.spec_rule == Rule.R3 else S.KINDS
     max_v = 6 if info.drafts == "sampled" else 8
     if tree is None:
         return S.tree_cases(max_v=max_v, kinds=kinds)

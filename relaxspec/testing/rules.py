@@ -36,7 +36,7 @@ Optional attributes tell the checks more (read with ``getattr``):
 (``simulate.verify_kernels.sample_node_r1_kernel`` / ``sample_node_r2_kernel``),
 which expose no law. Both take R2's boost (``theory.boost.Boost``: GSD, Cool-SD; SPEC
 9.2-9.3) for children at ``depth``, GSD reading the embedding ``embedding(V)``
-(default :func:`grid_embedding`), and the budget of SPEC 9.5 (``Boost.budget(delta, k)``:
+(default :func:`grid_embedding`), and the budget of SPEC 9.5 (``Boost.budget(tv, k)``:
 ``theory.budget`` and its kernel, merging the node's own table, at most its width of columns).
 Rule ``"r4"`` (traversal verification, SPEC 9.6) verifies the node as a one-level tree
 (``theory.traversal``; the kernel ``simulate.traversal_kernels``): the children are the root's,
@@ -51,13 +51,18 @@ from typing import Protocol
 
 import numpy as np
 
+from relaxspec.theory import rules as T
 from relaxspec.theory.boost import NO_BOOST, Boost
 from relaxspec.theory.budget import budget_node_outcome, check_budget, sample_budget_node
 from relaxspec.theory.relax import KINDS, Relax
-from relaxspec.theory.rules import SAMPLED_DRAFT_RULES, check_step_boost, encode, encode_boost, rule_table
+from relaxspec.theory.rules import (
+    SAMPLED_DRAFT_RULES,
+    check_step_boost,
+)
 from relaxspec.theory.sampler import sample_node
 from relaxspec.theory.traversal import sample_traversal_step, traversal_ends
 from relaxspec.theory.tree import Tree
+from relaxspec.theory.verification import Verification
 from relaxspec.theory.verify import NodeInputs, check_node_inputs, node_outcome
 
 __all__ = ["KernelRule", "Law", "Rule", "TheoryRule", "Verdict", "grid_embedding"]
@@ -76,21 +81,21 @@ def _boosted(rule: str, boost: Boost, depth: int) -> None:
     check_step_boost(rule, Relax.none(), boost)
     if isinstance(depth, bool) or int(depth) != depth or depth < 1:
         raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
-    if rule == "r4" and depth != 1:
+    if rule == T.Rule.R4 and depth != 1:
         raise ValueError(f"rule r4 verifies the node as the root of a one-level tree: its children are at "
                          f"depth 1, got depth {depth!r}")
 
 
 def _own_walk(rule: str, boost: Boost) -> bool:
     """R4 and the budget verify by their own walks (``theory.traversal``, ``theory.budget``)."""
-    return rule == "r4" or boost.kind == "budget"
+    return rule == T.Rule.R4 or boost.uses_budget
 
 
 def _node_boost(boost: Boost, neighbours: np.ndarray) -> Boost:
     """The budget reads at most the node table's width of neighbours (other boosts as they are)."""
-    if boost.kind != "budget" or boost.k <= neighbours.shape[1]:
+    if not boost.uses_budget or boost.k <= neighbours.shape[1]:
         return boost
-    return Boost.budget(boost.delta, int(neighbours.shape[1]))
+    return Boost.budget(boost.tv, int(neighbours.shape[1]))
 
 
 def _checked(rule: str, boost: Boost, depth: int, embedding: Callable[[int], np.ndarray], p: np.ndarray,
@@ -98,10 +103,10 @@ def _checked(rule: str, boost: Boost, depth: int, embedding: Callable[[int], np.
              variant: str) -> NodeInputs:
     """Validated node inputs (``theory.verify.check_node_inputs``; R4 and the budget, after
     ``theory.rules.check_step_boost``, as R2 with the same GSD or Cool-SD boost, or none)."""
-    emb = embedding(p.size) if boost.kind == "group" else None
+    emb = embedding(p.size) if boost.reads_embedding else None
     if _own_walk(rule, boost):
         check_step_boost(rule, relax, boost)
-        rule, boost = "r2", NO_BOOST if boost.kind == "budget" else boost
+        rule, boost = "r2", NO_BOOST if boost.uses_budget else boost
     qq = q if rule in SAMPLED_DRAFT_RULES else None
     return check_node_inputs(p, children, rule=rule, relax=relax, neighbours=neighbours, q=qq,
                              variant=variant, boost=boost, depth=depth, emb=emb)
@@ -119,7 +124,7 @@ def _star(x: NodeInputs, u: np.ndarray) -> tuple[Tree, np.ndarray, np.ndarray, n
 
 def relaxation_kinds(rule: str, boost: Boost) -> tuple[str, ...]:
     """The relaxation kinds a rule takes: all, or none when boosted or R4."""
-    return KINDS if boost.is_none and rule != "r4" else ("none",)
+    return KINDS if boost.is_none and rule != T.Rule.R4 else ("none",)
 
 
 def draft_kind(rule: str) -> str:
@@ -163,7 +168,7 @@ class Rule(Protocol):
                  neighbours: np.ndarray, variant: str, u: np.ndarray) -> Verdict: ...
 
 
-_RULES = ("r1", "r2", "r3", "r4")
+_RULES = T.RULES
 
 
 @dataclass(frozen=True)
@@ -208,7 +213,7 @@ class TheoryRule:
     @property
     def target(self) -> str:
         """R3 is greedy: its lossless law is the point mass on argmax p."""
-        return "argmax" if self.rule == "r3" else "p"
+        return "argmax" if self.rule == T.Rule.R3 else "p"
 
     @property
     def spec_rule(self) -> str:
@@ -221,7 +226,7 @@ class TheoryRule:
                      variant)
         if _own_walk(self.rule, self.boost):
             return self._own(x, neighbours, u)
-        qq = q if self.rule == "r2" else None
+        qq = q if self.rule == T.Rule.R2 else None
         m = x.m
         i, token = sample_node(x.p, x.kids, u[:m], float(u[m]), rule=self.rule, relax=relax,
                                neighbours=x.nb, q=x.q, variant=variant, boost=self.boost, depth=self.depth,
@@ -236,7 +241,7 @@ class TheoryRule:
         """R4 on the node as a one-level tree, or budgeted R2 (``theory.traversal``, ``theory.budget``)."""
         boost = _node_boost(self.boost, neighbours)
         m = x.m
-        if self.rule == "r2":
+        if self.rule == T.Rule.R2:
             nb = check_budget(boost, neighbours, x.p.size, np.flatnonzero(x.q > 0))
             i, token = sample_budget_node(x.p, x.q, x.kids, u[:m], float(u[m]), boost=boost, nb=nb)
             if not self.law:
@@ -244,7 +249,7 @@ class TheoryRule:
             out = budget_node_outcome(x.p, x.q, x.kids, boost=boost, neighbours=neighbours)
             return Verdict(i, token, Law(out.accept_probs, out.emitted))
         tree, P, Q, ua, ud = _star(x, u)
-        table = neighbours if boost.kind == "budget" else None
+        table = neighbours if boost.uses_budget else None
         path, bonus = sample_traversal_step(tree, P, Q, ua, ud, boost=boost, neighbours=table, emb=x.emb)
         i = path[-1] - 1
         verdict = (i, int(x.kids[i])) if i >= 0 else (-1, int(bonus))
@@ -276,7 +281,7 @@ class KernelRule:
     embedding: Callable[[int], np.ndarray] = grid_embedding
 
     def __post_init__(self) -> None:
-        if self.rule not in ("r1", "r2", "r4"):
+        if self.rule not in (T.Rule.R1, T.Rule.R2, T.Rule.R4):
             raise ValueError(f"the node kernels are sample_node_r1_kernel, sample_node_r2_kernel and R4's "
                              f"traversal_step_kernel: rule must be 'r1', 'r2' or 'r4', got {self.rule!r}")
         _boosted(self.rule, self.boost, self.depth)
@@ -319,30 +324,29 @@ class KernelRule:
 
         x = _checked(self.rule, self.boost, self.depth, self.embedding, p, q, children, relax, neighbours,
                      variant)
-        e = encode(self.rule, relax, variant)
-        boost = _node_boost(self.boost, neighbours)
-        bs = encode_boost(self.rule, relax, boost, x.emb, x.p.size, neighbours).args
-        if self.rule == "r4":
+        v = Verification(self.rule, relax, variant, _node_boost(self.boost, neighbours))
+        enc = v.encode(x.p.size, neighbours=neighbours, emb=x.emb)
+        rs, bs = enc.rs, enc.bs
+        if v.is_traversal:
             tree, P, Q, ua, ud = _star(x, u)
-            rs = (e.rule, e.code, e.k, e.param, e.variant, np.zeros((x.p.size, 0), dtype=np.int32))
             path, bonus, _ = sample_step_kernel(tree.parents, tree.tokens, tree.depths, P, Q, ua, ud, rs, bs)
             i = int(path[-1]) - 1
             return Verdict(i, int(x.kids[i])) if i >= 0 else Verdict(-1, int(bonus))
-        nb = rule_table(neighbours, x.p.size, relax, variant)
+        _, code, k, param, var, nb = rs
         V, m = x.p.size, x.m
         pc = np.ascontiguousarray(x.p)
         kids = np.ascontiguousarray(x.kids)
         uk = np.array(u[:m], dtype=np.float64)
-        if self.rule == "r1":
+        if self.rule == T.Rule.R1:
             mark = np.zeros(V, dtype=np.int64)
-            i, epoch, unif = sample_node_r1_kernel(pc, kids, uk, mark, 0, e.code, e.k, e.param, e.variant, nb)
+            i, epoch, unif = sample_node_r1_kernel(pc, kids, uk, mark, 0, code, k, param, var, nb)
             if i >= 0:
                 return Verdict(int(i), int(kids[i]))
             return Verdict(-1, int(draw_token_residual_kernel(pc, mark, epoch, unif, float(u[m]),
                                                               np.empty(V))))
         r, qp, res = np.empty(V), np.empty(V), np.empty(V)
         qc = np.ascontiguousarray(x.q)
-        i = sample_node_r2_kernel(pc, qc, kids, uk, e.code, e.k, e.param, e.variant, nb, r, qp, res,
+        i = sample_node_r2_kernel(pc, qc, kids, uk, code, k, param, var, nb, r, qp, res,
                                   self.depth, bs)
         if i >= 0:
             return Verdict(int(i), int(kids[i]))

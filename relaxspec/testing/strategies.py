@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from relaxspec.core.trees.policies import DDDTree, Eagle2Tree, StaticTree, TreePolicy
 from relaxspec.theory.neighbours import neighbour_table
-from relaxspec.theory.relax import KINDS, Relax
+from relaxspec.theory.relax import KINDS, Relax, RelaxKind
 from relaxspec.theory.rules import VARIANTS
 from relaxspec.theory.tree import Tree
 
@@ -123,10 +123,10 @@ def relaxations(draw: st.DrawFn, K: int, kinds: Sequence[str] = KINDS) -> Relax:
     """A relaxation of one of ``kinds`` with k in 1..K: delta in [0, 1] or lam in [1, 20],
     favouring the exact values 0 and 1 and round ones."""
     kind = draw(st.sampled_from(tuple(kinds)))
-    if kind == "none":
+    if kind == RelaxKind.NONE:
         return Relax.none()
     k = draw(st.integers(1, K))
-    if kind == "additive":
+    if kind == RelaxKind.ADDITIVE:
         delta = draw(st.one_of(st.sampled_from([0.0, 0.05, 0.1, 0.25, 0.5, 1.0]),
                                st.floats(0.0, 1.0)))
         return Relax.additive(k, delta)
