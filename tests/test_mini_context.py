@@ -108,3 +108,32 @@ def test_the_shipped_model_batched_as_it_likes(shipped):
         model_context_sensitivity(shipped, tokens, np.array([3]), 2.0, 3)
     with pytest.raises(ValueError, match=r"tokens must lie in \[0, 512\) \(the model's codebook\)"):
         model_context_sensitivity(shipped, tokens + 512, np.array([3, 7]), 2.0, 3)
+
+
+@pytest.mark.parametrize("argv,named", [
+    (["--kappa-images", "1"], "--kappa-images must be >= 2, got 1"),
+    (["--n-images", "10", "--kappa-images", "20"], r"--kappa-images must be in [2, --n-images = 10], got 20"),
+    (["--kappa-sequences", "1"], "--kappa-sequences must be >= 2, got 1"),
+    (["--kappa-len", "9"], "--kappa-len must be >= 10, got 9"),
+])
+def test_compare_refuses_bad_kappa_options(capsys, tmp_path, argv, named):
+    from relaxspec.cli import main
+
+    code = main(["mini", "--out", str(tmp_path), "compare", *argv])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("relaxspec: error: ") and named in err[0]
+    assert not (tmp_path / "compare").exists()  # refused before anything ran
+
+
+def test_compare_renders_kappa_of_models_and_worlds_side_by_side():
+    from relaxspec.mini.model_comparison import KAPPA_LAGS, context_table
+
+    c = {"kappa": [0.25, 0.1], "stderr": [0.01, 0.005], "units": 40, "positions": [63, 62]}
+    w = {"kappa": [0.8, 0.9], "stderr": [0.02, 0.01], "units": 16, "positions": [255, 254]}
+    lines = context_table({"models": {"ambiguous": {"codebook_size": 8192, "context": c}},
+                           "world_context": {"ambiguous": w}})
+    assert KAPPA_LAGS == 9  # the 8 x 8 grid: the token before .. the token above-left
+    assert lines[0] == "| model / world | kappa_1 | kappa_2 |"
+    assert lines[2] == ("| `ambiguous` model (8,192 codes; 40 images x 64 tokens) | 0.250 ± 0.010 | "
+                        "0.100 ± 0.005 |")
+    assert lines[3] == "| `ambiguous` world (16 x 256 tokens) | 0.800 ± 0.020 | 0.900 ± 0.010 |"

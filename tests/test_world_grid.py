@@ -18,6 +18,7 @@ from relaxspec.sweep import SweepConfig
 
 BEFORE = Path(__file__).parent / "data" / "world_rows_before.json"
 SMALL = {"vocab_size": 96, "n_clusters": 12}
+GRID_PRESETS = {"mini-ambiguous-grid"}  # added with the grid parameters
 
 
 def _sha(rows) -> str:
@@ -29,8 +30,10 @@ def test_every_preset_keeps_its_states_and_rows_bit_for_bit():
     (T = 1 and 0.7) and draft rows (depth 0 and 1) along a sampled path, computed before the grid
     parameters existed; with them off (every preset) nothing moves."""
     before = json.loads(BEFORE.read_text())
-    assert set(before) == set(PRESETS)
-    for name in PRESETS:
+    assert set(before) | GRID_PRESETS == set(PRESETS)
+    for name in GRID_PRESETS:
+        assert PRESETS[name].stateful
+    for name in before:
         w = LatentWorld.preset(name)
         assert w.state_size == w.params.dim
         key = np.uint64(stream_key(np.int64(7), np.int64(1)))
