@@ -3,7 +3,8 @@
 - ``ambiguity``: token selection ambiguity of the model vs the synthetic presets (``--fit`` fits a world);
 - ``quality``: FD and class accuracy per decoding configuration, tokens per step, TV bound, sample grid;
 - ``validate``: traces, replay, and simulate's predicted vs the decoder's measured tokens per step;
-- ``compare``: both shipped models (``weights/``, ``weights/ambiguous/``) and the worlds side by side.
+- ``compare``: both shipped models (``weights/``, ``weights/ambiguous/``) and the worlds side by side
+  (ambiguity, quality, context sensitivity kappa_m).
 
 Every command resumes from what ``--out`` already holds. Decoding runs on one
 thread: batch-2 (CFG) forwards of a small model are latency-bound, and a
@@ -52,6 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                           "side by side: ambiguity over all and object positions, class "
                                           "accuracy, FD (writes OUT/compare/comparison.md)")
     cmp.add_argument("--n-images", type=int, default=200, help="AR samples per model")
+    cmp.add_argument("--kappa-images", type=int, default=40,
+                     help="samples per model along which the context sensitivity kappa_m is measured")
+    cmp.add_argument("--kappa-sequences", type=int, default=16,
+                     help="sequences per world preset along which kappa_m is measured")
+    cmp.add_argument("--kappa-len", type=int, default=256, help="tokens per such sequence")
     cmp.set_defaults(func=_compare)
     parser.set_defaults(func=lambda args: parser.print_help())
 
@@ -197,9 +203,11 @@ def _compare(args: argparse.Namespace) -> int:
 
     from relaxspec.mini.model_comparison import compare, render
 
-    _at_least(args, seed=0, n_images=10)
+    _at_least(args, seed=0, n_images=10, kappa_images=2, kappa_sequences=2, kappa_len=10)
     torch.set_num_threads(1)
-    print(render(compare(args.out / "compare", args.n_images, args.seed, not args.no_progress)))
+    print(render(compare(args.out / "compare", args.n_images, args.seed, not args.no_progress,
+                         kappa_images=args.kappa_images, kappa_sequences=args.kappa_sequences,
+                         kappa_len=args.kappa_len)))
     return 0
 
 

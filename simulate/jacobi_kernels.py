@@ -68,7 +68,7 @@ def _sequence(s, W, L, fresh, rs, bs, exact, seq_len, seed, o_int, o_exp, o_tv, 
     hs = np.zeros(L + 1, dtype=np.uint64)
     znew = np.zeros(d)
     if W[0] == KIND_LATENT:
-        hs[0] = initial_state(W[1], W[5][0], key, zs[0])
+        hs[0] = initial_state(W[1], W[4], W[5][0], key, zs[0])
     parents = np.arange(-1, L, dtype=np.int64)  # the chain: node j holds d_j
     depths = np.arange(L + 1, dtype=np.int64)
     tokens = np.zeros(L + 1, dtype=np.int64)

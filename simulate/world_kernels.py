@@ -4,10 +4,14 @@ A world is passed to kernels as a tuple ``W = (kind, ET, b, bq, fp, keys,
 p_stat, q_stat, T)``:
 
 - ``kind``: 0 latent-field world, 1 stationary world (p_stat / q_stat at every node);
-- ``ET``: (d, V) float64 codebook, transposed (unit rows of E): the state transitions;
+- ``ET``: (D, V) float64 codebook, transposed (unit rows of E): the state transitions; D is the size of
+  a state, d (the code dimension, ``len(fp) - N_FPARAMS``) for SPEC 6's worlds; a grid or
+  position-keyed world's state has ``STATE_AUX + grid_width + 1`` entries more (:func:`state_size`),
+  whose rows of ``ET`` are zero;
 - ``b`` / ``bq``: float32 target / draft per-token biases, already divided by the temperature,
   padded to a multiple of LANES tokens (:func:`pad_bias`);
-- ``fp``: float64 [beta/T, rho, sigma, beta_q/T, sigma_q, bmax, bqmax, beta_spread, drift, a_1..a_d]:
+- ``fp``: float64 [beta/T, rho, sigma, beta_q/T, sigma_q, bmax, bqmax, beta_spread, drift, prefix_noise,
+  grid_width, grid_above, grid_diagonal, a_1..a_d]:
   a state z's inverse temperatures are beta·exp(beta_spread <a, z>) (target) and
   beta_q·exp(beta_spread <a, z_q>) (drafter, on its own view z_q), a the unit difficulty axis;
   the drafter's view below a step's root (depth d >= 1) has noise sqrt(sigma_q^2 + drift^2);
@@ -23,6 +27,17 @@ logits); rule arithmetic on the rows stays float64 and sequential.
 
 States live in per-step buffers indexed like the tree builder's nodes:
 ``zs[v]`` (unit vector), ``hs[v]`` (prefix hash), ``have[v]``.
+
+Context sensitivity (SPEC 11). In SPEC 6's world the transition noise is keyed by the whole prefix, so
+changing any earlier token redraws every later state. A world with ``prefix_noise`` f < 1 draws the
+noise as ``sqrt(f) xi_prefix + sqrt(1 - f) xi_position``, xi_position keyed by (sequence, position), so
+the token m back moves the state only through rho^m and the prefix-keyed part. A world with a grid of
+width W (``grid_width``) places token t at row t // W, column t % W, and adds to the transition into
+position t ``grid_above E_{x_{t-W}} + grid_diagonal (E_{x_{t-W-1}} + E_{x_{t-W+1}})`` (the tokens above,
+above-left and above-right, where the grid has them), so the token above matters as the token before
+does. Such a state carries, after its d latent entries, ``STATE_AUX`` = 3 bookkeeping entries (the
+position of the next token; the sequence's key as two 32-bit halves) and the last W + 1 tokens (-1
+where the sequence has none), all small integers, exact in float64.
 """
 
 from __future__ import annotations
@@ -35,7 +50,16 @@ from numba import njit
 from relaxspec.simulate.rng import combine, normals
 
 F_BETA, F_RHO, F_SIGMA, F_BETA_Q, F_SIGMA_Q, F_BMAX, F_BQMAX, F_SPREAD, F_DRIFT = range(9)
-N_FPARAMS = 9  # then the d entries of the difficulty axis (latent worlds)
+F_PREFIX, F_GRID_W, F_ABOVE, F_DIAG = range(9, 13)
+N_FPARAMS = 13  # then the d entries of the difficulty axis (latent worlds)
+# a grid / position-keyed state after its d latent entries: [position, key low 32 bits, key high 32 bits,
+# token 1 back, ..., token W + 1 back]
+A_POS, A_KEY_LO, A_KEY_HI = range(3)
+STATE_AUX = 3
+NO_TOKEN = -1.0
+_POSITION_SALT = np.int64(0x9051)  # the position-keyed noise's stream, apart from the prefix-keyed one
+_HALF = np.uint64(32)
+_LOW32 = np.uint64(0xFFFFFFFF)
 KIND_LATENT = 0
 KIND_STATIONARY = 1
 
@@ -250,7 +274,7 @@ def state_beta(fp, beta, z):
     if spread == 0.0:
         return beta
     dot = 0.0
-    for j in range(z.shape[0]):
+    for j in range(fp.shape[0] - N_FPARAMS):  # the latent entries of z
         dot += fp[N_FPARAMS + j] * z[j]
     return beta * math.exp(spread * dot)
 
@@ -260,12 +284,16 @@ def transition(ET, fp, noise_key, z, h, x, z_out):
     """State after token x: normalise(rho z + (1 - rho) E_x + sigma xi); returns the new prefix hash.
 
     xi is keyed by (world noise key, new prefix hash), so a prefix always
-    leads to the same state."""
-    d = ET.shape[0]
+    leads to the same state; a grid or position-keyed state (longer than d) moves by
+    :func:`_grid_transition`."""
+    d = fp.shape[0] - N_FPARAMS
     h2 = combine(h, x)
     xi = np.empty(d)
     normals(combine(noise_key, np.int64(h2 & np.uint64(0x7FFFFFFFFFFFFFFF))), xi)
     rho, sigma = fp[F_RHO], fp[F_SIGMA]
+    if z.shape[0] > d:
+        _grid_transition(ET, fp, noise_key, z, x, xi, z_out)
+        return h2
     for j in range(d):
         z_out[j] = rho * z[j] + (1.0 - rho) * ET[j, x] + sigma * xi[j]
     normalise(z_out)
@@ -273,11 +301,72 @@ def transition(ET, fp, noise_key, z, h, x, z_out):
 
 
 @njit(cache=True, error_model="numpy")
-def initial_state(ET, noise_key, seq_key, z_out):
-    """A sequence's first state (uniform on the sphere) and prefix hash, keyed by the sequence."""
+def position_key(noise_key, z, d):
+    """Key of the position-keyed noise of the transition out of state z: (world noise key, the
+    sequence's key stored in z, the position of the token after z's next one)."""
+    seq = np.uint64(z[d + A_KEY_LO]) | (np.uint64(z[d + A_KEY_HI]) << _HALF)
+    key = combine(combine(noise_key, _POSITION_SALT), np.int64(seq & np.uint64(0x7FFFFFFFFFFFFFFF)))
+    return combine(key, np.int64(z[d + A_POS]) + 1)
+
+
+@njit(cache=True, error_model="numpy")
+def _grid_transition(ET, fp, noise_key, z, x, xi, z_out):
+    """:func:`transition` of a grid / position-keyed state (module docstring): the noise ``xi`` keyed by
+    the prefix keeps variance share ``prefix_noise``, the rest is keyed by (sequence, position); the
+    tokens above, above-left and above-right of the next position add their codes; the token memory
+    shifts by one."""
+    d = fp.shape[0] - N_FPARAMS
+    base = d + STATE_AUX
+    n_lags = z.shape[0] - base
+    pos = int(z[d + A_POS]) + 1  # the position whose law the new state gives
+    f = fp[F_PREFIX]
+    if f < 1.0:
+        xp = np.empty(d)
+        normals(position_key(noise_key, z, d), xp)
+        a, b = math.sqrt(f), math.sqrt(1.0 - f)
+        for j in range(d):
+            xi[j] = a * xi[j] + b * xp[j]
+    rho, sigma = fp[F_RHO], fp[F_SIGMA]
+    for j in range(d):
+        z_out[j] = rho * z[j] + (1.0 - rho) * ET[j, x] + sigma * xi[j]
+    for i in range(n_lags - 1, 0, -1):
+        z_out[base + i] = z[base + i - 1]
+    z_out[base] = x
+    width = int(fp[F_GRID_W])
+    if width > 0 and pos >= width:  # a row above: lag W above, W + 1 above-left, W - 1 above-right
+        col = pos % width
+        above, diag = fp[F_ABOVE], fp[F_DIAG]
+        up = int(z_out[base + width - 1])
+        left = int(z_out[base + width]) if col > 0 else -1
+        right = int(z_out[base + width - 2]) if col < width - 1 else -1
+        for j in range(d):
+            v = above * ET[j, up]
+            if left >= 0:
+                v += diag * ET[j, left]
+            if right >= 0:
+                v += diag * ET[j, right]
+            z_out[j] += v
+    normalise(z_out[:d])
+    z_out[d + A_POS] = pos
+    z_out[d + A_KEY_LO] = z[d + A_KEY_LO]
+    z_out[d + A_KEY_HI] = z[d + A_KEY_HI]
+
+
+@njit(cache=True, error_model="numpy")
+def initial_state(ET, fp, noise_key, seq_key, z_out):
+    """A sequence's first state (uniform on the sphere) and prefix hash, keyed by the sequence (a grid /
+    position-keyed state: position 0, the sequence's key, no tokens yet)."""
+    d = fp.shape[0] - N_FPARAMS
     h = combine(seq_key, np.int64(0x5EED))
-    normals(combine(noise_key, np.int64(h & np.uint64(0x7FFFFFFFFFFFFFFF))), z_out)
-    normalise(z_out)
+    zl = z_out[:d]
+    normals(combine(noise_key, np.int64(h & np.uint64(0x7FFFFFFFFFFFFFFF))), zl)
+    normalise(zl)
+    if z_out.shape[0] > d:
+        z_out[d + A_POS] = 0.0
+        z_out[d + A_KEY_LO] = np.float64(h & _LOW32)
+        z_out[d + A_KEY_HI] = np.float64(h >> _HALF)
+        for i in range(d + STATE_AUX, z_out.shape[0]):
+            z_out[i] = NO_TOKEN
     return h
 
 
@@ -299,6 +388,12 @@ def ensure_state(W, v, bparent, btoken, zs, hs, have):
         have[w] = True
 
 
+def state_size(dim: int, grid_width: int, position_keyed: bool) -> int:
+    """Entries of a world's state: d, plus ``STATE_AUX + grid_width + 1`` for a grid or position-keyed
+    world."""
+    return dim + STATE_AUX + grid_width + 1 if grid_width > 0 or position_keyed else dim
+
+
 @njit(cache=True, error_model="numpy")
 def vocab_size(W):
     """V of a kernel world."""
@@ -313,7 +408,7 @@ def target_row(W, z, out, e, cmax):
     if W[0] == KIND_STATIONARY:
         out[:] = W[6]
         return scale_into(out, 1.0, out)  # times 1.0: unchanged
-    d = z.shape[0]
+    d = W[4].shape[0] - N_FPARAMS  # the latent entries of z
     zb = np.empty(d)
     beta = state_beta(W[4], W[4][F_BETA], z)
     for j in range(d):
@@ -337,7 +432,7 @@ def draft_exps(W, zs, hs, nodes, depths, es, cmaxs, invs):
             chunk_maxima(W[7], cmaxs[i])
             invs[i] = 1.0
         return
-    d = zs.shape[1]
+    d = W[4].shape[0] - N_FPARAMS  # the latent entries of a state
     zq = np.empty((cnt, d))
     for i in range(cnt):
         v = nodes[i]

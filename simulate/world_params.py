@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from relaxspec.simulate.rng import check_seed
+from relaxspec.simulate.world_kernels import STATE_AUX
 
 CODEBOOKS = ("sphere", "clustered")
 # Size bounds, checked before anything is allocated (as tree sizes are): V up to 2**18 (Open-MAGVIT2's
@@ -20,6 +21,10 @@ CODEBOOKS = ("sphere", "clustered")
 MAX_VOCAB_SIZE = 2**18
 MAX_DIM = 1024
 MAX_CODEBOOK_ENTRIES = 2**24
+# A grid world's width (SPEC 11): up to 256 tokens a row (a 4096-px image of 16-px patches). Its state
+# carries the last grid_width + 1 tokens (simulate.world_kernels), so its transition table holds
+# (dim + STATE_AUX + 1 + grid_width) V entries, bounded as the codebook is.
+MAX_GRID_WIDTH = 256
 
 
 @dataclass(frozen=True)
@@ -46,7 +51,20 @@ class LatentParams:
         EAGLE head reads the target's features at the root and its own
         predicted features below it, a step change: in its traces acceptance
         drops one level down and little further; 0: every depth alike).
+    prefix_noise : the share of the transition noise's variance keyed by the whole prefix (SPEC 6),
+        in [0, 1]; the rest is keyed by (sequence, position), so changing an earlier token moves the
+        state only through rho and this share (SPEC 11: with 1, every prefix change redraws every
+        later state and the context sensitivity kappa_m stays high at every lag; lower, kappa_m decays
+        with m).
+    grid_width : W, the width of the token grid (0: no grid): token t sits at row t // W, column t % W.
+    grid_above, grid_diagonal : weights of the codes of the tokens above (W back) and above-left /
+        above-right (W + 1 and W - 1 back, where the grid has them) in the transition into a position,
+        beside rho's memory and (1 - rho) for the token before: the token above matters as the token
+        before does (0 for both: the grid changes nothing but the noise's position keys).
     seed : seed of the codebook, prior and noise keys.
+
+    Worlds with ``prefix_noise`` 1 and no grid (every preset before SPEC 11) give the same rows bit for
+    bit as before these parameters existed (tests/test_world_grid.py).
     """
 
     vocab_size: int = 16384
@@ -63,6 +81,10 @@ class LatentParams:
     draft_token_noise: float = 0.2
     beta_spread: float = 0.0
     draft_drift: float = 0.0
+    prefix_noise: float = 1.0
+    grid_width: int = 0
+    grid_above: float = 0.0
+    grid_diagonal: float = 0.0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -78,13 +100,33 @@ class LatentParams:
         if self.codebook not in CODEBOOKS:
             raise ValueError(f"codebook must be one of {CODEBOOKS}, got {self.codebook!r}")
         for name in ("cluster_spread", "prior_scale", "beta", "sigma", "draft_beta", "draft_sigma",
-                     "draft_token_noise", "beta_spread", "draft_drift"):
+                     "draft_token_noise", "beta_spread", "draft_drift", "grid_above", "grid_diagonal"):
             v = getattr(self, name)
             if not (np.isfinite(v) and v >= 0):
                 raise ValueError(f"{name} must be finite and >= 0, got {v!r}")
         if not (np.isfinite(self.rho) and 0.0 <= self.rho <= 1.0):
             raise ValueError(f"rho must be in [0, 1], got {self.rho!r}")
+        if not (np.isfinite(self.prefix_noise) and 0.0 <= self.prefix_noise <= 1.0):
+            raise ValueError(f"prefix_noise must be in [0, 1], got {self.prefix_noise!r}")
+        v = self.grid_width
+        if isinstance(v, bool) or int(v) != v or not 0 <= v <= MAX_GRID_WIDTH:
+            raise ValueError(f"grid_width must be an integer in [0, {MAX_GRID_WIDTH}] (0: no grid), "
+                             f"got {v!r}")
+        if v == 0 and (self.grid_above > 0 or self.grid_diagonal > 0):
+            raise ValueError(f"grid_above and grid_diagonal need a grid (grid_width >= 1), got grid_above "
+                             f"{self.grid_above!r} and grid_diagonal {self.grid_diagonal!r} with "
+                             "grid_width 0")
+        extra = STATE_AUX + 1
+        if self.stateful and (self.dim + extra + v) * self.vocab_size > MAX_CODEBOOK_ENTRIES:
+            raise ValueError(f"(dim + {extra} + grid_width) * vocab_size must be at most "
+                             f"{MAX_CODEBOOK_ENTRIES} (a grid or position-keyed world's transition table), "
+                             f"got ({self.dim} + {extra} + {v}) * {self.vocab_size}")
         check_seed(self.seed)
+
+    @property
+    def stateful(self) -> bool:
+        """Whether a state carries a position and token memory (a grid, or position-keyed noise)."""
+        return self.grid_width > 0 or self.prefix_noise < 1.0
 
 
 # Calibrated with `relaxspec world-stats`: `confident` (LLM-like) has mean top-1 target probability
@@ -136,4 +178,15 @@ PRESETS: dict[str, LatentParams] = {
                                           sigma=0.3, draft_beta=30.808, draft_sigma=0.05906,
                                           draft_token_noise=0.35435, beta_spread=0.9907, draft_drift=0.05396,
                                           seed=2),
+    # `mini-ambiguous` on the shipped ambiguous model's 8 x 8 token grid (SPEC 11): the transition noise
+    # keyed by position but for 0.4% of its variance, the tokens above / above-left / above-right in the
+    # transition, and rho, sigma, grid_above, grid_diagonal, prefix_noise chosen (Nelder-Mead on 16 x 64
+    # tokens) so that kappa_1, 2, 4, 6, 7, 8 come near the model's (issue 28's table); every other
+    # parameter is mini-ambiguous's (its top-1 0.20 against 0.22). docs/mini_model.md has both rows.
+    "mini-ambiguous-grid": LatentParams(vocab_size=8192, codebook="clustered", n_clusters=512,
+                                        cluster_spread=0.08, prior_scale=0.3, beta=38.101, rho=0.3015,
+                                        sigma=0.3153, draft_beta=23.79, draft_sigma=0.08005,
+                                        draft_token_noise=0.48032, beta_spread=1.1567, draft_drift=0.06323,
+                                        prefix_noise=0.004, grid_width=8, grid_above=0.6951,
+                                        grid_diagonal=0.2002, seed=2),
 }

@@ -39,11 +39,15 @@ from relaxspec.core.trace import Trace, read_trace
 from relaxspec.simulate.neighbour_cache import cached_neighbours
 from relaxspec.simulate.rng import fmix, stream_key, uniform
 from relaxspec.simulate.world_kernels import (
+    F_ABOVE,
     F_BETA,
     F_BETA_Q,
     F_BMAX,
     F_BQMAX,
+    F_DIAG,
     F_DRIFT,
+    F_GRID_W,
+    F_PREFIX,
     F_RHO,
     F_SIGMA,
     F_SIGMA_Q,
@@ -56,6 +60,7 @@ from relaxspec.simulate.world_kernels import (
     pad_bias,
     pad_codebook,
     row_scratch,
+    state_size,
     target_row,
     transition,
 )
@@ -127,6 +132,11 @@ class LatentWorld(World):
         self._tables: dict[int, np.ndarray] = {}
         self._kernel_worlds: dict[float, tuple] = {}
         self._T = pad_codebook(self.ET)
+        # the transitions' table: the codebook, with zero rows for a grid / position-keyed state's
+        # bookkeeping entries (simulate.world_kernels; the ET itself otherwise)
+        self.state_size = state_size(d, params.grid_width, params.stateful)
+        self._ET_state = self.ET if self.state_size == d else np.ascontiguousarray(
+            np.vstack([self.ET, np.zeros((self.state_size - d, V))]))
 
     @classmethod
     def preset(cls, name: str, **overrides) -> LatentWorld:
@@ -196,22 +206,28 @@ class LatentWorld(World):
             fp[F_BQMAX] = float(bq.max())
             fp[F_SPREAD] = p.beta_spread
             fp[F_DRIFT] = p.draft_drift
+            fp[F_PREFIX] = p.prefix_noise
+            fp[F_GRID_W] = p.grid_width
+            fp[F_ABOVE] = p.grid_above
+            fp[F_DIAG] = p.grid_diagonal
             fp[N_FPARAMS:] = self.difficulty_axis
             dummy = np.zeros(1)
-            self._kernel_worlds[key] = (KIND_LATENT, self.ET, b, bq, fp, self.keys, dummy, dummy, self._T)
+            self._kernel_worlds[key] = (KIND_LATENT, self._ET_state, b, bq, fp, self.keys, dummy, dummy,
+                                        self._T)
         return self._kernel_worlds[key]
 
     # ---- the world from Python: states and rows come from the kernels (one implementation)
     def initial(self, seq_key: np.uint64) -> tuple[np.ndarray, np.uint64]:
-        """First state and prefix hash of the sequence keyed ``seq_key``."""
-        z = np.empty(self.params.dim)
-        h = initial_state(self.ET, self.keys[0], np.uint64(seq_key), z)
+        """First state and prefix hash of the sequence keyed ``seq_key`` (a state has
+        :attr:`state_size` entries: d, plus a grid / position-keyed world's bookkeeping)."""
+        z = np.empty(self.state_size)
+        h = initial_state(self._ET_state, self.kernel_world(1.0)[4], self.keys[0], np.uint64(seq_key), z)
         return z, np.uint64(h)
 
     def advance(self, z: np.ndarray, h: np.uint64, x: int) -> tuple[np.ndarray, np.uint64]:
         """State and prefix hash after token x."""
         out = np.empty_like(z)
-        h2 = transition(self.ET, self.kernel_world(1.0)[4], self.keys[0], z, np.uint64(h), int(x), out)
+        h2 = transition(self._ET_state, self.kernel_world(1.0)[4], self.keys[0], z, np.uint64(h), int(x), out)
         return out, np.uint64(h2)
 
     def target_probs(self, z: np.ndarray, temperature: float = 1.0) -> np.ndarray:

@@ -44,7 +44,7 @@ def test_presets_are_llamagen_sized_and_calibrated():
     for name in PRESETS:
         w = LatentWorld.preset(name)
         # the generic presets are LlamaGen-sized; a world fitted to a shipped model has its vocabulary
-        model = name.replace("-draft-gpt", "").replace("-greedy", "")
+        model = name.replace("-draft-gpt", "").replace("-greedy", "").replace("-grid", "")
         assert w.vocab_size == {"mini-fit": 512, "mini-ambiguous": 8192}.get(model, 16384)
         assert w.params.dim == 8
         np.testing.assert_allclose(np.linalg.norm(w.codebook, axis=1), 1.0)

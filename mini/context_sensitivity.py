@@ -1,0 +1,97 @@
+"""Context sensitivity kappa_m (SPEC 11) of a trained model, teacher-forced along its own samples.
+
+For every image and every position r but the last, the token at r is replaced by an independent draw
+from the model's law at r (the guided law the sample was drawn from; the uniforms of
+``simulate.context``: ``uniform(replace_key(seed, i), r)`` for image i, the inverse CDF of
+``theory.sampler.draw_token``), and one teacher-forced pass over the changed sequence gives the laws
+at r + 1 .. r + M: kappa_m's terms are the TVs between those and the original laws at the same
+positions. The changed sequences of an image go through the model in batches (CPU, torch); the
+result is a ``simulate.context.ContextSensitivity`` with standard errors over images, the same
+figure :func:`simulate.context.world_context_sensitivity` measures in a world.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from relaxspec.mini.ambiguity import _guided_probs
+from relaxspec.mini.shipped import MiniModel
+from relaxspec.simulate.context import ContextSensitivity, check_counts, summarise
+from relaxspec.simulate.context_kernels import replace_key
+from relaxspec.simulate.rng import check_seed, uniform
+from relaxspec.theory.sampler import draw_token
+
+# a law function: (sequences (B, T) int64, image index) -> the laws of tokens 0..T-1 along each, (B, T, V)
+Laws = Callable[[np.ndarray, int], np.ndarray]
+
+
+def laws_context_sensitivity(laws: Laws, tokens: np.ndarray, n_lags: int, *, seed: int = 0,
+                             batch: int = 32) -> ContextSensitivity:
+    """kappa_1..kappa_{n_lags} of the model whose laws ``laws`` gives, along the sequences ``tokens``
+    (N, T) (module docstring; ``batch`` changed sequences per call of ``laws``)."""
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer):
+        raise ValueError(f"tokens must be an (N, T) integer array, got {tokens.dtype} of shape "
+                         f"{tokens.shape}")
+    n, T = tokens.shape
+    check_counts(n_lags, n, T, units="images")
+    seed = check_seed(seed)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
+    if (tokens < 0).any():
+        raise ValueError("tokens must be >= 0")
+    sums = np.zeros((n, n_lags))
+    for i in range(n):
+        x = tokens[i].astype(np.int64)
+        p = laws(x[None], i)[0]
+        if p.shape[0] != T or (x >= p.shape[1]).any():
+            raise ValueError(f"tokens of image {i} must lie in [0, {p.shape[1]}) (the model's V)")
+        rkey = np.uint64(replace_key(np.int64(seed), np.int64(i)))
+        changed = np.tile(x, (T - 1, 1))
+        for r in range(T - 1):
+            changed[r, r] = draw_token(p[r], uniform(rkey, r))
+        for r0 in range(0, T - 1, batch):
+            q = laws(changed[r0:r0 + batch], i)
+            for j in range(q.shape[0]):
+                r = r0 + j
+                for m in range(1, min(n_lags, T - 1 - r) + 1):
+                    sums[i, m - 1] += 0.5 * float(np.abs(q[j, r + m] - p[r + m]).sum())
+    return summarise(sums, T - np.arange(1, n_lags + 1))
+
+
+def guided_laws(mini: MiniModel, labels: np.ndarray, cfg_scale: float) -> Laws:
+    """The target's guided laws (classifier-free guidance ``cfg_scale``, temperature 1) along sequences
+    of image i's class ``labels[i]``: the law :mod:`mini.ambiguity` measures the model's figures with."""
+    tgt = mini.target
+    labels = np.asarray(labels, dtype=np.int64)
+
+    @torch.no_grad()
+    def laws(seqs: np.ndarray, i: int) -> np.ndarray:
+        x = torch.from_numpy(np.ascontiguousarray(seqs[:, :-1]))
+        y = torch.full((x.shape[0],), int(labels[i]), dtype=torch.int64)
+        cond = tgt(x, y)
+        uncond = tgt(x, torch.full_like(y, tgt.cfg.null_class))
+        return _guided_probs(cond, uncond, cfg_scale)
+
+    return laws
+
+
+def model_context_sensitivity(mini: MiniModel, tokens: np.ndarray, labels: np.ndarray, cfg_scale: float,
+                              n_lags: int, *, seed: int = 0, batch: int = 32) -> ContextSensitivity:
+    """kappa_1..kappa_{n_lags} of ``mini``'s target along its samples ``tokens`` (N, 64) of classes
+    ``labels`` (N,), guided with ``cfg_scale``: one unit per image."""
+    tokens = np.asarray(tokens)
+    labels = np.asarray(labels)
+    if tokens.ndim != 2 or tokens.shape[1] != mini.target.cfg.block_size:
+        raise ValueError(f"tokens must have shape (N, {mini.target.cfg.block_size}), got {tokens.shape}")
+    if labels.shape != (tokens.shape[0],):
+        raise ValueError(f"labels must have shape ({tokens.shape[0]},) (one class per image), got "
+                         f"{labels.shape}")
+    if tokens.size and tokens.max() >= mini.vocab_size:
+        raise ValueError(f"tokens must lie in [0, {mini.vocab_size}) (the model's codebook), got "
+                         f"{tokens.max()}")
+    return laws_context_sensitivity(guided_laws(mini, labels, cfg_scale), tokens, n_lags, seed=seed,
+                                    batch=batch)
