@@ -32,6 +32,7 @@ from relaxspec.simulate.rng import step_counter, stream_key, uniform
 from relaxspec.simulate.worlds import LatentWorld
 from relaxspec.theory.boost import Boost
 from relaxspec.theory.relax import Relax
+from relaxspec.theory.rules import Rule
 
 
 def is_coupled(window: object) -> bool:
@@ -39,9 +40,10 @@ def is_coupled(window: object) -> bool:
     return isinstance(window, CoupledWindow | PacWindow)
 
 
-def check_coupled_run(window: JacobiWindow, rule: str, relax: Relax, boost: Boost, exact: bool) -> None:
+def check_coupled_run(window: JacobiWindow, rule: Rule | str, relax: Relax, boost: Boost,
+                      exact: bool) -> None:
     """Raise ``ValueError`` (one line) unless this module can decode ``window`` with the rule."""
-    if rule != "r2" or not relax.is_exact or not boost.is_none:
+    if rule != Rule.R2 or not relax.is_exact or not boost.is_none:
         raise ValueError(f"{window} is verified by the unboosted sampled-draft test (rule r2 with no "
                          f"relaxation or boost, as SCD and SJD-PAC verify), got rule {rule}, relax {relax}, "
                          f"boost {boost}")

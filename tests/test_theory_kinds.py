@@ -36,6 +36,7 @@ GRAMMAR = {
     ("theory/boost.py", "Boost.parse"),
     ("theory/verification.py", "parse"),
     ("theory/verification.py", "_method_parts"),
+    ("core/trees/windows.py", "parse_pac"),
 }
 """The grammar code: it reads the spellings (parse) and may compare them."""
 HOLDERS = {

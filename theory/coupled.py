@@ -80,8 +80,18 @@ class WindowRule:
                 raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
         if self.width > MAX_ENUM_WIDTH:
             raise ValueError(f"exact enumeration is limited to width <= {MAX_ENUM_WIDTH}, got {self.width}")
-        if self.store == "official" and not self.couple:
+        if self.keeps_old_law and not self.couple:
             raise ValueError("store='official' (a kept draft keeps its old q) needs couple=True")
+
+    @property
+    def keeps_old_law(self) -> bool:
+        """A kept draft is stored with its old q (SCD's code, ``store="official"``)."""
+        return self.store == STORE_CHOICES[1]
+
+    @property
+    def siblings_from_stored_law(self) -> bool:
+        """PD's extra candidates come from the stored law (``siblings="principled"``)."""
+        return self.siblings == SIBLING_CHOICES[0]
 
     @classmethod
     def sjd(cls) -> WindowRule:
@@ -212,7 +222,7 @@ class _Coupled:
             a = min(1.0, Pl[x] / q[x])
             res = _residual(Pl, q)
             if a > 0.0:
-                kept_q = old[1] if rule.store == "official" else P
+                kept_q = old[1] if rule.keeps_old_law else P
                 spines.append((a, x, kept_q, True, res if res is not None else Pl))
             if a < 1.0 and res is not None:
                 spines.extend(((1.0 - a) * res[y], int(y), P, False, res) for y in np.flatnonzero(res > 0))
@@ -223,7 +233,7 @@ class _Coupled:
         for pr, y, qid, kept, res in spines:
             if more == 0 or qid == ONE_HOT:
                 out.append((pr, ((y,), qid)))
-            elif rule.siblings == "principled":
+            elif rule.siblings_from_stored_law:
                 out.extend((pr * pw, (c, qid)) for pw, c in _wor(self.law(qid, (y,)), (y,), more))
             elif kept:  # SJD-PAC's code: the kept draft, then K - 1 draws from the residual (y not excluded)
                 out.extend((pr * pw, ((y,) + c, qid)) for pw, c in _wor(res, (), more))
