@@ -52,6 +52,7 @@ from numba import njit, prange
 
 from relaxspec.core.trees.jacobi import JacobiWindow
 from relaxspec.core.trees.policies import KIND_STATIC, PolicySpec, TreePolicy
+from relaxspec.core.trees.skips import VvsTree
 from relaxspec.core.trees.spec import draft_source
 from relaxspec.simulate.jacobi import check_jacobi_run, run_windows
 from relaxspec.simulate.policy_kernels import EXPAND_BATCH, build_dynamic, build_static
@@ -341,6 +342,10 @@ def run(
     _check_run_args(world, tree, rule, variant, n_sequences, seq_len, temperature, seed, threads, backend)
     if isinstance(tree, JacobiWindow):  # SJD's windows (SPEC 9.1): simulate.jacobi
         check_jacobi_run(world, tree, rule, relax, boost)
+    if isinstance(tree, VvsTree):  # VVS's skip steps (SPEC 10.3): simulate.vvs (imports this module)
+        from relaxspec.simulate.vvs import check_vvs_run
+
+        check_vvs_run(world, tree, rule, boost)
     verification = Verification(rule, relax, variant, boost)
     if not isinstance(world, TraceWorld):  # a trace brings its own recorded trees
         verification.check_source(draft_source(tree), f"tree {tree}")
@@ -355,7 +360,14 @@ def run(
     spec = RuleSpec.make(rule, relax, world.neighbours(width) if width else None, world.vocab_size, variant,
                          boost, emb)
     t0, c0 = time.perf_counter(), time.process_time()
-    if isinstance(tree, JacobiWindow):
+    skipped = None
+    if isinstance(tree, VvsTree):
+        from relaxspec.simulate.vvs import run_vvs
+
+        out = _outputs(n_sequences, seq_len)
+        skipped = run_vvs(world, tree, spec, relax, variant, out, seq_len=seq_len, temperature=temperature,
+                          seed=seed, threads=threads, backend=backend, exact=exact)
+    elif isinstance(tree, JacobiWindow):
         out = _outputs(n_sequences, seq_len)
         run_windows(world, tree, spec, boost, out, seq_len=seq_len, temperature=temperature, seed=seed,
                     threads=threads, backend=backend, exact=exact)
@@ -378,6 +390,7 @@ def run(
         token_tv=cat(o_ttv), expected_tokens=cat(o_exp), expected_tv=cat(o_tv),
         sequence=np.repeat(np.arange(n_sequences), n_steps), exact_expectations=exact, seconds=seconds,
         extra={"cpu_seconds": cpu_seconds}, boost=boost,
+        target_forwards=None if skipped is None else (~cat(skipped)).astype(np.int64),
     )
 
 
