@@ -25,15 +25,9 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from relaxspec.simulate.engine import (
-    _advance_root,
-    _buffer_scratch,
-    _node_scratch,
-    _p_row,
-    _record_step,
-)
 from relaxspec.simulate.policy_kernels import EXPAND_BATCH, build_dynamic
 from relaxspec.simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_counter, stream_key, uniform
+from relaxspec.simulate.sequence_kernels import advance_root, buffer_scratch, node_scratch, p_row, record_step
 from relaxspec.simulate.step_kernels import (
     children_csr,
     leaf_bonus,
@@ -165,7 +159,7 @@ def _skip_step(W, key, step, cap, n, parents, tokens, depths, cstart, cidx, buf_
     t_tv = 0.0
     for i in range(gamma + 1):
         u = path[i]
-        npr = _p_row(W, u, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs, npr)
+        npr = p_row(W, u, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs, npr)
         t_tv += skip_node_tv(u, i, cap, cstart, cidx, tokens, nleaf, p_rows[prow[u]], stale, law)
     e_tok, e_tv = math.nan, math.nan
     if exact:  # theory.vvs.skip_step_tv: every node at depth <= cap emits a token with P nleaf(u) / nl
@@ -174,7 +168,7 @@ def _skip_step(W, key, step, cap, n, parents, tokens, depths, cstart, cidx, buf_
             if depths[u] > cap:
                 continue
             if prow[u] < 0:
-                npr = _p_row(W, u, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,
+                npr = p_row(W, u, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,
                              npr)
             w = nleaf[u] / nl
             e_tok += w
@@ -191,13 +185,13 @@ def _sequence(s, W, ps, rs, bs, sc, emb, exact, seq_len, seed, o, skipped, n_ste
     top_k, max_calls, total_tokens, check_steps, threshold, S, max_nodes, max_buffer = ps
     sched, interval, similarity, alpha = sc
     V = vocab_size(W)
-    bparent, btoken, bdepth, zs, hs, have, qrow, score = _buffer_scratch(max_buffer, W[1].shape[0])
+    bparent, btoken, bdepth, zs, hs, have, qrow, score = buffer_scratch(max_buffer, W[1].shape[0])
     q_rows = np.empty((1, V))
     p_rows = np.empty((max_nodes + 1, V))
     es, cmaxs = row_scratch(W, EXPAND_BATCH)
     scratch = np.empty((3, V))
     parents, tokens, depths, buf_of, prow, qrow_f, cstart, cidx, path, tops, psums, ua, ud, edge, reach, \
-        ok = _node_scratch(max_nodes)
+        ok = node_scratch(max_nodes)
     state = np.zeros(2, dtype=np.int64)
     mark = np.zeros(V, dtype=np.int64)
     seen = np.zeros(V, dtype=np.int64)
@@ -243,7 +237,7 @@ def _sequence(s, W, ps, rs, bs, sc, emb, exact, seq_len, seed, o, skipped, n_ste
             if exact:
                 for v in range(n):
                     if cstart[v + 1] > cstart[v]:
-                        npr = _p_row(W, v, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es,
+                        npr = p_row(W, v, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es,
                                      cmaxs, npr)
                 e_tok, e_tv, epoch = step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows,
                                                              prow, psums, q_rows, qrow_f, rs, bs, mark, seen,
@@ -256,11 +250,11 @@ def _sequence(s, W, ps, rs, bs, sc, emb, exact, seq_len, seed, o, skipped, n_ste
                                                                 mark, epoch, scratch, path, state, ok, tops)
                 if need < 0:
                     break
-                npr = _p_row(W, need, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,
+                npr = p_row(W, need, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,
                              npr)
             end = path[m - 1]
             if prow[end] < 0:
-                npr = _p_row(W, end, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,
+                npr = p_row(W, end, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,
                              npr)
             if bonus < 0:
                 bonus = leaf_bonus(p_rows[prow[end]], ud[end], rs[0], scratch[0])
@@ -269,10 +263,10 @@ def _sequence(s, W, ps, rs, bs, sc, emb, exact, seq_len, seed, o, skipped, n_ste
                                   qrow_f, rs, bs, mark, seen, epoch)
             accepted += m - 1
             verified += 1
-        _record_step(o, step, m, n, depths, path, cstart, cidx, calls, e_tok, e_tv, t_tv)
+        record_step(o, step, m, n, depths, path, cstart, cidx, calls, e_tok, e_tv, t_tv)
         skipped[step] = skip
         last_skip = skip
-        _advance_root(W, buf_of[path[m - 1]], bonus, bparent, btoken, zs, hs, have)
+        advance_root(W, buf_of[path[m - 1]], bonus, bparent, btoken, zs, hs, have)
         pos += m
         step += 1
     n_steps[s] = step
