@@ -52,11 +52,19 @@ from numba import njit, prange
 
 from relaxspec.core.trees.jacobi import JacobiWindow
 from relaxspec.core.trees.policies import KIND_STATIC, PolicySpec, TreePolicy
+from relaxspec.core.trees.skips import VvsTree
 from relaxspec.core.trees.spec import draft_source
 from relaxspec.simulate.jacobi import check_jacobi_run, run_windows
 from relaxspec.simulate.policy_kernels import EXPAND_BATCH, build_dynamic, build_static
 from relaxspec.simulate.results import SimResult
 from relaxspec.simulate.rng import U_ACCEPT, U_DRAW, U_TREE, check_seed, step_counter, stream_key, uniform
+from relaxspec.simulate.sequence_kernels import (
+    advance_root,
+    buffer_scratch,
+    node_scratch,
+    p_row,
+    record_step,
+)
 from relaxspec.simulate.step_kernels import (
     children_csr,
     leaf_bonus,
@@ -71,12 +79,10 @@ from relaxspec.simulate.traversal_kernels import (
     traversal_scratch,
     traversal_walk_kernel,
 )
+from relaxspec.simulate.vvs import check_vvs_run, run_vvs
 from relaxspec.simulate.world_kernels import (
-    ensure_state,
     initial_state,
     row_scratch,
-    target_row,
-    transition,
     vocab_size,
 )
 from relaxspec.simulate.worlds import LatentWorld, StationaryWorld, TraceWorld, World
@@ -88,74 +94,6 @@ from relaxspec.theory.verification import KernelArgs, Verification
 
 BACKENDS = ("numba", "numpy")
 STEP_FIELDS = ("tokens", "tree_size", "tree_depth", "accepted_depth", "draft_calls", "root_choice")
-
-
-@njit(cache=True, error_model="numpy")
-def _p_row(W, v, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs, npr):
-    """p at final node v into the next free row ``p_rows[npr]``; returns the next free row."""
-    b = buf_of[v]
-    ensure_state(W, b, bparent, btoken, zs, hs, have)
-    psums[v] = target_row(W, zs[b], p_rows[npr], es[0], cmaxs[0])
-    prow[v] = npr
-    return npr + 1
-
-
-@njit(cache=True, error_model="numpy")
-def _record_step(o, step, m, n, depths, path, cstart, cidx, calls, e_tok, e_tv, t_tv):
-    """One step's row of the outputs ``o`` = (o_int, o_exp, o_tv, o_ttv) (fields: ``STEP_FIELDS``)."""
-    o_int, o_exp, o_tv, o_ttv = o
-    depth = 0
-    for v in range(n):
-        depth = max(depth, depths[v])
-    choice = -1
-    if m > 1:
-        choice = path[1] - cidx[cstart[0]]
-    o_int[step, 0] = m
-    o_int[step, 1] = n - 1
-    o_int[step, 2] = depth
-    o_int[step, 3] = m - 1
-    o_int[step, 4] = calls
-    o_int[step, 5] = choice
-    o_exp[step] = e_tok
-    o_tv[step] = e_tv
-    o_ttv[step] = t_tv
-
-
-@njit(cache=True, error_model="numpy")
-def _advance_root(W, last, bonus, bparent, btoken, zs, hs, have):
-    """The new root: the world's state after the accepted path (ending at buffer node ``last``) and the
-    bonus token (a latent world moves its state; a stationary or trace world keeps none)."""
-    if W[0] == 0:
-        ensure_state(W, last, bparent, btoken, zs, hs, have)
-        znew = np.empty(zs.shape[1])
-        hs[0] = transition(W[1], W[4], W[5][0], zs[last], hs[last], bonus, znew)
-        zs[0, :] = znew
-    have[0] = True
-
-
-@njit(cache=True, error_model="numpy")
-def _buffer_scratch(max_buffer, d):
-    """A sequence's draft buffer (every node a tree build may create): parent, token, depth, world
-    state (z, key, whether computed), q row index and score per buffer node."""
-    return (np.zeros(max_buffer, dtype=np.int64), np.zeros(max_buffer, dtype=np.int64),
-            np.zeros(max_buffer, dtype=np.int64), np.zeros((max_buffer, d)),
-            np.zeros(max_buffer, dtype=np.uint64), np.zeros(max_buffer, dtype=np.bool_),
-            np.full(max_buffer, -1, dtype=np.int64), np.zeros(max_buffer))
-
-
-@njit(cache=True, error_model="numpy")
-def _node_scratch(max_nodes):
-    """A sequence's per-tree-node arrays: parents, tokens, depths, buffer node, p / q row indices, CSR
-    children, the accepted path, argmax tops (int64); p sums, uniforms, edge and reach probabilities
-    (float64); greedy flags (bool)."""
-    ints = (np.empty(max_nodes, dtype=np.int64), np.empty(max_nodes, dtype=np.int64),
-            np.empty(max_nodes, dtype=np.int64), np.empty(max_nodes, dtype=np.int64),
-            np.full(max_nodes, -1, dtype=np.int64), np.full(max_nodes, -1, dtype=np.int64),
-            np.empty(max_nodes + 1, dtype=np.int64), np.empty(max_nodes, dtype=np.int64),
-            np.empty(max_nodes, dtype=np.int64), np.empty(max_nodes, dtype=np.int64))
-    floats = (np.zeros(max_nodes), np.empty(max_nodes), np.empty(max_nodes), np.empty(max_nodes),
-              np.empty(max_nodes))
-    return ints + floats + (np.empty(max_nodes, dtype=np.bool_),)
 
 
 @njit(cache=True, error_model="numpy")
@@ -173,13 +111,13 @@ def _sequence(s, W, ps, rs, bs, exact, seq_len, seed, o, n_steps):
     d = W[1].shape[0]
     draws = rule == RULE_R2 or rule == RULE_R4  # R2 and R4 verify children drawn from q without replacement
     keep_q = draws  # they verify with q; R1 and R3 never read it after the build
-    bparent, btoken, bdepth, zs, hs, have, qrow, score = _buffer_scratch(max_buffer, d)
+    bparent, btoken, bdepth, zs, hs, have, qrow, score = buffer_scratch(max_buffer, d)
     q_rows = np.empty((n_q if keep_q else 1, V))
     p_rows = np.empty((max_nodes + 1, V))
     es, cmaxs = row_scratch(W, EXPAND_BATCH)
     scratch = np.empty((3, V))
     parents, tokens, depths, buf_of, prow, qrow_f, cstart, cidx, path, tops, psums, ua, ud, edge, reach, \
-        ok = _node_scratch(max_nodes)
+        ok = node_scratch(max_nodes)
     nt = tparents.shape[0]
     utree = np.empty(max(nt, 1))
     state = np.zeros(2, dtype=np.int64)
@@ -222,7 +160,7 @@ def _sequence(s, W, ps, rs, bs, exact, seq_len, seed, o, n_steps):
         if exact:  # p at every node with children, for theory's expectation of the step
             for v in range(n):
                 if cstart[v + 1] > cstart[v]:
-                    npr = _p_row(W, v, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es,
+                    npr = p_row(W, v, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es,
                                  cmaxs, npr)
             if r4:
                 e_tok, e_tv = traversal_expectation_kernel(parents, depths, n, cstart, cidx, ktok, p_rows,
@@ -247,12 +185,12 @@ def _sequence(s, W, ps, rs, bs, exact, seq_len, seed, o, n_steps):
                                                                 mark, epoch, scratch, path, state, ok, tops)
             if need < 0:
                 break
-            npr = _p_row(W, need, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,
+            npr = p_row(W, need, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,
                          npr)
         end = path[m - 1]
         if bonus < 0:
             if prow[end] < 0:
-                npr = _p_row(W, end, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,
+                npr = p_row(W, end, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,
                              npr)
             bonus = leaf_bonus(p_rows[prow[end]], ud[end], rule, scratch[0])
         if r4:
@@ -260,8 +198,8 @@ def _sequence(s, W, ps, rs, bs, exact, seq_len, seed, o, n_steps):
         else:
             t_tv, epoch = path_tv(parents, tokens, depths, path, m, cstart, cidx, p_rows, prow, psums, q_rows,
                                   qrow_f, rs, bs, mark, seen, epoch)
-        _record_step(o, step, m, n, depths, path, cstart, cidx, calls, e_tok, e_tv, t_tv)
-        _advance_root(W, buf_of[end], bonus, bparent, btoken, zs, hs, have)
+        record_step(o, step, m, n, depths, path, cstart, cidx, calls, e_tok, e_tv, t_tv)
+        advance_root(W, buf_of[end], bonus, bparent, btoken, zs, hs, have)
         pos += m
         step += 1
     n_steps[s] = step
@@ -341,6 +279,8 @@ def run(
     _check_run_args(world, tree, rule, variant, n_sequences, seq_len, temperature, seed, threads, backend)
     if isinstance(tree, JacobiWindow):  # SJD's windows (SPEC 9.1): simulate.jacobi
         check_jacobi_run(world, tree, rule, relax, boost)
+    if isinstance(tree, VvsTree):  # VVS's skip steps (SPEC 10.3): simulate.vvs
+        check_vvs_run(world, tree, rule, boost)
     verification = Verification(rule, relax, variant, boost)
     if not isinstance(world, TraceWorld):  # a trace brings its own recorded trees
         verification.check_source(draft_source(tree), f"tree {tree}")
@@ -355,7 +295,12 @@ def run(
     spec = verification.encode(world.vocab_size, neighbours=world.neighbours(width) if width else None,
                                emb=emb)
     t0, c0 = time.perf_counter(), time.process_time()
-    if isinstance(tree, JacobiWindow):
+    skipped = None
+    if isinstance(tree, VvsTree):
+        out = _outputs(n_sequences, seq_len)
+        skipped = run_vvs(world, tree, spec, relax, variant, out, seq_len=seq_len, temperature=temperature,
+                          seed=seed, threads=threads, backend=backend, exact=exact)
+    elif isinstance(tree, JacobiWindow):
         out = _outputs(n_sequences, seq_len)
         run_windows(world, tree, spec, boost, out, seq_len=seq_len, temperature=temperature, seed=seed,
                     threads=threads, backend=backend, exact=exact)
@@ -378,6 +323,7 @@ def run(
         token_tv=cat(o_ttv), expected_tokens=cat(o_exp), expected_tv=cat(o_tv),
         sequence=np.repeat(np.arange(n_sequences), n_steps), exact_expectations=exact, seconds=seconds,
         extra={"cpu_seconds": cpu_seconds}, boost=boost,
+        target_forwards=None if skipped is None else (~cat(skipped)).astype(np.int64),
     )
 
 

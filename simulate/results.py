@@ -25,6 +25,8 @@ class SimResult:
     E[token_tv] given the step's tree and state; NaN unless the run had
     ``exact_expectations=True``), ``sequence``. ``boost``: how R2's sampled-draft
     tests were boosted (``theory.boost.Boost``; ``str(boost)`` is its spec, ``none`` unboosted).
+    ``target_forwards``: per step, the target forwards it made (VVS, ``simulate.vvs``: 0 on a skip step,
+    1 otherwise); ``None`` (every other run) is one per step. :attr:`tokens_per_forward` reads it.
     """
 
     world: str
@@ -50,6 +52,7 @@ class SimResult:
     seconds: float = 0.0  # wall-clock seconds of the decoding (validation and tables excluded)
     extra: dict = field(default_factory=dict)  # run(): "cpu_seconds", the process's CPU time meanwhile
     boost: Boost = NO_BOOST
+    target_forwards: np.ndarray | None = None
 
     @property
     def n_steps(self) -> int:
@@ -74,6 +77,13 @@ class SimResult:
     def mean_tokens_per_step(self) -> float:
         """Tokens emitted per verification step (total tokens / total steps)."""
         return float(self.tokens.mean())
+
+    @property
+    def tokens_per_forward(self) -> float:
+        """Tokens emitted per target forward: total tokens / total :attr:`target_forwards` (a skipped step's
+        tokens count with no forward; without skips, :attr:`mean_tokens_per_step`)."""
+        forwards = self.n_steps if self.target_forwards is None else int(self.target_forwards.sum())
+        return float(self.tokens.sum() / forwards)
 
     @property
     def se_tokens_per_step(self) -> float:

@@ -27,6 +27,7 @@ spec                               policy
                                    tokens uniform (default) or copies (:mod:`core.trees.jacobi`);
                                    ``,coupled=principled|official|gumbel``: SCD's coupled window
 ``pac:L[,...][,width=K,depth=D]``  SJD-PAC's proactive window (:mod:`core.trees.windows`)
+``vvs:K,D,M,uniform=I|dynamic``    EAGLE-2 with VVS's skipped verification (:mod:`core.trees.skips`)
 =================================  ==========================================================
 
 What a spec cannot say comes with it as context: the verifier's relaxation
@@ -65,6 +66,7 @@ from relaxspec.core.trees.policies import (
 )
 from relaxspec.core.trees.selection import SELECTION_MODES, ChildSelector
 from relaxspec.core.trees.sequoia import SequoiaTree
+from relaxspec.core.trees.skips import VVS_FORM, VvsTree
 from relaxspec.core.trees.windows import JACOBI_COUPLED_FORM, PAC_FORM, parse_jacobi, parse_pac
 from relaxspec.theory.relax import Relax
 from relaxspec.theory.verification import DraftSource
@@ -73,11 +75,11 @@ LATENT_KINDS = {"latent": "latent", "latent-diverse": "diverse", "latent-walk": 
 SEQUOIA_KINDS = {"sequoia": "q", "sequoia-lossless": "q", "sequoia-latent": "latent",
                  "sequoia-diverse": "diverse", "sequoia-walk": "walk"}
 KINDS = ("ar", "static", "chain", "eagle2", "ddd", *LATENT_KINDS, *SEQUOIA_KINDS, "costaware", "jacobi",
-         "pac")
+         "pac", "vvs")
 FORMS = {"static": "static:NAME or static:[[0],[1],...]", "chain": "chain:N", "eagle2": "eagle2:K,D,M",
          "ddd": "ddd:K,CALLS,S1/S2/..,THRESHOLD,M", "costaware": "costaware:N,DEPTH[,MODE]",
          **{k: f"{k}:K,D,M[,POOL]" for k in LATENT_KINDS}, **{k: f"{k}:N,DEPTH" for k in SEQUOIA_KINDS},
-         "jacobi": JACOBI_COUPLED_FORM, "pac": PAC_FORM}
+         "jacobi": JACOBI_COUPLED_FORM, "pac": PAC_FORM, "vvs": VVS_FORM}
 R2_FORMS = "static:NAME, chain:N, sequoia:N,DEPTH, sequoia-lossless:N,DEPTH, costaware:N,DEPTH[,q], jacobi:L"
 
 Acceptance = Sequence[float] | Callable[[ChildSelector, Relax], Sequence[float]]
@@ -154,6 +156,8 @@ def _parse(spec: str, *, relax: Relax | None = None, neighbours: Neighbours = No
             return parse_jacobi(args)
         if kind == "pac":
             return parse_pac(args)
+        if kind == "vvs":
+            return VvsTree.parse(args)
         if kind in LATENT_KINDS:
             return _latent(kind, args, text, relax, neighbours, probe)
         return _sequoia(kind, args, text, relax, neighbours, acceptance, cost, probe)

@@ -1,0 +1,142 @@
+"""VVS's skipped verification (SPEC 10.3) in the tree grammar: an EAGLE-2 tree with a skip schedule.
+
+=============================================  ====================================================
+spec                                           policy
+=============================================  ====================================================
+``vvs:K,D,M,uniform=I``                        EAGLE-2's tree ``eagle2:K,D,M``; every I-th step
+                                               (steps 1, 1 + I, 1 + 2I, ...; I >= 2) is a skip step
+``vvs:K,D,M,dynamic[=S][,alpha=A]``            a step is a skip step when the step before it was
+                                               not and the tree's paths are alike: the weighted
+                                               mean over depths l (weights alpha^l) of the mean
+                                               pairwise cosine similarity of the paths' code
+                                               vectors is >= S (defaults: VVS's code, S = 0.7,
+                                               alpha = 0.9)
+=============================================  ====================================================
+
+A skip step makes no target forward: it emits the first gamma = min(L_s, floor(Lbar)) tokens of a
+root-to-leaf path of the step's tree drawn uniformly over the leaves and a bonus token drawn from the
+last target row held (``simulate.vvs``; its exact distortion: ``theory.vvs``). The other steps are
+verified as EAGLE-2's trees are (R1, LANTERN's relaxation or none).
+
+Why a tree spec and not a verification or a run argument: the schedule decides, from the drafted tree
+and the steps before, whether the step's tree is verified at all; it reads no rule, relaxation or
+uniform of the verifier, and a verify step is verified exactly as ``eagle2:K,D,M`` is. As a tree spec it
+rides with the tree everywhere a tree goes (sweeps' ``trees`` lists, result rows' ``tree`` column, figure
+labels) and ``str`` of the policy parses back to it, so a VVS row is told apart from an EAGLE-2 row by its
+spec alone; a verification value is left to say how a forward's tokens are tested.
+
+The canonical spec drops the dynamic schedule's defaults: ``vvs:10,4,59,dynamic`` is S = 0.7, alpha = 0.9.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from relaxspec.core.trees.numbers import spec_float, spec_int
+from relaxspec.core.trees.policies import Eagle2Tree
+from relaxspec.theory.boost import format_number
+
+SCHEDULES = ("uniform", "dynamic")
+"""VVS's skip schedules (SPEC 10.3)."""
+DEFAULT_SIMILARITY, DEFAULT_ALPHA = 0.70, 0.9
+"""The dynamic schedule's threshold S and depth decay alpha in VVS's code."""
+MAX_INTERVAL = 1 << 20
+"""The largest uniform interval I (a run of at most 2**20 steps per sequence skips at most once)."""
+VVS_FORM = "vvs:K,D,M,uniform=I or vvs:K,D,M,dynamic[=S][,alpha=A]"
+
+
+@dataclass(frozen=True)
+class SkipSchedule:
+    """When a step skips its target forward: ``uniform`` every ``interval``-th step, or ``dynamic`` when the
+    tree's paths' similarity is >= ``similarity`` (depth weights ``alpha ** l``)."""
+
+    kind: str
+    interval: int = 0
+    similarity: float = DEFAULT_SIMILARITY
+    alpha: float = DEFAULT_ALPHA
+
+    def __post_init__(self) -> None:
+        if self.kind not in SCHEDULES:
+            raise ValueError(f"the skip schedule must be one of {SCHEDULES}, got {self.kind!r}")
+        if self.kind == "uniform":
+            i = self.interval
+            if isinstance(i, bool) or not isinstance(i, int) or not 2 <= i <= MAX_INTERVAL:
+                raise ValueError(f"uniform's interval I must be an integer in [2, {MAX_INTERVAL}] (I = 1 "
+                                 f"would skip two steps in a row), got {i!r}")
+        else:
+            s, a = self.similarity, self.alpha
+            if isinstance(s, bool) or not isinstance(s, int | float) or not -1.0 <= s <= 1.0:
+                raise ValueError(f"dynamic's similarity threshold S must be a number in [-1, 1] (a cosine), "
+                                 f"got {s!r}")
+            if isinstance(a, bool) or not isinstance(a, int | float) or not 0.0 < a <= 1.0:
+                raise ValueError(f"dynamic's depth decay alpha must be a number in (0, 1], got {a!r}")
+
+    def __str__(self) -> str:
+        if self.kind == "uniform":
+            return f"uniform={self.interval}"
+        s = self.similarity
+        out = "dynamic" if s == DEFAULT_SIMILARITY else f"dynamic={format_number(s)}"
+        return out + ("" if self.alpha == DEFAULT_ALPHA else f",alpha={format_number(self.alpha)}")
+
+
+def parse_schedule(parts: list[str]) -> SkipSchedule:
+    """The schedule of a ``vvs`` spec's arguments after K,D,M (:data:`VVS_FORM`)."""
+    if not parts:
+        raise ValueError(f"needs a skip schedule after K,D,M ({VVS_FORM})")
+    kind, eq, value = (s.strip() for s in parts[0].partition("="))
+    if kind == "uniform":
+        if not eq or len(parts) > 1:
+            raise ValueError(f"uniform takes its interval and nothing else: uniform=I ({VVS_FORM})")
+        return SkipSchedule("uniform", interval=spec_int(value, VVS_FORM))
+    if kind != "dynamic":
+        raise ValueError(f"the skip schedule must be one of {SCHEDULES}, got {kind!r} ({VVS_FORM})")
+    similarity = spec_float(value, f"S ({VVS_FORM})") if eq else DEFAULT_SIMILARITY
+    alpha = DEFAULT_ALPHA
+    for n, extra in enumerate(parts[1:]):
+        key, eq, value = (s.strip() for s in extra.partition("="))
+        if key != "alpha" or not eq:
+            raise ValueError(f"unknown setting {extra.strip()!r} ({VVS_FORM})")
+        if n > 0:
+            raise ValueError(f"alpha is given twice ({VVS_FORM})")
+        alpha = spec_float(value, f"alpha ({VVS_FORM})")
+    return SkipSchedule("dynamic", similarity=similarity, alpha=alpha)
+
+
+class VvsTree(Eagle2Tree):
+    """EAGLE-2's tree (``top_k``, ``depth``, ``total_tokens``) whose steps skip verification by
+    ``schedule`` (a :class:`SkipSchedule`); builds and kernel spec are EAGLE-2's."""
+
+    def __init__(self, top_k: int = 10, depth: int = 4, total_tokens: int = 59, *,
+                 schedule: SkipSchedule) -> None:
+        if not isinstance(schedule, SkipSchedule):
+            raise ValueError(f"schedule must be a SkipSchedule, got {type(schedule).__name__}")
+        super().__init__(top_k, depth, total_tokens)
+        self.schedule = schedule
+        self.name = f"vvs:{self.top_k},{self.depth},{self.total_tokens},{schedule}"
+
+    @classmethod
+    def parse(cls, args: str) -> VvsTree:
+        """The policy of a spec's arguments ``K,D,M,SCHEDULE`` (:data:`VVS_FORM`)."""
+        parts = args.split(",") if args else []
+        if len(parts) < 4:
+            raise ValueError(f"needs K,D,M and a skip schedule ({VVS_FORM})")
+        k, d, m = (spec_int(p, VVS_FORM) for p in parts[:3])
+        return cls(k, d, m, schedule=parse_schedule(parts[3:]))
+
+    @property
+    def eagle2(self) -> Eagle2Tree:
+        """The tree every step drafts (and a verify step verifies)."""
+        return Eagle2Tree(self.top_k, self.depth, self.total_tokens)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is VvsTree and str(self) == str(other)
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+    def __repr__(self) -> str:
+        return f"VvsTree({self.top_k}, {self.depth}, {self.total_tokens}, schedule={self.schedule!r})"
+
+
+__all__ = ["DEFAULT_ALPHA", "DEFAULT_SIMILARITY", "SCHEDULES", "VVS_FORM", "SkipSchedule", "VvsTree",
+           "parse_schedule"]
