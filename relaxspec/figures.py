@@ -52,7 +52,7 @@ from relaxspec.figstyle import (
     shades,
     style,
 )
-from relaxspec.results import COLUMNS, NO_SETTINGS, config_key, load, settings_label
+from relaxspec.results import COLUMNS, NO_SETTINGS, config_key, load, settings_label, with_views
 from relaxspec.theory.relax import Relax
 
 if TYPE_CHECKING:
@@ -438,7 +438,8 @@ def render(results: pd.DataFrame | str | Path, out: str | Path) -> Rendered:
     Parameters
     ----------
     results : DataFrame, str or Path
-        A frame of :func:`relaxspec.results.load` (or of its columns), or the path of a results CSV or
+        A frame of :func:`relaxspec.results.load` (or of its :data:`~relaxspec.results.COLUMNS`; the
+        verification's views are derived from ``verification``), or the path of a results CSV or
         Parquet copy, read by :func:`relaxspec.results.load`.
     out : str or Path
         The folder of the PDF and PNG files (made if missing).
@@ -454,6 +455,7 @@ def render(results: pd.DataFrame | str | Path, out: str | Path) -> Rendered:
         missing = [c for c in COLUMNS if c not in frame.columns]
         if missing:
             raise ValueError(f"{source} is not a results table: it lacks the columns {missing}")
+        frame = with_views(frame[COLUMNS])  # the views as load gives them, whatever the frame held
     rows = frame.to_dict("records")
     if not rows:
         raise ValueError(f"{source} holds no results")

@@ -15,15 +15,17 @@ children and records theory's exact expectation of each step given its tree
 and state (E[tokens], E[TV]), the quantities the agreement-with-theory tests
 compare with; it costs about one extra softmax row per tree node.
 
-``run(..., boost=Boost)`` boosts R2's sampled-draft test (GSD's group or
+``run(world, tree, verification)`` takes the rule, its relaxation or boost and its variant as one
+:class:`theory.verification.Verification` (or its spec string: ``"r1+lantern:k=1000,delta=0.1"``).
+A boost (``"r2+gsd:G=10"``, ``"r2+cool:delta=2"``) raises R2's sampled-draft test (GSD's group or
 Cool-SD's depth-scaled acceptance, SPEC 9.2-9.3; GSD reads the world's
 ``embedding()``); the step's TV is then the exact TV of the stages tested
-(SPEC 9.4). The budget boost (``budget:delta=..,k=..``, SPEC 9.5) merges the
+(SPEC 9.4). The budget (``"r2+budget:tv=0.1,k=50"``, SPEC 9.5) merges the
 world's neighbour table (as a LANTERN relaxation reads it) within a budget of
-delta per node; the step's TV is the sum of the charges of the stages its
-path's nodes tested (each node's sum is at most delta, docs/theory.md 14.1).
+tv per node; the step's TV is the sum of the charges of the stages its
+path's nodes tested (each node's sum is at most tv, docs/theory.md 14.1).
 
-``run(..., rule="r4")`` verifies sampled-draft static trees (children drawn
+``run(world, tree, "r4")`` verifies sampled-draft static trees (children drawn
 from q without replacement, built exactly as for R2, and SJD windows as
 chains) by traversal verification (SPEC 9.6, :mod:`simulate.traversal_kernels`,
 the twin of ``theory.traversal``): ``u_accept[v]`` is node v's eta, ``u_draw[v]``
@@ -33,7 +35,7 @@ R4 takes the boosts (GSD, Cool-SD, the budget: relaxed R4); its ``token_tv`` is
 the sum of the Deltas of the stages the step entered (0 exact), whose
 expectation given the tree is Theorem 12.3's bound (``expected_tv``).
 
-``run(world, JacobiWindow(L), rule="r2", ...)`` decodes with SJD's Jacobi
+``run(world, JacobiWindow(L), "r2", ...)`` decodes with SJD's Jacobi
 windows instead of draft trees (no drafter; SPEC 9.1): :mod:`simulate.jacobi`.
 
 ``run(..., backend="numpy")`` runs the same loop through the readable NumPy
@@ -81,11 +83,9 @@ from relaxspec.simulate.world_kernels import (
     vocab_size,
 )
 from relaxspec.simulate.worlds import LatentWorld, StationaryWorld, TraceWorld, World
-from relaxspec.theory.boost import NO_BOOST, Boost
-from relaxspec.theory.relax import Relax
 from relaxspec.theory.rules import RULE_R2, RULE_R4
 from relaxspec.theory.tree import parent_depths
-from relaxspec.theory.verification import Verification
+from relaxspec.theory.verification import Oracle, Verification
 
 BACKENDS = ("numba", "numpy")
 STEP_FIELDS = ("tokens", "tree_size", "tree_depth", "accepted_depth", "draft_calls", "root_choice")
@@ -285,7 +285,7 @@ def simulate_kernel(W, ps, rs, bs, exact, n_seq, seq_len, seed, out, n_steps):
 
 
 # ------------------------------------------------------------------ Python layer
-def _check_run_args(world, tree, rule, variant, n_sequences, seq_len, temperature, seed, threads, backend):
+def _check_run_args(world, tree, n_sequences, seq_len, temperature, seed, threads, backend):
     if not isinstance(world, World):
         raise ValueError("world must be a LatentWorld, StationaryWorld or TraceWorld, "
                          f"got {type(world).__name__}")
@@ -310,10 +310,8 @@ def _check_run_args(world, tree, rule, variant, n_sequences, seq_len, temperatur
 def run(
     world: World,
     tree: TreePolicy | None,
+    verification: Verification | str = "r1",
     *,
-    rule: str,
-    relax: Relax = Relax.none(),
-    variant: str = "principled",
     n_sequences: int,
     seq_len: int = 256,
     temperature: float = 1.0,
@@ -321,46 +319,47 @@ def run(
     threads: int | None = None,
     backend: str = "numba",
     exact_expectations: bool = False,
-    boost: Boost = NO_BOOST,
 ) -> SimResult:
     """Decode ``n_sequences`` sequences of ``seq_len`` tokens with drafting and verification.
 
     ``tree`` is the draft-tree policy (ignored for a :class:`TraceWorld`,
-    whose recorded trees are re-verified). ``threads`` sets Numba's thread
+    whose recorded trees are re-verified). ``verification`` is the rule, its
+    relaxation or boost and its variant as one value
+    (:class:`theory.verification.Verification`, or its spec string such as
+    ``"r2+lantern++:k=1000,lam=5"``; GSD reads the world's ``embedding()``, a
+    LANTERN relaxation and the budget its ``neighbours(k)``); the result
+    records it (``SimResult.verification``). ``threads`` sets Numba's thread
     count (results do not depend on it). The last step of a sequence may
     overshoot ``seq_len``; its tokens all count (steps are the unit).
     ``exact_expectations=True`` also records theory's exact per-step
     expectations (``expected_tokens``, ``expected_tv``), which need p at
     every node with children: slower, same outcomes. A trace replay always
-    records them. ``boost`` (rule r2 or r4 with ``Relax.none()`` only) boosts
-    every sampled-draft test (``theory.boost.Boost``; GSD reads the world's
-    ``embedding()``, the budget its ``neighbours(k)``); the result records it
-    (``SimResult.boost``). Rule ``r4`` is traversal verification (module
-    docstring).
+    records them. Rule ``r4`` is traversal verification (module docstring).
     """
-    _check_run_args(world, tree, rule, variant, n_sequences, seq_len, temperature, seed, threads, backend)
+    verification = Verification.parse(verification)
+    _check_run_args(world, tree, n_sequences, seq_len, temperature, seed, threads, backend)
     if isinstance(tree, JacobiWindow):  # SJD's windows (SPEC 9.1): simulate.jacobi
-        check_jacobi_run(world, tree, rule, relax, boost)
-    verification = Verification(rule, relax, variant, boost)
-    if not isinstance(world, TraceWorld):  # a trace brings its own recorded trees
+        check_jacobi_run(world, tree, verification)
+    elif not isinstance(world, TraceWorld):  # a trace brings its own recorded trees
         verification.check_source(draft_source(tree), f"tree {tree}")
     exact = bool(exact_expectations)
-    emb = world.embedding() if boost.kind == "group" else None
     if isinstance(world, TraceWorld):
         from relaxspec.simulate.replay import replay_trace
 
-        return replay_trace(world, rule=rule, relax=relax, variant=variant, boost=boost)
-    width = max(0 if relax.is_exact else relax.k, boost.k if boost.kind == "budget" else 0)
+        return replay_trace(world, verification)
+    v = verification
+    rule, relax, variant, boost = v.rule, v.relax, v.variant, v.boost
+    emb = world.embedding() if verification.reads_embedding else None
+    width = verification.neighbour_k
     spec = RuleSpec.make(rule, relax, world.neighbours(width) if width else None, world.vocab_size, variant,
                          boost, emb)
     t0, c0 = time.perf_counter(), time.process_time()
     if isinstance(tree, JacobiWindow):
         out = _outputs(n_sequences, seq_len)
-        run_windows(world, tree, spec, boost, out, seq_len=seq_len, temperature=temperature, seed=seed,
+        run_windows(world, tree, spec, verification, out, seq_len=seq_len, temperature=temperature, seed=seed,
                     threads=threads, backend=backend, exact=exact)
     elif backend == "numpy":
-        out = _run_numpy(world, tree, spec, rule, relax, variant, n_sequences, seq_len, temperature, seed,
-                         exact, boost, emb)
+        out = _run_numpy(world, tree, spec, verification, n_sequences, seq_len, temperature, seed, exact, emb)
     else:
         out = _run_numba(world, tree.kernel_spec(), spec, n_sequences, seq_len, temperature, seed, threads,
                          exact)
@@ -371,12 +370,12 @@ def run(
         return np.concatenate([a[s][rows[s]] for s in range(n_sequences)])
     ints = cat(o_int)
     return SimResult(
-        world=world.name, tree=str(tree), rule=rule, relax=relax, variant=variant, temperature=temperature,
+        world=world.name, tree=str(tree), verification=verification, temperature=temperature,
         n_sequences=int(n_sequences), seq_len=int(seq_len), seed=int(seed),
         **{f: ints[:, i].astype(np.int64) for i, f in enumerate(STEP_FIELDS)},
         token_tv=cat(o_ttv), expected_tokens=cat(o_exp), expected_tv=cat(o_tv),
         sequence=np.repeat(np.arange(n_sequences), n_steps), exact_expectations=exact, seconds=seconds,
-        extra={"cpu_seconds": cpu_seconds}, boost=boost,
+        extra={"cpu_seconds": cpu_seconds},
     )
 
 
@@ -413,15 +412,16 @@ def _run_numba(world, ps: PolicySpec, spec: RuleSpec, n_seq, seq_len, temperatur
     return out
 
 
-def _run_numpy(world, tree, spec, rule, relax, variant, n_seq, seq_len, temperature, seed, exact, boost, emb):
+def _run_numpy(world, tree, spec, verification: Verification, n_seq, seq_len, temperature, seed, exact, emb):
     from relaxspec.simulate.oracle import oracle_sequence
 
     out = _outputs(n_seq, seq_len)
     o_int, o_exp, o_tv, o_ttv, n_steps = out
-    nb = spec.boost.table if boost.kind == "budget" else spec.neighbours  # the table the rule merges
+    v = verification
+    nb = spec.boost.table if v.oracle is Oracle.BUDGET else spec.neighbours  # the table the rule merges
     for s in range(n_seq):
-        n_steps[s] = oracle_sequence(world, tree, rule, relax, variant, nb, seq_len, temperature, seed, s,
-                                     exact, o_int[s], o_exp[s], o_tv[s], o_ttv[s], boost, emb)
+        n_steps[s] = oracle_sequence(world, tree, v.rule, v.relax, v.variant, nb, seq_len, temperature, seed,
+                                     s, exact, o_int[s], o_exp[s], o_tv[s], o_ttv[s], v.boost, emb)
     return out
 
 

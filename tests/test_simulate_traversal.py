@@ -35,6 +35,7 @@ from relaxspec.theory.budget import budget_r2_step_ends, sample_budget_r2_step
 from relaxspec.theory.sampled_trees import PrefixModel, draw_sampled_tree, r2_step_ends, step_law
 from relaxspec.theory.sampler import draw_without_replacement
 from relaxspec.theory.traversal import sample_traversal_step, traversal_ends
+from relaxspec.theory.verification import Verification
 
 ALPHA = 1e-6
 BOOSTS = [Boost.none(), Boost.depth([2.5, 1.5]), Boost.group(10, tau=0.3, dist=1.0), Boost.budget(0.05, 4)]
@@ -170,25 +171,27 @@ CASES = [(tree, rule, boost) for tree in TREES
 @pytest.mark.parametrize("tree,rule,boost", CASES, ids=lambda c: str(c))
 def test_numba_run_matches_numpy_oracle(latent, stationary, tree, rule, boost):
     for world, exact in ((latent, True), (stationary, False)):
-        kw = dict(rule=rule, boost=boost, n_sequences=2, seq_len=16, seed=3, exact_expectations=exact)
-        a = run(world, tree, **kw)
-        b = run(world, tree, backend="numpy", **kw)
+        v = Verification(rule, boost=boost)
+        kw = dict(n_sequences=2, seq_len=16, seed=3, exact_expectations=exact)
+        a = run(world, tree, v, **kw)
+        b = run(world, tree, v, backend="numpy", **kw)
         for f in STEP_FIELDS:
             np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f)
         np.testing.assert_allclose(a.token_tv, b.token_tv, rtol=1e-12, atol=1e-15)
         if exact:
             np.testing.assert_allclose(a.expected_tokens, b.expected_tokens, rtol=1e-12)
             np.testing.assert_allclose(a.expected_tv, b.expected_tv, rtol=1e-12, atol=1e-15)
-        assert str(a.boost) == str(boost) and a.rule == rule
+        assert a.verification == v
         assert (a.token_tv.sum() > 0) == (not boost.is_none) or world is stationary
 
 
 def test_thread_count_invariance(latent):
     for tree, boost in ((StaticTree.naive_extend_57(), Boost.budget(0.05, 8)),
                         (JacobiWindow(6), Boost.none())):
-        kw = dict(rule="r4", boost=boost, n_sequences=5, seq_len=24, seed=11)
-        one = run(latent, tree, threads=1, **kw)
-        two = run(latent, tree, threads=2, **kw)
+        v = Verification("r4", boost=boost)
+        kw = dict(n_sequences=5, seq_len=24, seed=11)
+        one = run(latent, tree, v, threads=1, **kw)
+        two = run(latent, tree, v, threads=2, **kw)
         for f in (*STEP_FIELDS, "token_tv", "sequence"):
             np.testing.assert_array_equal(getattr(one, f), getattr(two, f), err_msg=f)
 
@@ -196,9 +199,9 @@ def test_thread_count_invariance(latent):
 @pytest.mark.parametrize("tree", [StaticTree.naive_extend_57(), JacobiWindow(5)], ids=str)
 def test_budget_at_delta_zero_is_r2_and_r4_bit_for_bit(latent, tree):
     for rule in ("r2", "r4"):
-        kw = dict(rule=rule, n_sequences=3, seq_len=24, seed=5, exact_expectations=True)
-        plain = run(latent, tree, **kw)
-        zero = run(latent, tree, boost=Boost.budget(0.0, 8), **kw)
+        kw = dict(n_sequences=3, seq_len=24, seed=5, exact_expectations=True)
+        plain = run(latent, tree, rule, **kw)
+        zero = run(latent, tree, Verification(rule, boost=Boost.budget(0.0, 8)), **kw)
         for f in (*STEP_FIELDS, "token_tv", "expected_tokens", "expected_tv"):
             np.testing.assert_array_equal(getattr(zero, f), getattr(plain, f), err_msg=f"{rule} {f}")
         assert not plain.token_tv.any()
@@ -210,7 +213,8 @@ def test_r4_exact_expectations_agree_with_monte_carlo():
     differences: 5.3 standard errors of their means is a two-sided normal tail of 1.2e-7 < 1e-6."""
     world = LatentWorld.preset("ambiguous", vocab_size=512, n_clusters=32)
     for boost in (Boost.none(), Boost.budget(0.05, 8)):
-        res = run(world, StaticTree.naive_extend_57(), rule="r4", boost=boost, n_sequences=16, seq_len=48,
+        res = run(world, StaticTree.naive_extend_57(), Verification(rule="r4", boost=boost), n_sequences=16,
+                  seq_len=48,
                   seed=2, exact_expectations=True)
         for d in (res.tokens - res.expected_tokens, res.token_tv - res.expected_tv):
             assert abs(d.mean()) <= 5.3 * res._ratio_se(d), (boost, d.mean(), res._ratio_se(d))
@@ -232,7 +236,8 @@ def test_r4_in_a_stationary_world_matches_theory_and_beats_r2():
     want = {"r4": step_law(parents, model, lambda t, P, Q: traversal_ends(t, P, Q).ends).tokens,
             "r2": step_law(parents, model, r2_step_ends).tokens}
     assert want["r4"] >= want["r2"]
-    got = {rule: run(world, policy, rule=rule, n_sequences=40, seq_len=100, seed=1, exact_expectations=True)
+    got = {rule: run(world, policy, Verification(rule=rule), n_sequences=40, seq_len=100, seed=1,
+                     exact_expectations=True)
            for rule in ("r4", "r2")}
     for rule, res in got.items():
         se = res.tokens.std(ddof=1) / np.sqrt(res.n_steps)
@@ -322,14 +327,16 @@ def test_bad_input_is_refused(latent):
     budget = Boost.budget(0.1, 2)
     r0 = Relax.none()
     cases = [
-        (lambda: run(latent, SMALL, rule="r4", relax=Relax.additive(4, 0.1), n_sequences=1, seq_len=2),
+        (lambda: run(latent, SMALL, Verification(rule="r4", relax=Relax.additive(4, 0.1)), n_sequences=1,
+                     seq_len=2),
          "rule r4 .* takes no LANTERN relaxation"),
-        (lambda: run(latent, Eagle2Tree(4, 2, 8), rule="r4", n_sequences=1, seq_len=2),
+        (lambda: run(latent, Eagle2Tree(4, 2, 8), "r4", n_sequences=1, seq_len=2),
          "rule r4 verifies children drawn from q without replacement"),
-        (lambda: run(StationaryWorld(p, q), SMALL, rule="r4", boost=budget, n_sequences=1, seq_len=2),
+        (lambda: run(StationaryWorld(p, q), SMALL, Verification(rule="r4", boost=budget), n_sequences=1,
+                     seq_len=2),
          "needs a neighbour table"),
-        (lambda: run(latent, JacobiWindow(3), rule="r1", n_sequences=1, seq_len=2), "needs rule r2 or r4"),
-        (lambda: run(latent, SMALL, rule="r1", boost=budget, n_sequences=1, seq_len=2),
+        (lambda: run(latent, JacobiWindow(3), "r1", n_sequences=1, seq_len=2), "needs rule r2 or r4"),
+        (lambda: run(latent, SMALL, Verification(rule="r1", boost=budget), n_sequences=1, seq_len=2),
          "needs rule r2 or r4"),
         (lambda: verify_step(tree, rows, u, u, rule="r4", relax=r0, neighbours=None), "needs q_dists"),
         (lambda: verify_step(tree, rows, u, u, rule="r4", relax=r0, neighbours=np.zeros((6, 2), int),

@@ -174,7 +174,7 @@ def test_world_stats_seed_out_of_range(capsys, seed: str) -> None:
 def test_engine_and_world_seed_out_of_range() -> None:
     w = StationaryWorld(np.array([0.5, 0.5]), np.array([0.5, 0.5]))
     with pytest.raises(ValueError, match=r"seed must be an integer in \[0, "):
-        run(w, parse_tree("chain:2"), rule="r1", n_sequences=1, seed=2**64)
+        run(w, parse_tree("chain:2"), "r1", n_sequences=1, seed=2**64)
     for seed in (2**64, -1):
         with pytest.raises(ValueError, match=r"seed must be an integer in \[0, "):
             LatentParams(seed=seed)
