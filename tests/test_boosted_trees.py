@@ -237,19 +237,19 @@ def test_boosted_rules_in_the_testing_api():
 
 # ---------------------------------------------------------------- the sweep and its CSV
 def test_sweep_boosts_and_skips():
-    cfg = SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["chain:3"], "rules": ["r1", "r2"],
-                                 "relaxations": ["none", "additive:k=8,delta=0.1"],
-                                 "boosts": ["none", "gsd:G=10", "cool:omega=2/1.5"]})
-    got = {(j.rule, str(j.relax), str(j.boost)) for j in jobs(cfg)}
-    assert got == {("r1", "none", "none"), ("r1", "additive:k=8,delta=0.1", "none"), ("r2", "none", "none"),
-                   ("r2", "additive:k=8,delta=0.1", "none"), ("r2", "none", "gsd:G=10,tau=0.15,dist=0.5"),
-                   ("r2", "none", "cool:omega=2/1.5")}
-    assert any("skipped boosts" in line for line in cfg.skipped())
+    cfg = SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["chain:3", "eagle2:4,2,8"],
+                                 "verifications": ["r1", "r2", "gsd:G=10", "r2+cool:omega=2/1.5"]})
+    got = {(j.tree, str(j.verification)) for j in jobs(cfg)}
+    assert got == {("chain:3", "r1"), ("chain:3", "r2"), ("chain:3", "r2+gsd:G=10,tau=0.15,dist=0.5"),
+                   ("chain:3", "r2+cool:omega=2/1.5"), ("eagle2:4,2,8", "r1")}
+    ranked = "on eagle2:4,2,8: rule r2 verifies children drawn from q"
+    assert sum(ranked in line for line in cfg.skipped()) == 3
     with pytest.raises(ValueError, match="group size G must be an integer >= 1"):
-        SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["chain:3"], "boosts": ["gsd:G=0"]})
-    with pytest.raises(ValueError, match="no configuration to run"):
-        SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["chain:3"], "rules": ["r1"],
-                               "boosts": ["cool:omega=2"]})
+        SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["chain:3"],
+                               "verifications": ["r2+gsd:G=0"]})
+    with pytest.raises(ValueError, match=r"verification 'r1\+cool:omega=2': .*needs rule r2 or r4"):
+        SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["chain:3"],
+                               "verifications": ["r1+cool:omega=2"]})
 
 
 # ---------------------------------------------------------------- bad input

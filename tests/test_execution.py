@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GRID = {
     "worlds": ["ambiguous", "confident"],
     "trees": ["chain:3", "eagle2:4,2,12", "sequoia:6,3"],
-    "relaxations": ["none", "additive:k=50,delta=0.2", "multiplicative:k=50,lam=2"],
+    "verifications": ["r1", "r1+lantern:k=50,delta=0.2", "r1+lantern++:k=50,lam=2"],
     "temperatures": [1.0, 0.8],
     "n_sequences": 4,
     "seq_len": 64,

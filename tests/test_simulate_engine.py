@@ -170,3 +170,20 @@ def test_to_frame(small_world):
     assert one["tv_bound_per_token"].iloc[0] == res.tv_bound_per_token
     with pytest.raises(ValueError, match="per must be"):
         res.to_frame(per="sequence")
+
+
+def test_run_takes_one_verification_as_a_value_or_its_spec(small_world):
+    """Issue 27: ``run(world, tree, verification)``; a spec string parses with ``Verification.parse`` (aliases
+    too), the result holds the value, and the loose rule/relax/variant/boost keywords are gone."""
+    tree = Eagle2Tree(6, 3, 30)
+    kw = dict(n_sequences=2, seq_len=16, seed=3)
+    value = run(small_world, tree, Verification("r1", Relax.additive(40, 0.2)), **kw)
+    spec = run(small_world, tree, "lantern:k=40,delta=0.2", **kw)
+    assert spec.verification == value.verification and str(spec.verification) == "r1+lantern:k=40,delta=0.2"
+    for f in (*STEP_FIELDS, "token_tv"):
+        np.testing.assert_array_equal(getattr(spec, f), getattr(value, f), err_msg=f)
+    assert run(small_world, tree, **kw).verification == Verification()  # r1, the default
+    with pytest.raises(ValueError, match=r"^verification 'r1\+gsd:G=3': .*needs rule r2 or r4"):
+        run(small_world, tree, "r1+gsd:G=3", **kw)
+    with pytest.raises(TypeError, match="rule"):
+        run(small_world, tree, rule="r1", **kw)

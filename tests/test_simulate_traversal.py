@@ -299,23 +299,23 @@ def test_r4_and_the_budget_in_the_testing_api():
 
 # ---------------------------------------------------------------- the sweep
 def test_sweep_runs_r4_and_budgets_and_names_what_it_skips(tmp_path):
-    grid = {"worlds": ["ambiguous"], "trees": ["chain:3", "eagle2:4,2,8"], "rules": ["r2", "r4"],
-            "relaxations": ["none", "additive:k=8,delta=0.1"], "boosts": ["none", "budget:delta=0.05,k=8"],
+    grid = {"worlds": ["ambiguous"], "trees": ["chain:3", "eagle2:4,2,8"],
+            "verifications": ["r2", "r2+lantern:k=8,delta=0.1", "r4", "r2+budget:tv=0.05,k=8",
+                              "r4+budget:tv=0.05,k=8"],
             "n_sequences": 1, "seq_len": 8, "world_overrides": {"vocab_size": 300, "n_clusters": 20}}
     cfg = SweepConfig.from_dict(grid)
-    got = {(j.tree, j.rule, str(j.relax), str(j.boost)) for j in jobs(cfg)}
-    assert got == {("chain:3", "r2", "none", "none"), ("chain:3", "r2", "additive:k=8,delta=0.1", "none"),
-                   ("chain:3", "r4", "none", "none"), ("chain:3", "r2", "none", "budget:delta=0.05,k=8"),
-                   ("chain:3", "r4", "none", "budget:delta=0.05,k=8")}
+    got = {(j.tree, str(j.verification)) for j in jobs(cfg)}
+    assert got == {("chain:3", v) for v in grid["verifications"]}
     lines = " | ".join(cfg.skipped())
-    assert "skipped rule r4 on eagle2:4,2,8" in lines and "skipped rule r2 on eagle2:4,2,8" in lines
-    assert "skipped rule r4 with relaxation additive:k=8,delta=0.1" in lines
-    assert "skipped boosts with relaxation additive:k=8,delta=0.1" in lines
-    with pytest.warns(UserWarning, match="skipped rule r4"):
+    assert "skipped r4 on eagle2:4,2,8" in lines and "skipped r2 on eagle2:4,2,8" in lines
+    assert "skipped r4+budget:tv=0.05,k=8 on eagle2:4,2,8" in lines
+    with pytest.warns(UserWarning, match="skipped r2 on eagle2"):
         rows = run_sweep(cfg, tmp_path / "r.csv", progress=False)
-    tv = {(r["rule"], r["relax"], r["boost"]): float(r["tv_bound_per_token"]) for r in rows}
-    assert tv[("r4", "none", "none")] == 0.0 and tv[("r2", "none", "none")] == 0.0
-    assert min(tv[(rule, "none", "budget:delta=0.05,k=8")] for rule in ("r2", "r4")) > 0.0
+    tv = {r["verification"]: float(r["tv_bound_per_token"]) for r in rows}
+    assert tv["r4"] == 0.0 and tv["r2"] == 0.0
+    assert min(tv[f"{rule}+budget:tv=0.05,k=8"] for rule in ("r2", "r4")) > 0.0
+    with pytest.raises(ValueError, match=r"verification 'r4\+lantern:k=8,delta=0.1': .*takes no LANTERN"):
+        SweepConfig.from_dict({**grid, "verifications": ["r4+lantern:k=8,delta=0.1"]})
 
 
 # ---------------------------------------------------------------- bad input

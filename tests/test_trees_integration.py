@@ -86,10 +86,10 @@ def test_sweep_specs_of_the_new_trees():
     with pytest.raises(ValueError, match="K,D,M"):
         check_tree_spec("latent-walk:4,2")
     cfg = SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["latent:4,2,10", "sequoia-walk:10,3",
-                                 "costaware:10,3", "static:mc_sim_7b_63"], "rules": ["r1", "r2"],
+                                 "costaware:10,3", "static:mc_sim_7b_63"], "verifications": ["r1", "r2"],
                                  "cost": {"model": "GPT-S"}})
-    assert {(j.tree, j.rule) for j in jobs(cfg) if j.rule == "r2"} == {("costaware:10,3", "r2"),
-                                                                        ("static:mc_sim_7b_63", "r2")}
+    assert {j.tree for j in jobs(cfg) if j.verification.samples_drafts} == {"costaware:10,3",
+                                                                            "static:mc_sim_7b_63"}
     assert cfg.cost_table().model == "GPT-S"
     with pytest.raises(ValueError, match="cost takes only"):
         SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["eagle2:4,2,10"], "cost": {"price": "1"}})
