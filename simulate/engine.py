@@ -85,7 +85,7 @@ from relaxspec.simulate.world_kernels import (
 from relaxspec.simulate.worlds import LatentWorld, StationaryWorld, TraceWorld, World
 from relaxspec.theory.rules import RULE_R2, RULE_R4
 from relaxspec.theory.tree import parent_depths
-from relaxspec.theory.verification import Oracle, Verification
+from relaxspec.theory.verification import Verification
 
 BACKENDS = ("numba", "numpy")
 STEP_FIELDS = ("tokens", "tree_size", "tree_depth", "accepted_depth", "draft_calls", "root_choice")
@@ -418,7 +418,7 @@ def _run_numpy(world, tree, spec, verification: Verification, n_seq, seq_len, te
     out = _outputs(n_seq, seq_len)
     o_int, o_exp, o_tv, o_ttv, n_steps = out
     v = verification
-    nb = spec.boost.table if v.oracle is Oracle.BUDGET else spec.neighbours  # the table the rule merges
+    nb = spec.boost.table if v.uses_budget else spec.neighbours  # the table the rule merges
     for s in range(n_seq):
         n_steps[s] = oracle_sequence(world, tree, v.rule, v.relax, v.variant, nb, seq_len, temperature, seed,
                                      s, exact, o_int[s], o_exp[s], o_tv[s], o_ttv[s], v.boost, emb)

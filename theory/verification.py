@@ -121,6 +121,11 @@ class Verification:
         return rows_read(self.relax, self.variant)
 
     @property
+    def uses_budget(self) -> bool:
+        """True for the budgeted relaxation (SPEC 9.5): a node's stages share a TV budget."""
+        return self.boost.kind == "budget"
+
+    @property
     def variant_matters(self) -> bool:
         """True when the official variant decides otherwise than the principled one: a relaxed R1 or R2
         test (the official rejection update zeroes x and its merged neighbours; exact tests and R3's
@@ -132,7 +137,7 @@ class Verification:
         """The k of the neighbour table a run hands it (0: none): the relaxation's k or the budget's k
         (what ``world.neighbours(k)`` and a trace's stored table are asked for; the rule then reads
         :attr:`neighbour_columns` of it)."""
-        return max(self.relax.k, self.boost.k if self.boost.kind == "budget" else 0)
+        return max(self.relax.k, self.boost.k if self.uses_budget else 0)
 
     @property
     def reads_embedding(self) -> bool:
