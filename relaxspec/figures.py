@@ -11,7 +11,9 @@ method, legends outside the axes).
 3. ``tradeoff``: tokens per step against the TV bound per token, one line
    per tree and family, sorted by the TV bound.
 
-Every varying column has a place: world and temperature are facets (a
+The figures read a row's verification through the views :func:`relaxspec.results.load` derives from its
+``verification`` column (rule, variant, relax, k, delta, lam, boost). Every varying column has a place:
+world and temperature are facets (a
 column of panels each; a row each beyond two facets), tree, rule, variant and boost the line's style
 (:func:`relaxspec.figstyle.method_style`; a boosted run, relax ``none``, is a series of its own: a point
 at the exact x of ``tokens_vs_relaxation``, at its TV bound in ``tradeoff``, a bar of its own in

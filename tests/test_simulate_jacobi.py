@@ -45,7 +45,8 @@ def decode(world, window: JacobiWindow, boost: Boost, *, n: int, seq_len: int, s
     emb = world.embedding() if boost.kind == "group" else None
     spec = RuleSpec.make("r2", Relax.none(), None, world.vocab_size, boost=boost, emb=emb)
     out = _outputs(n, seq_len)
-    seqs = run_windows(world, window, spec, boost, out, seq_len=seq_len, temperature=1.0, seed=seed,
+    seqs = run_windows(world, window, spec, Verification("r2", boost=boost), out, seq_len=seq_len,
+                       temperature=1.0, seed=seed,
                        threads=threads, backend=backend, exact=exact)
     return out, seqs
 

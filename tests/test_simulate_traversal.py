@@ -275,7 +275,8 @@ def test_r4_is_lossless_in_a_stationary_world():
     world = StationaryWorld(p, q)
     spec = RuleSpec.make("r4", Relax.none(), None, V)
     out = _outputs(48, 200)
-    seqs = run_windows(world, JacobiWindow(L), spec, Boost.none(), out, seq_len=200, temperature=1.0, seed=9,
+    seqs = run_windows(world, JacobiWindow(L), spec, Verification("r4"), out, seq_len=200, temperature=1.0,
+                       seed=9,
                        threads=None, backend="numba", exact=False)
     for tokens in (np.array(stream[:12000]).reshape(-1, 2), seqs[:, :200].reshape(-1, 2)):
         assert _chi2_ok(tokens, p)
