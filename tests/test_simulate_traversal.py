@@ -354,8 +354,8 @@ def test_bad_input_is_refused(latent):
         (lambda: TheoryRule("r4", depth=2), "depth 1"),
         (lambda: KernelRule("r3"), "rule must be 'r1', 'r2' or 'r4'"),
         (lambda: theory_expected_tokens("r4"), "not a node-by-node walk"),
-        (lambda: SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["eagle2:4,2,8"], "rules": ["r4"]}),
-         "no configuration to run"),
+        (lambda: SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["eagle2:4,2,8"],
+                                        "verifications": ["r4"]}), "no configuration to run"),
     ]
     for call, match in cases:
         with pytest.raises(ValueError, match=match):
