@@ -170,7 +170,8 @@ def test_the_verification_column_is_one_canonical_spec_with_typed_views(tmp_path
     assert frame["k"].dtype == "int64" and frame["rule"].dtype == "string"
     assert list(pd.read_parquet(save(frame, tmp_path / "r.parquet")).columns) == COLUMNS
     text = out.read_text()
-    for bad, match in (("lantern:k=50,delta=0.2", "not its canonical form 'r1\\+lantern:k=50,delta=0.2'"),
+    canonical = "column verification holds 'lantern:k=50,delta=0.2', not its canonical form 'r1\\+lantern"
+    for bad, match in (("lantern:k=50,delta=0.2", canonical),
                        ("r1+gsd:G=10", "column verification holds 'r1\\+gsd:G=10': verification")):
         out.write_text(text.replace("r1+lantern:k=50,delta=0.2", bad))
         with pytest.raises(ValueError, match=rf"{out}, line 2: not a results row \({match}"):

@@ -30,7 +30,7 @@ def row(tree: str = "eagle2:10,4,59", relax: str = "none", delta: float = 0.0, l
     strength = delta + (lam - 1.0) / 20.0
     tokens = 1.5 + 4.0 * strength + (0.3 if temperature != 1.0 else 0.0) if tokens is None else tokens
     accepted = tokens - 1.0 if accepted is None else accepted
-    k = (0 if relax == "none" else 1000) if k is None else k
+    k = 0 if relax == "none" else 1000 if k is None else k  # an exact test merges no neighbours: k = 0
     verification = str(Verification(rule, Relax(relax, k, delta, lam), variant, Boost.parse(boost)))
     return {"world": world, "tree": tree, "verification": verification, "rule": rule, "variant": variant,
             "relax": relax, "k": k,
