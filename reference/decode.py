@@ -359,19 +359,19 @@ class Decoder:
                         ) -> tuple[np.ndarray, int]:
         """``--verifier theory``: the step verified by theory's oracle in float64 on the host (``p``: the
         target's probabilities)."""
-        st, v = self.settings, self.settings.verification
+        st, ver = self.settings, self.settings.verification
         q = None
-        if v.samples_drafts and draft_rows:
+        if ver.samples_drafts and draft_rows:
             q = np.zeros_like(p)
             for v in draft_rows:
                 q[v] = self._probs(draft_stored[v], st.draft_sampling, "draft")
         if self.jacobi is not None and tree.size > 1:
             accepted, bonus = sample_window_step(p, tree.tokens[1:], q[:-1], u_accept[1:], u_draw,
-                                                 rule=v.rule, boost=v.boost, neighbours=self.neighbours,
+                                                 rule=ver.rule, boost=ver.boost, neighbours=self.neighbours,
                                                  emb=self.embedding)
             return np.arange(accepted + 1, dtype=np.int64), int(bonus)
-        path, bonus = sample_rule_step(tree, p, u_accept, u_draw, rule=v.rule, relax=v.relax,
-                                       neighbours=self.neighbours, q_dists=q, variant=v.variant,
+        path, bonus = sample_rule_step(tree, p, u_accept, u_draw, rule=ver.rule, relax=ver.relax,
+                                       neighbours=self.neighbours, q_dists=q, variant=ver.variant,
                                        **self._boost_args())
         return np.asarray(path, dtype=np.int64), int(bonus)
 

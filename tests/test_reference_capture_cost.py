@@ -35,7 +35,7 @@ def test_capture_replays_and_gives_trace_ambiguity(tmp_path) -> None:
     results = capture_trace(dec, tmp_path / "t", [0, 1, 2], seed=5, neighbours=table, model="tiny")
     trace = read_trace(tmp_path / "t")
     h = trace.header
-    assert (h.model, h.rule, h.relax, h.tree) == ("tiny", "r1", str(relax), "eagle2:3,2,8")
+    assert (h.model, h.verification, h.tree) == ("tiny", Verification("r1", relax), "eagle2:3,2,8")
     assert str(h.tree_policy(table)) == h.tree  # the header's tree parses back to the policy that made it
     assert h.checkpoint_sha256 == module_sha256(target) != module_sha256(small)
     assert len(list(trace.steps())) == sum(len(r.steps) for r in results)

@@ -244,7 +244,7 @@ def test_bad_traversal_and_budget_settings_are_named(tmp_path, models) -> None:
 
     with pytest.raises(ValueError, match="takes no LANTERN relaxation"):
         settings("r4", relax=Relax.additive(3, 0.1))
-    with pytest.raises(ValueError, match="r2\\+lantern:k=3: relaxation 'additive:k=3': .* needs delta"):
+    with pytest.raises(ValueError, match="r2\\+lantern:k=3': relaxation 'additive:k=3' needs delta"):
         DecodeSettings("r2+lantern:k=3")  # a spec string is parsed (and checked) when the settings are built
     with pytest.raises(ValueError, match="needs rule r2 or r4, got rule 'r3'"):
         settings("r3", "budget:delta=0.1,k=3")
