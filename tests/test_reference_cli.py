@@ -242,9 +242,8 @@ def test_a_path_that_is_not_a_parent_chain_is_refused_by_replay_and_rescore(tmp_
 
 
 @pytest.mark.parametrize("field, value", [("vocab_size", "512"), ("vocab_size", 12.0), ("verification", 1),
-                                          ("verification", None), ("verification", "r9"), ("extra",
-                                                                                           []), ("logits_dtype", 16),
-                                          ("checkpoint_sha256", 0), ("version", "1")])
+                                          ("verification", None), ("verification", "r9"), ("extra", []),
+                                          ("logits_dtype", 16), ("checkpoint_sha256", 0), ("version", "1")])
 def test_header_field_types_are_checked(tmp_path, capsys, field: str, value) -> None:
     """Issue 26 item 13: ``"vocab_size": "512"`` gave "'<' not supported between ..."."""
     import json
