@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 WORKER = """
-import json, sys
+import inspect, json, sys
 if sys.argv[2] == "core":
     from relaxspec.core.trees import Eagle2Tree
 else:  # checkouts before core/ (issue 13)
@@ -33,8 +33,12 @@ from relaxspec.theory import Relax
 n = int(sys.argv[1])
 world, relax, tree = LatentWorld.preset("ambiguous"), Relax.additive(1000, 0.1), Eagle2Tree(10, 4, 59)
 world.neighbours(1000)
-run(world, tree, rule="r1", relax=relax, n_sequences=2, seq_len=16, threads=1)  # compile or load
-res = run(world, tree, rule="r1", relax=relax, n_sequences=n, seq_len=256, threads=1, seed=1)
+if "verification" in inspect.signature(run).parameters:  # one verification value (issue 27)
+    rule = {"verification": "r1+lantern:k=1000,delta=0.1"}
+else:  # checkouts before it: rule and relaxation apart
+    rule = {"rule": "r1", "relax": relax}
+run(world, tree, n_sequences=2, seq_len=16, threads=1, **rule)  # compile or load
+res = run(world, tree, n_sequences=n, seq_len=256, threads=1, seed=1, **rule)
 print(json.dumps({"steps": res.n_steps, "wall": res.seconds, "cpu": res.extra["cpu_seconds"],
                   "tokens": repr(res.mean_tokens_per_step)}))
 """

@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from relaxspec.theory.verification import Verification
+
 # idle OpenBLAS threads spin after a BLAS call: on a 2-core machine they would steal the workers' cores
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -58,7 +60,8 @@ def load() -> float:
 def timed_run(world, tree, relax, n_sequences, seq_len, threads, backend="numba", exact=False):
     """(result, wall seconds, CPU seconds of this process, load average before), decoding only."""
     la = load()
-    res = run(world, tree, rule="r1", relax=relax, n_sequences=n_sequences, seq_len=seq_len, threads=threads,
+    res = run(world, tree, Verification(rule="r1", relax=relax), n_sequences=n_sequences, seq_len=seq_len,
+              threads=threads,
               seed=1, backend=backend, exact_expectations=exact)
     return res, res.seconds, res.extra["cpu_seconds"], la
 
@@ -93,7 +96,7 @@ def main() -> int:
     tree = Eagle2Tree(10, 4, 59)
     world.neighbours(1000)
     for exact in (False, True):  # compile / warm up
-        run(world, tree, rule="r1", relax=relax, n_sequences=2, seq_len=16, threads=1,
+        run(world, tree, Verification(rule="r1", relax=relax), n_sequences=2, seq_len=16, threads=1,
             exact_expectations=exact)
     say("## 1. Reference workload (ambiguous, V = 16384, EAGLE-2 (10, 4, 59), R1 additive k=1000 delta=0.1)")
     say("")

@@ -53,10 +53,10 @@ def _noop(i: int) -> int:
 
 
 def grid_configs(quick: bool) -> list[SweepConfig]:
-    """The demo's two grids (``--quick``: one world, three relaxations)."""
+    """The demo's two grids (``--quick``: one world, three verifications)."""
     configs = [DEMO_CONFIG, R2_CONFIG]
     if quick:
-        configs = [{**c, "worlds": ["ambiguous"], "relaxations": c["relaxations"][:3]} for c in configs]
+        configs = [{**c, "worlds": ["ambiguous"], "verifications": c["verifications"][:3]} for c in configs]
     return [SweepConfig.from_dict(c, source="demo grid") for c in configs]
 
 

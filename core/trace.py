@@ -17,12 +17,13 @@ hold), the two uniforms of every node (``u_accept``, ``u_draw``; see
 token). Chunks are written whole and renamed into place, so an interrupted
 run keeps every finished sequence and can resume.
 
-The header's ``boost`` (``theory.boost.Boost`` spec; ``none`` in traces written
-before boosts existed) says how sampled-draft tests were boosted (GSD, Cool-SD,
-the budgeted relaxation); a GSD trace stores the embedding table it measured
-distances with, a budget trace the neighbour table it merged with. The header's
-``rule`` may be ``r4`` (traversal verification, SPEC 9.6: the same sampled-draft
-trees and uniforms as ``r2``). A Jacobi
+The header's ``verification`` (``theory.verification.Verification`` spec, e.g.
+``r1+lantern:k=1000,delta=0.1`` or ``r2+gsd:G=10``) says how the steps were verified:
+the rule, its relaxation or boost (GSD, Cool-SD, the budgeted relaxation) and its
+variant; a GSD trace stores the embedding table it measured distances with, a
+relaxed or budget trace the neighbour table it merged with. Its rule may be ``r4``
+(traversal verification, SPEC 9.6: the same sampled-draft trees and uniforms as
+``r2``). A Jacobi
 trace (tree spec ``jacobi:L[,fresh]``, SPEC 9.1) records each window as a chain:
 node 0 the last committed token, node j the draft d_j, ``draft_logits[j - 1]``
 the logits of the law q_j that d_j was drawn from (the previous forward's target
@@ -192,13 +193,11 @@ class TraceWriter:
         if neighbours is not None:
             validate_neighbours(neighbours, header.vocab_size, header.neighbour_columns)
             np.save(self.path / "neighbours.npy", neighbours, allow_pickle=False)
-        elif not header.relaxation.is_exact:
-            raise ValueError(f"relaxation {header.relax} needs its neighbour table in the trace")
         elif header.neighbour_columns:
-            raise ValueError(f"boost {header.boost} needs its neighbour table in the trace")
-        if header.boosting.kind == "group":
+            raise ValueError(f"verification {header.verification} needs its neighbour table in the trace")
+        if header.verification.reads_embedding:
             if embedding is None:
-                raise ValueError(f"boost {header.boost} needs its embedding table in the trace")
+                raise ValueError(f"verification {header.verification} needs its embedding table in the trace")
             table = check_embedding(embedding, header.vocab_size).astype(np.float32)
             if not np.array_equal(table, embedding):
                 raise ValueError("the GSD embedding table must hold float32 values (traces store float32)")
@@ -317,10 +316,8 @@ def read_trace(path: str | Path) -> Trace:
             validate_neighbours(neighbours, header.vocab_size, header.neighbour_columns)
         except ValueError as err:
             raise ValueError(f"{nb_file}: {err}") from err
-    elif not header.relaxation.is_exact:
-        raise ValueError(f"trace {path} relaxes with {header.relax} but has no neighbours.npy")
     elif header.neighbour_columns:
-        raise ValueError(f"trace {path} boosts with {header.boost} but has no neighbours.npy")
+        raise ValueError(f"trace {path} verifies with {header.verification} but has no neighbours.npy")
     chunks = sorted(path.glob("chunk-*.npz"))
     return Trace(path, header, neighbours, chunks, _read_embedding(path, header))
 
@@ -328,10 +325,10 @@ def read_trace(path: str | Path) -> Trace:
 def _read_embedding(path: Path, header: TraceHeader) -> np.ndarray | None:
     """The GSD embedding table stored in a trace (float64), None when the run's boost needs none."""
     emb_file = path / "embedding.npy"
-    if header.boosting.kind != "group":
+    if not header.verification.reads_embedding:
         return None
     if not emb_file.exists():
-        raise ValueError(f"trace {path} boosts with {header.boost} but has no embedding.npy")
+        raise ValueError(f"trace {path} verifies with {header.verification} but has no embedding.npy")
     try:
         table = np.load(emb_file, allow_pickle=False)
     except (OSError, ValueError) as err:
@@ -372,7 +369,7 @@ def trace_neighbours(trace: Trace, relax: Relax,
     if table is None and not relax.is_exact:
         raise ValueError(
             f"relaxation {relax} needs a neighbour table and trace {trace.path} holds none (it was recorded "
-            f"with relaxation {trace.header.relax}): pass a (V, K) table of its codebook with --neighbours "
+            f"with {trace.header.verification}): pass a (V, K) table of its codebook with --neighbours "
             "TABLE.npy (neighbours= in Python; theory.neighbour_table and theory.save_neighbours make one)")
     return table
 

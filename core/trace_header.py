@@ -1,7 +1,9 @@
 """The header of a decoding trace (``core.trace``): the settings a trace was recorded with.
 
 ``header.json`` is read back field by field: each field's type and value are checked, and an error names
-the file and the field (:meth:`TraceHeader.from_json`).
+the file and the field (:meth:`TraceHeader.from_json`). What the run verified with is one field,
+``verification`` (a :class:`theory.verification.Verification`, stored as its spec string); a trace of an
+older format version (version 1 stored rule, relax, variant and boost apart) is refused in one line.
 """
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ import numpy as np
 from relaxspec.core.cost import CostModel
 from relaxspec.core.trees.policies import TreePolicy
 from relaxspec.core.trees.spec import parse_tree
-from relaxspec.theory.boost import Boost
 from relaxspec.theory.distributions import logits_to_probs
-from relaxspec.theory.relax import Relax
+from relaxspec.theory.verification import Verification
 
-TRACE_VERSION = 1
+TRACE_VERSION = 2
+"""The trace format this relaxspec writes and reads (2: one ``verification`` field)."""
 LOGIT_DTYPES = ("float16", "float32")
 
 
@@ -46,7 +48,8 @@ class Sampling:
 # the declared types of TraceHeader's fields (annotations are strings here) -> the type a value must have
 _FIELD_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "str": ((str,), "a string"), "int": ((int, np.integer), "an integer"),
-    "Sampling": ((Sampling,), "a sampling table"), "dict[str, Any]": ((dict,), "a JSON object")}
+    "Sampling": ((Sampling,), "a sampling table"), "dict[str, Any]": ((dict,), "a JSON object"),
+    "Verification": ((Verification,), "a verification")}
 
 
 @dataclass(frozen=True)
@@ -57,18 +60,17 @@ class TraceHeader:
     checkpoint_sha256: str
     vocab_size: int
     codebook_sha256: str
-    rule: str
-    relax: str
-    variant: str
+    verification: Verification
     tree: str
     target_sampling: Sampling = field(default_factory=Sampling)
     draft_sampling: Sampling = field(default_factory=Sampling)
     logits_dtype: str = "float16"
     extra: dict[str, Any] = field(default_factory=dict)
     version: int = TRACE_VERSION
-    boost: str = "none"
 
     def __post_init__(self) -> None:
+        if isinstance(self.verification, str):  # its spec, as header.json stores it
+            object.__setattr__(self, "verification", Verification.parse(self.verification))
         for f in fields(self):  # types first: a header is read from JSON, whose values may be anything
             kinds, what = _FIELD_TYPES[f.type]
             value = getattr(self, f.name)
@@ -78,38 +80,28 @@ class TraceHeader:
             raise ValueError(f"logits_dtype must be one of {LOGIT_DTYPES}, got {self.logits_dtype!r}")
         if self.vocab_size < 2:
             raise ValueError(f"vocab_size must be >= 2, got {self.vocab_size}")
-        Relax.parse(self.relax)  # raises on a bad relaxation string
-        Boost.parse(self.boost)  # raises on a bad boost string
-
-    @property
-    def relaxation(self) -> Relax:
-        """The relaxation the run verified with."""
-        return Relax.parse(self.relax)
-
-    @property
-    def boosting(self) -> Boost:
-        """The boost of the run's sampled-draft tests (``Boost.none()`` for older traces)."""
-        return Boost.parse(self.boost)
 
     @property
     def neighbour_columns(self) -> int:
-        """Columns of the neighbour table the run read: the relaxation's k, or the budget boost's k
-        (SPEC 9.5); 0 when it read none (then the trace need not store one)."""
-        boost = self.boosting
-        return max(self.relaxation.k, boost.k if boost.kind == "budget" else 0)
+        """Columns of the neighbour table the run read (``Verification.neighbour_k``: the relaxation's k, or
+        the budget's k, SPEC 9.5); 0 when it read none (then the trace need not store one)."""
+        return self.verification.neighbour_k
 
     def tree_policy(self, neighbours: np.ndarray | None = None) -> TreePolicy | None:
         """The policy that drafted the trace's trees (None for ``ar``), parsed back from ``tree`` with
         the context the header records (``extra``: ``tree_acceptance``, ``tree_cost``) and the trace's
         relaxation and neighbour table."""
         cost = self.extra.get("tree_cost")
-        return parse_tree(self.tree, relax=self.relaxation, neighbours=neighbours,
+        return parse_tree(self.tree, relax=self.verification.relax, neighbours=neighbours,
                           acceptance=self.extra.get("tree_acceptance"),
                           cost=(lambda: CostModel.from_table(cost["table"], cost["model"])) if cost else None)
 
     def to_json(self) -> str:
-        """Serialise as JSON."""
-        return json.dumps(asdict(self), indent=2, sort_keys=True)
+        """Serialise as JSON (the verification as its spec string)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d.update(verification=str(self.verification), target_sampling=asdict(self.target_sampling),
+                 draft_sampling=asdict(self.draft_sampling))
+        return json.dumps(d, indent=2, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str, source: str = "header") -> TraceHeader:
@@ -121,10 +113,15 @@ class TraceHeader:
         if not isinstance(d, dict):
             raise ValueError(f"{source} must hold a JSON object")
         if d.get("version") != TRACE_VERSION:
-            raise ValueError(f"{source}: trace version {d.get('version')!r} is not {TRACE_VERSION}")
+            older = isinstance(d.get("version"), int) and d["version"] < TRACE_VERSION
+            raise ValueError(f"{source}: trace version {d.get('version')!r} is not {TRACE_VERSION}"
+                             + (" (written by an older relaxspec: record the trace again)" if older else ""))
         try:
             d["target_sampling"] = Sampling(**d["target_sampling"])
             d["draft_sampling"] = Sampling(**d["draft_sampling"])
+            if not isinstance(d["verification"], str):
+                raise ValueError(f"field 'verification' must be a verification spec, got "
+                                 f"{d['verification']!r}")
             return cls(**d)
         except (KeyError, TypeError) as err:
             raise ValueError(f"{source} is missing or has unknown fields: {err}") from err

@@ -112,7 +112,7 @@ def _ambiguity(args: argparse.Namespace) -> int:
             fitted[drafter] = {"params": params_literal(params), "model": goals, "world": figures}
             print(f"{drafter}: {params_literal(params)}", flush=True)
         # greedy decoding (rule r3) is deterministic: one path per class, measured along them
-        greedy = make_decoder(mini, DecodeConfig("greedy AR", rule="r3"))
+        greedy = make_decoder(mini, DecodeConfig("greedy AR", verification="r3"))
         classes = np.arange(NUM_CLASSES)
         paths = np.array([greedy.generate(int(c), args.seed).tokens for c in classes])
         tg = teacher_forced(mini, paths, classes, CFG_SCALE, below_root=True)
@@ -185,7 +185,7 @@ def _validate(args: argparse.Namespace) -> int:
     _at_least(args, seed=0, n_sequences=1)
     mini = _load(args)
     sha = mini.checkpoint_sha256("target")
-    keys = {world_key(c.drafter, c.rule) for c in VALIDATION_CONFIGS}
+    keys = {world_key(c.drafter, c.verification.rule) for c in VALIDATION_CONFIGS}
     worlds = {k: fitted_preset(sha, k) for k in keys}
     if None in worlds.values():
         worlds = None

@@ -2,12 +2,13 @@
 
 :func:`make_decoder` wires the shipped (or any trained) mini model into
 ``reference.decode.Decoder`` for one :class:`DecodeConfig` (AR; a drafter, a
-tree policy, a rule and a relaxation; or SJD's Jacobi windows ``jacobi:L``
-with rule r2 or r4 and no drafter; rules r2 and r4 (traversal verification,
-sampled-draft static trees and windows only) optionally boosted: GSD ``gsd:..``
-reading the spec's embedding, the target's token embedding or the VQ codebook,
-Cool-SD ``cool:..``, or the budgeted relaxation ``budget:tv=..,k=..``
-reading the tokenizer's neighbour table). :class:`StepScorer` plugs into the
+tree policy and a verification, e.g. ``r1+lantern:k=50,delta=0.2``; or SJD's
+Jacobi windows ``jacobi:L`` with rule r2 or r4 and no drafter; rules r2 and r4
+(traversal verification, sampled-draft static trees and windows only)
+optionally boosted: GSD ``r2+gsd:..`` reading the spec's embedding, the
+target's token embedding or the VQ codebook, Cool-SD ``r2+cool:..``, or the
+budgeted relaxation ``r2+budget:tv=..,k=..`` reading the tokenizer's neighbour
+table). :class:`StepScorer` plugs into the
 decoder's trace hook: for every speculative step it computes, from the very
 logits and tree the decoder verified, the exact expected tokens per step and
 the step's TV or its proved bound: simulate's ``step_expectation`` (a Jacobi
@@ -32,14 +33,11 @@ from relaxspec.mini.shipped import MiniModel
 from relaxspec.reference.decode import Decoder, DecodeSettings, gsd_embedding
 from relaxspec.reference.drafter import EagleDraftSession, GPTDraftSession
 from relaxspec.simulate.verify import step_expectation
-from relaxspec.theory.boost import Boost
-from relaxspec.theory.relax import Relax
 from relaxspec.theory.rule_step import (
     own_oracle,
     rule_step_expectation,
     step_neighbours,
 )
-from relaxspec.theory.rules import SAMPLED_DRAFT_RULES
 from relaxspec.theory.verification import Verification
 
 DRAFTERS = ("eagle", "draft_gpt")
@@ -49,9 +47,10 @@ CFG_SCALE = 2.0
 @dataclass(frozen=True)
 class DecodeConfig:
     """One decoding configuration: ``tree = "ar"`` for plain sampling, else a tree spec
-    (:mod:`core.trees.spec`) with a drafter and a rule (``jacobi:L[,copy]``: Jacobi windows, rule r2 or
-    r4, no drafter; r4 needs sampled drafts: a static tree or a window); ``boost`` a ``theory.boost.Boost``
-    spec for rule r2 or r4 (``gsd:..``, ``cool:..``, ``budget:tv=..,k=..``)."""
+    (:mod:`core.trees.spec`) with a drafter and a verification (a
+    :class:`theory.verification.Verification` or its spec string, e.g. ``r1+lantern:k=50,delta=0.2``,
+    ``r2+gsd:G=10``; ``jacobi:L[,copy]``: Jacobi windows, rule r2 or r4, no drafter; r4 needs sampled
+    drafts: a static tree or a window)."""
 
     name: str
     tree: str = "ar"
@@ -59,26 +58,15 @@ class DecodeConfig:
     cost_table: str | None = None  # costaware trees: the latency table (default: the packaged CPU one)
     cost_model: str = "GPT-B"
     drafter: str = "eagle"
-    rule: str = "r1"
-    relax: str = "none"
+    verification: Verification = Verification()
     cfg_scale: float = CFG_SCALE
-    boost: str = "none"
 
     def __post_init__(self) -> None:
         if self.drafter not in DRAFTERS:
             raise ValueError(f"drafter must be one of {DRAFTERS}, got {self.drafter!r}")
-        Relax.parse(self.relax)
+        object.__setattr__(self, "verification", Verification.parse(self.verification))  # a spec string too
         check_tree_spec(self.tree)
-        verification = Verification(self.rule, self.relaxation, "principled", self.boosting)
-        verification.check_source(draft_source(self.tree), f"tree {self.tree}")
-
-    @property
-    def relaxation(self) -> Relax:
-        return Relax.parse(self.relax)
-
-    @property
-    def boosting(self) -> Boost:
-        return Boost.parse(self.boost)
+        self.verification.check_source(draft_source(self.tree), f"tree {self.tree}")
 
     @property
     def is_ar(self) -> bool:
@@ -91,31 +79,27 @@ class DecodeConfig:
     def describe(self) -> str:
         if self.is_ar:
             return "AR sampling"
-        boost = "" if self.boosting.is_none else f" {self.boosting}"
         if self.is_jacobi:
-            return f"{self.tree} {self.rule}{boost}"
-        return f"{self.tree} {self.drafter} {self.rule} {self.relax}{boost}"
+            return f"{self.tree} {self.verification}"
+        return f"{self.tree} {self.drafter} {self.verification}"
 
 
 def config_embedding(mini: MiniModel, config: DecodeConfig) -> np.ndarray | None:
     """GSD's embedding table of ``config`` on ``mini`` (``reference.decode.gsd_embedding``: the
     target's token embedding or the tokenizer's codebook, as the boost spec says); None for other boosts."""
-    boost = config.boosting
-    if boost.kind != "group":
+    if not config.verification.reads_embedding:
         return None
-    return gsd_embedding(boost.embedding, mini.target, mini.tokenizer.codebook())
+    return gsd_embedding(config.verification.boost.embedding, mini.target, mini.tokenizer.codebook())
 
 
 def make_decoder(mini: MiniModel, config: DecodeConfig, logits_dtype: str = "float32") -> Decoder:
     """A reference ``Decoder`` running ``config`` on ``mini``."""
-    settings = DecodeSettings(rule=config.rule, relax=config.relaxation, target_sampling=Sampling(),
-                              draft_sampling=Sampling(), cfg_scale=config.cfg_scale,
-                              logits_dtype=logits_dtype, boost=config.boosting)
-    budget = config.boosting.kind == "budget"
-    neighbours = None if config.relaxation.is_exact and not budget else mini.neighbours()
+    settings = DecodeSettings(config.verification, target_sampling=Sampling(), draft_sampling=Sampling(),
+                              cfg_scale=config.cfg_scale, logits_dtype=logits_dtype)
+    neighbours = mini.neighbours() if config.verification.neighbour_k else None
     if config.is_ar:
         return Decoder(mini.target, settings, neighbours=neighbours)
-    policy = parse_tree(config.tree, relax=config.relaxation, neighbours=neighbours,
+    policy = parse_tree(config.tree, relax=config.verification.relax, neighbours=neighbours,
                         acceptance=config.acceptance,
                         cost=lambda: CostModel.from_table(config.cost_table or DEFAULT_TABLE,
                                                           config.cost_model))
@@ -139,10 +123,10 @@ class StepScorer:
     def __init__(self, mini: MiniModel, config: DecodeConfig, writer: TraceWriter | None = None) -> None:
         self.config = config
         self.writer = writer
-        relax = config.relaxation
-        table = None if relax.is_exact and config.boosting.kind != "budget" else mini.neighbours()
-        self.neighbours = step_neighbours(table, mini.vocab_size, relax, "principled", config.boosting)
-        self.boost = config.boosting
+        v = config.verification
+        table = mini.neighbours() if v.neighbour_k else None
+        self.neighbours = step_neighbours(table, mini.vocab_size, v.relax, v.variant, v.boost)
+        self.boost = v.boost
         self.embedding = config_embedding(mini, config)
         self.sampling = Sampling()
         self.expected: list[float] = []
@@ -157,14 +141,15 @@ class StepScorer:
             self.writer.add(step)
         if step.parents.size > 1:
             p = self.sampling.probs(np.asarray(step.target_logits, dtype=np.float64))
+            v = self.config.verification
             q = None
-            if self.config.rule in SAMPLED_DRAFT_RULES:
+            if v.samples_drafts:
                 q = self.sampling.probs(np.asarray(step.draft_logits, dtype=np.float64))
             boost = {} if self.boost.is_none else {"boost": self.boost, "emb": self.embedding}
-            own = own_oracle(self.config.rule, self.boost)
+            own = own_oracle(v.rule, self.boost)
             expectation = rule_step_expectation if own else step_expectation
-            e = expectation(step.tree, p, rule=self.config.rule, relax=self.config.relaxation,
-                            neighbours=self.neighbours, q_dists=q, **boost)
+            e = expectation(step.tree, p, rule=v.rule, relax=v.relax, neighbours=self.neighbours, q_dists=q,
+                            variant=v.variant, **boost)
             self.expected.append(e.tokens)
             self.tv.append(e.tv)
             self.emitted.append(step.tokens_emitted)

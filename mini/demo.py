@@ -98,10 +98,11 @@ def _fd(cell: str) -> tuple[float, float]:
 
 def lossless_twin(config: DecodeConfig, configs: list[DecodeConfig]) -> DecodeConfig | None:
     """The exact configuration with the same tree, drafter and rule as a relaxed one (None if exact)."""
-    if config.relaxation.is_exact:
+    if config.verification.relax.is_exact:
         return None
-    return next((c for c in configs if c.relaxation.is_exact and (c.tree, c.drafter, c.rule)
-                 == (config.tree, config.drafter, config.rule)), None)
+    key = (config.tree, config.drafter, config.verification.rule)
+    return next((c for c in configs if c.verification.relax.is_exact
+                 and (c.tree, c.drafter, c.verification.rule) == key), None)
 
 
 def fd_lines(configs: list[DecodeConfig], measured: list[float], n_images: int, feature_dim: int,
@@ -128,7 +129,7 @@ def fd_lines(configs: list[DecodeConfig], measured: list[float], n_images: int, 
             above = f"{fd - fd0:+.2f} ({(fd - fd0) / np.hypot(sd, sd0):.1f} sd) over {twin.name}"
         lines.append(f"| {c.name} | {row['images']} | {row[FD_COLUMN]} | {row['class accuracy']} | "
                      f"{row['tokens/step']} | {above} |")
-    exact = [c.name for c in configs if c.relaxation.is_exact]
+    exact = [c.name for c in configs if c.verification.relax.is_exact]
     lossless = [_fd(committed[name][FD_COLUMN])[0] for name in exact]
     if len(lossless) > 1:
         lines += ["", f"The lossless rows ({', '.join(exact)}) sample the target's distribution: their "

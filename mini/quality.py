@@ -47,10 +47,10 @@ QUALITY_CONFIGS: list[DecodeConfig] = [
     DecodeConfig("AR"),
     DecodeConfig("exact EAGLE-2", tree=EAGLE2),
     *[DecodeConfig(f"LANTERN delta={d}", tree=EAGLE2,
-                   relax=f"additive:k={NEIGHBOURS_K},delta={d}") for d in (0.1, 0.2, 0.4)],
+                   verification=f"r1+lantern:k={NEIGHBOURS_K},delta={d}") for d in (0.1, 0.2, 0.4)],
     DecodeConfig("exact static", tree=STATIC),
     *[DecodeConfig(f"LANTERN++ lam={lam}", tree=STATIC,
-                   relax=f"multiplicative:k={NEIGHBOURS_K},lam={lam}") for lam in (2, 5, 10)],
+                   verification=f"r1+lantern++:k={NEIGHBOURS_K},lam={lam}") for lam in (2, 5, 10)],
 ]
 BOOTSTRAP = 100  # resamples for the FD's standard deviation
 MIN_BOOTSTRAP_IMAGES = 10  # fewer images: no bootstrap sd (NaN)
@@ -175,7 +175,7 @@ def finished_rows(mini: MiniModel, out: Path,
 
 
 def _slowest_first(config: DecodeConfig) -> int:
-    return 0 if config.relaxation.is_exact and not config.is_ar else 2 if config.is_ar else 1
+    return 0 if config.verification.relax.is_exact and not config.is_ar else 2 if config.is_ar else 1
 
 
 def _generate_chunk(mini: MiniModel, config: DecodeConfig, indices: list[int],

@@ -38,14 +38,14 @@ DDD = "ddd:10,11,5/7/9,-0.3,60"
 VALIDATION_CONFIGS: list[DecodeConfig] = [
     DecodeConfig("EAGLE-2 r1 exact", tree=EAGLE2),
     DecodeConfig("EAGLE-2 r1 LANTERN delta=0.2", tree=EAGLE2,
-                 relax=f"additive:k={NEIGHBOURS_K},delta=0.2"),
-    DecodeConfig("EAGLE-2 r3 exact", tree=EAGLE2, rule="r3"),
+                 verification=f"r1+lantern:k={NEIGHBOURS_K},delta=0.2"),
+    DecodeConfig("EAGLE-2 r3 exact", tree=EAGLE2, verification="r3"),
     DecodeConfig("DDD r1 exact", tree=DDD),
     DecodeConfig("static r1 exact", tree=STATIC),
     DecodeConfig("static r1 LANTERN++ lam=5", tree=STATIC,
-                 relax=f"multiplicative:k={NEIGHBOURS_K},lam=5"),
-    DecodeConfig("static r2 exact", tree=STATIC, rule="r2"),
-    DecodeConfig("static r2 exact, draft GPT", tree=STATIC, rule="r2",
+                 verification=f"r1+lantern++:k={NEIGHBOURS_K},lam=5"),
+    DecodeConfig("static r2 exact", tree=STATIC, verification="r2"),
+    DecodeConfig("static r2 exact, draft GPT", tree=STATIC, verification="r2",
                  drafter="draft_gpt"),
 ]
 WORLD_SEQUENCES = 64  # the world's prediction: its standard error stays below the decoder's
@@ -61,7 +61,7 @@ def capture(mini: MiniModel, config: DecodeConfig, n_sequences: int, out: Path, 
     path = out / f"{slug(config.name)}.trace"
     drafter = "eagle_head" if config.drafter == "eagle" else "draft_gpt"
     capture_trace(make_decoder(mini, config), path, [i % NUM_CLASSES for i in range(n_sequences)], seed=seed,
-                  neighbours=None if config.relaxation.is_exact else mini.neighbours(),
+                  neighbours=mini.neighbours() if config.verification.neighbour_k else None,
                   codebook=mini.tokenizer.codebook(), model=f"mini-fashion-mnist target ({config.name})",
                   checkpoint_sha256=mini.checkpoint_sha256("target"),
                   extra={"drafter": config.drafter, "drafter_sha256": mini.checkpoint_sha256(drafter)},
@@ -76,7 +76,8 @@ def validate_config(mini: MiniModel, config: DecodeConfig, world: str | None, n_
     start = time.perf_counter()
     path = capture(mini, config, n_sequences, out, seed, progress)
     report = replay(path, require_simulate=True)
-    traced = run(TraceWorld(path), None, rule=config.rule, relax=config.relaxation, n_sequences=1)
+    traced = run(TraceWorld(path), None, config.verification,
+                 n_sequences=1)
     spec = traced.tree_size > 1
     measured = float(traced.tokens[spec].mean())
     predicted = float(traced.expected_tokens[spec].mean())
@@ -89,7 +90,7 @@ def validate_config(mini: MiniModel, config: DecodeConfig, world: str | None, n_
     }
     if world is not None:
         policy = parse_tree(config.tree)
-        sim = run(LatentWorld.preset(world), policy, rule=config.rule, relax=config.relaxation,
+        sim = run(LatentWorld.preset(world), policy, config.verification,
                   n_sequences=WORLD_SEQUENCES, seq_len=64, seed=seed)
         row.update(world=world, world_prediction=round(sim.mean_tokens_per_step, 4),
                    world_se=round(sim.se_tokens_per_step, 4),
@@ -108,7 +109,7 @@ def run_validation(mini: MiniModel, out: Path, worlds: dict[str, str] | None, n_
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for config in configs or VALIDATION_CONFIGS:
-        world = None if worlds is None else worlds[world_key(config.drafter, config.rule)]
+        world = None if worlds is None else worlds[world_key(config.drafter, config.verification.rule)]
         rows.append(validate_config(mini, config, world, n_sequences, out, seed, progress))
         tmp = out / "validation.csv.tmp"
         with open(tmp, "w", newline="") as f:

@@ -38,7 +38,7 @@ def decoder_header(decoder: Decoder, *, seed: int = 0, codebook: np.ndarray | No
                    extra: dict | None = None) -> TraceHeader:
     """The trace header of sequences decoded by ``decoder`` with uniforms keyed by ``seed``.
 
-    Rule, relaxation, boost, tree, sampling and logits dtype come from the decoder;
+    Verification, tree, sampling and logits dtype come from the decoder;
     ``checkpoint_sha256`` names the target's weights (default: a hash of its
     state dict), ``codebook`` the vocabulary (zeros when not given).
     """
@@ -49,10 +49,10 @@ def decoder_header(decoder: Decoder, *, seed: int = 0, codebook: np.ndarray | No
     return TraceHeader(
         model=model, checkpoint_sha256=checkpoint_sha256 or module_sha256(decoder.target),
         vocab_size=decoder.vocab,
-        codebook_sha256=array_sha256(codebook) if codebook is not None else "0" * 64, rule=st.rule,
-        relax=str(st.relax), variant=st.variant, tree=str(decoder.policy) if decoder.policy else "ar",
+        codebook_sha256=array_sha256(codebook) if codebook is not None else "0" * 64,
+        verification=st.verification, tree=str(decoder.policy) if decoder.policy else "ar",
         target_sampling=st.target_sampling, draft_sampling=st.draft_sampling, logits_dtype=st.logits_dtype,
-        extra={"cfg_scale": st.cfg_scale, "seed": seed, **extra}, boost=str(st.boost))
+        extra={"cfg_scale": st.cfg_scale, "seed": seed, **extra})
 
 
 def capture_trace(decoder: Decoder, path: str | Path, labels: Sequence[int], *, seed: int = 0,

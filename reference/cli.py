@@ -22,13 +22,13 @@ def add_replay_arguments(rep: argparse.ArgumentParser) -> None:
     rep.set_defaults(func=_replay)
 
 
-def add_trace_rule_arguments(p: argparse.ArgumentParser) -> None:
-    """``--relax``, ``--variant`` and ``--neighbours`` of a command that verifies a trace's steps again
-    (``rescore``, ``trace-acceptance``)."""
-    p.add_argument("--relax", default="none", help="none | additive:k=..,delta=.. | multiplicative:..")
-    p.add_argument("--variant", choices=("principled", "official"), default="principled",
-                   help="the relaxation as docs/SPEC.md states it (principled) or as LANTERN's code does it "
-                        "(official)")
+def add_trace_rule_arguments(p: argparse.ArgumentParser, rules: str, default: str | None = None) -> None:
+    """``--verification`` (unboosted: ``rules``) and ``--neighbours`` of a command that verifies a trace's
+    steps again (``rescore``, ``trace-acceptance``); ``default`` None makes ``--verification`` required."""
+    p.add_argument("--verification", metavar="SPEC", default=default, required=default is None,
+                   help=f"rule ({rules}) and relaxation, theory/verification.py: e.g. r1, "
+                        "r1+lantern:k=1000,delta=0.1, r1+lantern++:k=1000,lam=2, /official for LANTERN's "
+                        "code" + ("" if default is None else f" (default {default})"))
     p.add_argument("--neighbours", metavar="TABLE.npy",
                    help="neighbour table (V, K) of the trace's codebook (default: the table stored in the "
                         "trace, when it holds one)")
@@ -39,10 +39,8 @@ def add_rescore_arguments(res: argparse.ArgumentParser) -> None:
     from relaxspec.core.execution import add_scheduler_arguments
 
     res.add_argument("trace", nargs="+", help="trace directories (one task each: see --scheduler)")
-    res.add_argument("--rule", choices=("r1", "r2", "r3", "r4"), required=True,
-                     help="r2 and r4 (traversal) only on a trace recorded with r2 or r4 (children drawn "
-                          "from q)")
-    add_trace_rule_arguments(res)
+    add_trace_rule_arguments(res, "r1, r2, r3 or r4; r2 and r4 (traversal) only on a trace recorded with r2 "
+                                  "or r4: children drawn from q")
     add_scheduler_arguments(res)
     res.set_defaults(func=_rescore)
 
@@ -68,15 +66,15 @@ def _replay(args: argparse.Namespace) -> int:
 def _rescore(args: argparse.Namespace) -> int:
     from relaxspec.core.execution import Executor
     from relaxspec.reference.replay import rescore
-    from relaxspec.theory.relax import Relax
+    from relaxspec.theory.verification import Verification
 
     # one task per trace, printed as it finishes; each task reads its trace (and --neighbours) from its path
-    relax = Relax.parse(args.relax)
-    calls = [(trace, args.rule, relax, args.variant, args.neighbours) for trace in args.trace]
+    verification = Verification.parse(args.verification)
+    calls = [(trace, verification, args.neighbours) for trace in args.trace]
     with Executor(args.scheduler, args.workers, tasks=len(calls)) as executor:
         for i, res in executor.run(rescore, calls, labels=args.trace):
             where = f"{args.trace[i]}: " if len(calls) > 1 else ""
-            print(f"{where}rule {args.rule} relax {args.relax} variant {args.variant}: {res['steps']} "
+            print(f"{where}verification {verification}: {res['steps']} "
                   f"speculative steps, exact {res['exact_tokens_per_step']:.4f} tokens/step (recorded run: "
                   f"{res['recorded_tokens_per_step']:.4f})")
             sys.stdout.flush()

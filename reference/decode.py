@@ -21,7 +21,9 @@ per step in this order: the policy's uniforms (R2's draws without
 replacement: one per template node of the static tree), then ``u_accept`` and
 ``u_draw`` (one per tree node).
 
-R2 takes a boost (``DecodeSettings.boost``: GSD's group or Cool-SD's
+``DecodeSettings.verification`` is the rule, its relaxation or boost and its variant as one value
+(:class:`theory.verification.Verification`, or its spec string). R2 takes a boost (GSD's group or
+Cool-SD's
 depth-scaled acceptance, SPEC 9.2-9.3, verified by theory with the boost; a
 tree node's children are tested at depth ``depth + 1``); GSD reads an embedding
 table (:func:`gsd_embedding`: the target's ``tok_embeddings`` or the VQ
@@ -30,7 +32,7 @@ codebook), rounded to float32 so that a trace stores exactly the table used.
 Rule r4 (traversal verification, SPEC 9.6) verifies the same sampled-draft
 trees and windows as R2 (children drawn from q without replacement, the same
 policy uniforms), through ``theory.traversal.sample_traversal_step`` in float64
-on the host; the budget boost (``budget:tv=..,k=..``, SPEC 9.5) relaxes R2
+on the host; the budget (``r2+budget:tv=..,k=..``, SPEC 9.5) relaxes R2
 (``theory.budget.sample_budget_r2_step``) or R4 with the neighbour table the
 decoder holds for LANTERN relaxations. ``theory.rule_step`` sends each step to
 its oracle. R4's uniforms are R2's: ``u_accept[v]`` is node v's eta (a node is
@@ -62,7 +64,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
 
 import numpy as np
 import torch
@@ -75,14 +76,13 @@ from relaxspec.reference.drafter import DraftSession
 from relaxspec.reference.jacobi import Kept
 from relaxspec.reference.model import Transformer
 from relaxspec.reference.verify import DeviceVerifier
-from relaxspec.theory.boost import EMBEDDINGS, Boost
-from relaxspec.theory.relax import Relax
+from relaxspec.theory.boost import EMBEDDINGS
 from relaxspec.theory.rule_step import (
     sample_rule_step,
     sample_window_step,
     step_neighbours,
 )
-from relaxspec.theory.rules import SAMPLED_DRAFT_RULES, boost_embedding
+from relaxspec.theory.rules import boost_embedding
 from relaxspec.theory.tree import Tree, parent_depths
 from relaxspec.theory.verification import Verification
 
@@ -130,22 +130,20 @@ def guide(raw: torch.Tensor, cfg_scale: float) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class DecodeSettings:
-    """Verification rule, relaxation, boost (rules r2 and r4), sampling, guidance and trace precision."""
+    """The verification (rule, relaxation or boost, variant: one value, or its spec string), sampling,
+    guidance and trace precision."""
 
-    rule: str = "r1"
-    relax: Relax = field(default_factory=Relax.none)
-    variant: str = "principled"
+    verification: Verification = Verification()
     target_sampling: Sampling = field(default_factory=Sampling)
     draft_sampling: Sampling = field(default_factory=Sampling)
     cfg_scale: float = 1.0
     logits_dtype: str = "float32"
     max_tree_nodes: int = 128
-    boost: Boost = field(default_factory=Boost.none)
     verifier: str = "device"
     verify_dtype: str = "float64"
 
     def __post_init__(self) -> None:
-        _ = self.verification  # validates (rule, relax, variant, boost) once, when built
+        object.__setattr__(self, "verification", Verification.parse(self.verification))  # a spec string too
         if not np.isfinite(self.cfg_scale) or self.cfg_scale < 1.0:
             raise ValueError(f"cfg_scale must be >= 1 (1 = no guidance), got {self.cfg_scale!r}")
         if self.logits_dtype not in LOGIT_DTYPES:
@@ -156,11 +154,6 @@ class DecodeSettings:
             raise ValueError(f"verifier must be one of {VERIFIERS}, got {self.verifier!r}")
         if self.verify_dtype not in VERIFY_DTYPES:
             raise ValueError(f"verify_dtype must be one of {tuple(VERIFY_DTYPES)}, got {self.verify_dtype!r}")
-
-    @cached_property
-    def verification(self) -> Verification:
-        """(rule, relax, variant, boost) as one value."""
-        return Verification(self.rule, self.relax, self.variant, self.boost)
 
     @property
     def guided(self) -> bool:
@@ -216,19 +209,19 @@ class Decoder:
                              f"target's {target.cfg.vocab_size}")
         self.target, self.settings, self.drafter, self.policy = target, settings, drafter, policy
         self.vocab = target.cfg.vocab_size
-        self.neighbours = step_neighbours(neighbours, self.vocab, settings.relax, settings.variant,
-                                          settings.boost)
+        v = settings.verification
+        self.neighbours = step_neighbours(neighbours, self.vocab, v.relax, v.variant, v.boost)
         self.device = next(target.parameters()).device
-        if embedding is not None and settings.boost.kind != "group":
-            raise ValueError(f"an embedding table is read only by the gsd boost, not by {settings.boost}")
-        self.embedding = boost_embedding(settings.boost, embedding, self.vocab)
+        if embedding is not None and not v.reads_embedding:
+            raise ValueError(f"an embedding table is read only by the gsd boost, not by {v}")
+        self.embedding = boost_embedding(v.boost, embedding, self.vocab)
         emb = self.embedding
         if emb is not None and not np.array_equal(emb.astype(np.float32), emb):
             raise ValueError("the GSD embedding table must hold float32 values (a trace stores float32): "
                              "build it with reference.decode.gsd_embedding")
         self.verifier = None if settings.verifier == "theory" else DeviceVerifier(
-            rule=settings.rule, relax=settings.relax, variant=settings.variant, boost=settings.boost,
-            vocab_size=self.vocab, neighbours=neighbours, embedding=self.embedding, device=self.device,
+            rule=v.rule, relax=v.relax, variant=v.variant, boost=v.boost, vocab_size=self.vocab,
+            neighbours=neighbours, embedding=self.embedding, device=self.device,
             dtype=VERIFY_DTYPES[settings.verify_dtype])
         batch = 2 if settings.guided else 1
         if self.jacobi is not None and self.jacobi.window + 1 > settings.max_tree_nodes:
@@ -366,19 +359,19 @@ class Decoder:
                         ) -> tuple[np.ndarray, int]:
         """``--verifier theory``: the step verified by theory's oracle in float64 on the host (``p``: the
         target's probabilities)."""
-        st = self.settings
+        st, ver = self.settings, self.settings.verification
         q = None
-        if st.rule in SAMPLED_DRAFT_RULES and draft_rows:
+        if ver.samples_drafts and draft_rows:
             q = np.zeros_like(p)
             for v in draft_rows:
                 q[v] = self._probs(draft_stored[v], st.draft_sampling, "draft")
         if self.jacobi is not None and tree.size > 1:
             accepted, bonus = sample_window_step(p, tree.tokens[1:], q[:-1], u_accept[1:], u_draw,
-                                                 rule=st.rule, boost=st.boost, neighbours=self.neighbours,
+                                                 rule=ver.rule, boost=ver.boost, neighbours=self.neighbours,
                                                  emb=self.embedding)
             return np.arange(accepted + 1, dtype=np.int64), int(bonus)
-        path, bonus = sample_rule_step(tree, p, u_accept, u_draw, rule=st.rule, relax=st.relax,
-                                       neighbours=self.neighbours, q_dists=q, variant=st.variant,
+        path, bonus = sample_rule_step(tree, p, u_accept, u_draw, rule=ver.rule, relax=ver.relax,
+                                       neighbours=self.neighbours, q_dists=q, variant=ver.variant,
                                        **self._boost_args())
         return np.asarray(path, dtype=np.int64), int(bonus)
 
@@ -391,7 +384,7 @@ class Decoder:
         st, ver = self.settings, self.verifier
         p = self._device_probs(guided, st.target_sampling, what)
         q = None
-        if st.rule in SAMPLED_DRAFT_RULES and draft_rows:
+        if st.verification.samples_drafts and draft_rows:
             rows = sorted(draft_rows)
             q = torch.zeros_like(p)
             q[rows] = self._device_probs(torch.from_numpy(draft_stored[rows]).to(self.device),
@@ -407,8 +400,8 @@ class Decoder:
     def _boost_args(self) -> dict:
         """The boost keywords of ``theory.rule_step.sample_rule_step`` (none without a boost: the unboosted
         call)."""
-        st = self.settings
-        return {} if st.boost.is_none else {"boost": st.boost, "emb": self.embedding}
+        boost = self.settings.verification.boost
+        return {} if boost.is_none else {"boost": boost, "emb": self.embedding}
 
     def _window(self, root: int, kept: Kept, u_fresh: np.ndarray, max_depth: int
                 ) -> tuple[Tree, dict[int, np.ndarray]]:
@@ -443,7 +436,7 @@ class Decoder:
                     out[j] = self._probs(stored[i], st.draft_sampling, "draft")
             return out
 
-        u = rng.random(self.policy.n_nodes) if st.rule in SAMPLED_DRAFT_RULES else None
+        u = rng.random(self.policy.n_nodes) if st.verification.samples_drafts else None
         built = self.policy.build(q_root, draft, u)
         tree = _prune(built.tree, max_depth, root)
         final_keys = _token_paths(tree.parents, tree.tokens)

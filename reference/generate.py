@@ -13,10 +13,12 @@ images as an uninterrupted one.
 
 Draft sources: a draft model (``--eagle-ckpt``, ``--draft-ckpt`` or the target
 itself) growing the ``--tree``, or SJD's Jacobi windows (``--tree
-jacobi:L[,copy]``; no drafter). ``--rule r4`` verifies the same sampled
-drafts by traversal (SPEC 9.6). ``--boost gsd:G=..`` / ``cool:omega=..`` /
-``budget:tv=..,k=..`` raises rule R2's or R4's acceptance (GSD, Cool-SD, the
-budgeted relaxation; SPEC 9.2-9.5) on a static tree or a window; GSD measures
+jacobi:L[,copy]``; no drafter). ``--verification`` is the rule, its relaxation
+or boost and its variant as one spec (``theory.verification``): ``r1``,
+``r1+lantern:k=1000,delta=0.1``, ``r2+lantern++:k=1000,lam=2``; ``r4`` verifies the
+same sampled drafts by traversal (SPEC 9.6); ``r2+gsd:G=..`` / ``r2+cool:omega=..`` /
+``r2+budget:tv=..,k=..`` (or ``r4+...``) raises rule R2's or R4's acceptance (GSD,
+Cool-SD, the budgeted relaxation; SPEC 9.2-9.5) on a static tree or a window; GSD measures
 distances in ``--gsd-embedding`` (``token``: the target's token embedding,
 ``codebook``: the VQ codebook), which the trace stores; the budget reads the
 codebook's neighbour table (``--neighbours`` or computed), which the trace
@@ -60,9 +62,9 @@ from relaxspec.reference.model import load_gpt
 from relaxspec.reference.model_config import DTYPES, parse_dtype
 from relaxspec.reference.tree_attention import TreeExecution
 from relaxspec.reference.vq import VQModel, save_png, to_uint8, vq_config
-from relaxspec.theory.boost import EMBEDDINGS, Boost
+from relaxspec.theory.boost import EMBEDDINGS
 from relaxspec.theory.neighbours import DEFAULT_K_MAX, load_neighbours
-from relaxspec.theory.relax import Relax
+from relaxspec.theory.verification import Verification
 
 DEFAULT_TREE = "eagle2:10,4,59"
 
@@ -104,11 +106,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "eagle2:K,D,M, ddd:K,CALLS,S1/S2/..,X,M, latent[-diverse|-walk]:K,D,M[,POOL], "
                         "sequoia[-MODE]:N,DEPTH, costaware:N,DEPTH[,MODE], jacobi:L[,copy] (default "
                         f"{DEFAULT_TREE}, LANTERN's LlamaGen setting)")
-    s.add_argument("--boost", default="none",
-                   help="boosted acceptance of rule r2 or r4: none | gsd:G=10[,tau=0.15,dist=0.5,"
-                        "window=official] (GSD) | cool:omega=2/1.5/1.2 (Cool-SD, per-depth factors) | "
-                        "budget:tv=0.05,k=8 (the budgeted relaxation: per-node TV <= delta, k latent "
-                        "neighbours of the codebook's table)")
     s.add_argument("--gsd-embedding", default=None, metavar="|".join(EMBEDDINGS),
                    help="GSD's embedding: the target's token embedding (token, the default, as GSD's code) "
                         "or the VQ codebook (codebook)")
@@ -118,14 +115,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--cost-table", default=str(DEFAULT_TABLE),
                    help=f"costaware: latency table CSV (default: the shipped {DEFAULT_TABLE.name})")
     s.add_argument("--cost-model", default="GPT-B", help="costaware: target model in the cost table")
-    s.add_argument("--rule", choices=("r1", "r2", "r3", "r4"), default=None,
-                   help="verification rule (default r1; r2 with --tree jacobi:L; r4: traversal verification "
-                        "of sampled drafts, static trees and Jacobi windows)")
-    s.add_argument("--relax", default="none",
-                   help="none | additive:k=1000,delta=0.1 | multiplicative:k=1000,lam=2")
-    s.add_argument("--variant", choices=("principled", "official"), default="principled",
-                   help="the relaxation as docs/SPEC.md states it (principled) or as LANTERN's code does it "
-                        "(official)")
+    s.add_argument("--verification", default=None, metavar="SPEC",
+                   help="rule, relaxation or boost, variant (theory/verification.py; default r1, r2 with "
+                        "--tree jacobi:L): r1 | r1+lantern:k=1000,delta=0.1 | r2+lantern++:k=1000,lam=2 | "
+                        "r4 (traversal) | r2+gsd:G=10[,tau=0.15,dist=0.5,window=official] | "
+                        "r2+cool:omega=2/1.5/1.2 | r2+budget:tv=0.05,k=8 (per-node TV <= tv, k latent "
+                        "neighbours of the codebook's table); /official: as LANTERN's code does it")
     s.add_argument("--cfg-scale", type=float, default=2.0, help="classifier-free guidance scale")
     s.add_argument("--temperature", type=float, default=1.0,
                    help="sampling temperature of target and drafter")
@@ -177,20 +172,17 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise ValueError(f"--classes must be comma-separated class labels, e.g. 207,360; got "
                          f"{args.classes!r}") from err
-    relax = Relax.parse(args.relax)
     tree = args.tree or DEFAULT_TREE
     check_tree_spec(tree)
     is_ar, is_jacobi = tree_kind(tree) == "ar", tree_kind(tree) == "jacobi"
-    rule = args.rule or ("r2" if is_jacobi else "r1")
-    boost = parse_boost(args.boost, args.gsd_embedding)
+    verification = parse_verification(args.verification or ("r2" if is_jacobi else "r1"), args.gsd_embedding)
     if is_jacobi and (args.eagle_ckpt or args.draft_ckpt):
         raise ValueError(f"{tree} drafts from the target's own samples: drop --eagle-ckpt / --draft-ckpt")
     acceptance = load_acceptance(args.acceptance)
     sampling = Sampling(args.temperature, args.top_k, args.top_p)
-    settings = DecodeSettings(rule=rule, relax=relax, variant=args.variant, target_sampling=sampling,
-                              draft_sampling=sampling, cfg_scale=args.cfg_scale,
-                              logits_dtype=args.logits_dtype, boost=boost, verifier=args.verifier,
-                              verify_dtype=args.verify_dtype)
+    settings = DecodeSettings(verification, target_sampling=sampling, draft_sampling=sampling,
+                              cfg_scale=args.cfg_scale, logits_dtype=args.logits_dtype,
+                              verifier=args.verifier, verify_dtype=args.verify_dtype)
     settings.verification.check_source(draft_source(tree), f"--tree {tree}")  # before any model loads
 
     vq = VQModel.load(vq_config(args.vq_model, codebook_size=args.codebook_size,
@@ -223,14 +215,15 @@ def run(args: argparse.Namespace) -> int:
     neighbours = None
     if args.neighbours:
         neighbours = load_neighbours(args.neighbours, args.codebook_size)
-    elif args.trace or not relax.is_exact or boost.kind == "budget":
+    elif args.trace or verification.neighbour_k:
         neighbours = vq.neighbours(args.k_max, normalize=args.neighbours_normalized)
     tree_context = {"tree_acceptance": acceptance} if acceptance is not None else {}
     if tree_kind(tree) == "costaware":
         tree_context["tree_cost"] = {"table": args.cost_table, "model": args.cost_model}
-    policy = parse_tree(tree, relax=relax, neighbours=neighbours, acceptance=acceptance,
+    policy = parse_tree(tree, relax=verification.relax, neighbours=neighbours, acceptance=acceptance,
                         cost=lambda: CostModel.from_table(args.cost_table, args.cost_model))
-    embedding = gsd_embedding(boost.embedding, target, vq.codebook()) if boost.kind == "group" else None
+    embedding = (gsd_embedding(verification.boost.embedding, target, vq.codebook())
+                 if verification.reads_embedding else None)
     decoder = Decoder(target, settings, drafter=drafter, policy=policy, neighbours=neighbours,
                       embedding=embedding)
 
@@ -246,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
         header = TraceHeader(
             model=args.gpt_model, checkpoint_sha256=file_sha256(args.gpt_ckpt), vocab_size=args.codebook_size,
             codebook_sha256=array_sha256(vq.quantize.embedding.weight.detach().float().cpu().numpy()),
-            rule=rule, relax=str(relax), variant=args.variant, tree=str(policy) if policy else "ar",
+            verification=verification, tree=str(policy) if policy else "ar",
             target_sampling=sampling, draft_sampling=sampling, logits_dtype=args.logits_dtype,
             extra={"cfg_scale": args.cfg_scale, "drafter": draft_name, "drafter_sha256": draft_sha,
                    "image_size": args.image_size, "grid": grid, "seed": args.seed, "dtype": dtype_name,
@@ -254,8 +247,7 @@ def run(args: argparse.Namespace) -> int:
                    "neighbours_normalized": bool(args.neighbours_normalized), **tree_context,
                    "draft_logits_unevaluated": "zero rows at nodes the drafter never ran",
                    **({} if embedding is None else
-                      {"gsd_embedding_sha256": array_sha256(embedding.astype(np.float32))})},
-            boost=str(boost))
+                      {"gsd_embedding_sha256": array_sha256(embedding.astype(np.float32))})})
         writer = TraceWriter(out / "trace", header, neighbours, resume=True,
                              embedding=None if embedding is None else embedding.astype(np.float32))
     todo = [(i, c) for i, c in jobs if i not in done]
@@ -271,18 +263,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_boost(spec: str, embedding: str | None) -> Boost:
-    """``--boost`` with GSD's ``--gsd-embedding`` (when given) written into the spec."""
-    boost = Boost.parse(spec)
+def parse_verification(spec: str, embedding: str | None) -> Verification:
+    """``--verification`` with GSD's ``--gsd-embedding`` (when given) written into its boost."""
+    verification = Verification.parse(spec)
     if embedding is None:
-        return boost
+        return verification
     if embedding not in EMBEDDINGS:
         raise ValueError(f"--gsd-embedding must be one of {EMBEDDINGS}, got {embedding!r}")
-    if boost.kind != "group":
-        raise ValueError(f"--gsd-embedding chooses GSD's embedding; --boost {spec} is not gsd:..")
-    if "embedding=" in spec and boost.embedding != embedding:
-        raise ValueError(f"--gsd-embedding {embedding} contradicts --boost {spec}")
-    return replace(boost, embedding=embedding)
+    if not verification.reads_embedding:
+        raise ValueError(f"--gsd-embedding chooses GSD's embedding; --verification {spec} is not gsd")
+    if "embedding=" in spec and verification.boost.embedding != embedding:
+        raise ValueError(f"--gsd-embedding {embedding} contradicts --verification {spec}")
+    return replace(verification, boost=replace(verification.boost, embedding=embedding))
 
 
 def image_path(out: Path, sequence: int, label: int) -> Path:

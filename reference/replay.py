@@ -8,7 +8,7 @@ recorded uniforms to theory (``theory.rule_step.sample_rule_step``:
 ``theory.budget``) and to ``simulate.verify_step`` (the Numba twin with the
 same signature); every recorded outcome must come back. A budget trace is
 verified with the neighbour table stored in it.
-A boosted trace (header ``boost``: GSD, Cool-SD) is verified with its boost and,
+A boosted trace (its header's ``verification``: GSD, Cool-SD) is verified with its boost and,
 for GSD, the embedding table stored in the trace. A Jacobi trace (tree
 ``jacobi:L[,fresh]``) is replayed window by window: each window is rebuilt from
 the previous step's stored target logits, its uniforms and the step's
@@ -35,7 +35,6 @@ from relaxspec.core.trace import Trace, TraceStep, read_trace, trace_neighbours
 from relaxspec.core.trees.jacobi import JacobiWindow
 from relaxspec.reference.jacobi import Kept
 from relaxspec.theory.boost import NO_BOOST
-from relaxspec.theory.relax import Relax
 from relaxspec.theory.rule_step import (
     check_step_rule,
     rule_step_expectation,
@@ -43,8 +42,8 @@ from relaxspec.theory.rule_step import (
     sample_window_step,
     step_neighbours,
 )
-from relaxspec.theory.rules import SAMPLED_DRAFT_RULES
 from relaxspec.theory.sampler import draw_token
+from relaxspec.theory.verification import Verification
 
 Verifier = Callable[..., tuple]
 
@@ -106,16 +105,16 @@ def replay(path: str | Path, *, require_simulate: bool = False) -> ReplayReport:
     window = trace_window(trace)
     if window is not None:
         return replay_windows(trace, window, engines, missing)
-    relax = h.relaxation
-    nb = step_neighbours(trace.neighbours, h.vocab_size, relax, h.variant, h.boosting)
-    boost = {} if h.boosting.is_none else {"boost": h.boosting, "emb": trace.embedding}
+    v = h.verification
+    nb = step_neighbours(trace.neighbours, h.vocab_size, v.relax, v.variant, v.boost)
+    boost = {} if v.boost.is_none else {"boost": v.boost, "emb": trace.embedding}
     report = ReplayReport(engines=list(engines), missing_engines=missing)
     for step in trace.steps():
         p, q = step_distributions(trace, step)
         tree = step.tree
         for name, verify in engines.items():
-            got_path, got_bonus = verify(tree, p, step.u_accept, step.u_draw, rule=h.rule, relax=relax,
-                                         neighbours=nb, q_dists=q, variant=h.variant, **boost)
+            got_path, got_bonus = verify(tree, p, step.u_accept, step.u_draw, rule=v.rule, relax=v.relax,
+                                         neighbours=nb, q_dists=q, variant=v.variant, **boost)
             if list(np.asarray(got_path)) != step.path.tolist() or int(got_bonus) != step.bonus:
                 report.mismatches.append(
                     f"{name}: sequence {step.sequence} position {step.position}: recorded path "
@@ -129,11 +128,11 @@ def replay_windows(trace: Trace, window: JacobiWindow, engines: dict[str, Verifi
                    missing: list[str] | None = None) -> ReplayReport:
     """Replay a Jacobi trace: rebuild every window from the trace and verify it again with theory's
     ``verify_window`` and the tree ``engines`` other than theory's (module docstring)."""
-    h = trace.header
-    others = {k: v for k, v in (engines or {}).items() if k != "theory"}
+    h, v = trace.header, trace.header.verification  # a window's verification is unrelaxed (SPEC 9.1)
+    others = {k: e for k, e in (engines or {}).items() if k != "theory"}
     report = ReplayReport(engines=["theory", *others], missing_engines=list(missing or []))
-    boost = {} if h.boosting.is_none else {"boost": h.boosting, "emb": trace.embedding}
-    nb = step_neighbours(trace.neighbours, h.vocab_size, Relax.none(), h.variant, h.boosting)
+    boost = {} if v.boost.is_none else {"boost": v.boost, "emb": trace.embedding}
+    nb = step_neighbours(trace.neighbours, h.vocab_size, v.relax, v.variant, v.boost)
     kept, sequence = Kept.nothing(h.vocab_size, h.logits_dtype), None
     for step in trace.steps():
         if step.sequence != sequence:
@@ -144,8 +143,8 @@ def replay_windows(trace: Trace, window: JacobiWindow, engines: dict[str, Verifi
             if problem:
                 report.mismatches.append(f"theory: {where}: {problem}")
         for name, verify in others.items():
-            got_path, got_bonus = verify(step.tree, p, step.u_accept, step.u_draw, rule=h.rule,
-                                         relax=Relax.none(), neighbours=nb, q_dists=q, **boost)
+            got_path, got_bonus = verify(step.tree, p, step.u_accept, step.u_draw, rule=v.rule,
+                                         relax=v.relax, neighbours=nb, q_dists=q, **boost)
             if list(np.asarray(got_path)) != step.path.tolist() or int(got_bonus) != step.bonus:
                 report.mismatches.append(f"{name}: {where}: recorded path {step.path.tolist()} bonus "
                                          f"{step.bonus}, got {list(map(int, got_path))} bonus {got_bonus}")
@@ -179,7 +178,8 @@ def _outcome_problem(trace: Trace, step: TraceStep, p: np.ndarray, q: np.ndarray
     try:
         if m:
             accepted, bonus = sample_window_step(p, step.tokens[1:], q[:m], step.u_accept[1:], step.u_draw,
-                                                 rule=h.rule, boost=h.boosting, neighbours=nb,
+                                                 rule=h.verification.rule, boost=h.verification.boost,
+                                                 neighbours=nb,
                                                  emb=trace.embedding)
         else:  # the last token: a lone root, as sample_step draws it
             accepted, bonus = 0, draw_token(p[0], float(step.u_draw[0]))
@@ -191,10 +191,10 @@ def _outcome_problem(trace: Trace, step: TraceStep, p: np.ndarray, q: np.ndarray
     return None
 
 
-def rescore_steps(trace: Trace, rule: str, relax: Relax, variant: str = "principled",
+def rescore_steps(trace: Trace, verification: Verification | str,
                   neighbours: np.ndarray | str | Path | None = None) -> Iterator[tuple[TraceStep, float]]:
-    """Exact E[tokens per step] of (rule, relax, variant) on every recorded step (R2 and R4 given the
-    recorded draw orders; no boost).
+    """Exact E[tokens per step] of an unboosted ``verification`` (a value or its spec) on every recorded
+    step (R2 and R4 given the recorded draw orders).
 
     ``neighbours`` is a table or a ``.npy`` file of one (default: the trace's own;
     :func:`core.trace.trace_neighbours`).
@@ -202,13 +202,17 @@ def rescore_steps(trace: Trace, rule: str, relax: Relax, variant: str = "princip
     Raises
     ------
     ValueError
-        For rule r2 or r4 on a trace whose children were not drawn from q (see
+        For a boost, rule r2 or r4 on a trace whose children were not drawn from q (see
         :func:`check_rescore_r2`), or a relaxation with no neighbour table
         (neither ``neighbours`` nor the trace's own).
     """
+    verification = Verification.parse(verification)
+    if not verification.boost.is_none:
+        raise ValueError(f"rescore scores unboosted rules, got {verification}")
+    rule, relax, variant = verification.rule, verification.relax, verification.variant
     check_step_rule(rule, relax, variant, NO_BOOST)
     h = trace.header
-    if rule in SAMPLED_DRAFT_RULES:
+    if verification.samples_drafts:
         check_rescore_r2(trace, rule)
     nb = step_neighbours(trace_neighbours(trace, relax, neighbours), h.vocab_size, relax, variant, NO_BOOST)
     for step in trace.steps():
@@ -227,24 +231,25 @@ def check_rescore_r2(trace: Trace, rule: str = "r2") -> None:
     trace's children were drawn is therefore its header's rule.
     """
     h = trace.header
-    if h.rule not in SAMPLED_DRAFT_RULES:
+    if not h.verification.samples_drafts:
         raise ValueError(
             f"rule {rule} verifies drafts sampled from q without replacement, but trace {trace.path} was "
-            f"recorded with rule {h.rule} on tree {h.tree!r}: its children were ranked (top-k), not sampled, "
-            f"so {rule} cannot score them. Rescore it with r1 or r3, or record a static-tree trace with "
-            "--rule r2 (relaxspec generate --tree static:naive_extend_57 --rule r2 --trace)")
+            f"recorded with {h.verification} on tree {h.tree!r}: its children were ranked (top-k), not "
+            f"sampled, so {rule} cannot score them. Rescore it with r1 or r3, or record a static-tree trace "
+            "with rule r2 (relaxspec generate --tree static:naive_extend_57 --verification r2 --trace)")
 
 
-def rescore(path: str | Path, rule: str, relax: Relax, variant: str = "principled",
+def rescore(path: str | Path, verification: Verification | str,
             neighbours: np.ndarray | str | Path | None = None) -> dict[str, float]:
-    """Mean recorded and exact rescored tokens per step over a trace's speculative steps.
+    """Mean recorded and exact rescored tokens per step over a trace's speculative steps, under an
+    unboosted ``verification`` (a value or its spec string).
 
     Steps whose tree is only the root (prefill, last token) are left out of both means.
     """
     trace = read_trace(path)
     trace.check_has_steps()
     recorded, exact = [], []
-    for step, e in rescore_steps(trace, rule, relax, variant, neighbours):
+    for step, e in rescore_steps(trace, verification, neighbours):
         if step.parents.size > 1:
             recorded.append(step.tokens_emitted)
             exact.append(e)

@@ -35,10 +35,17 @@ from pathlib import Path
 from relaxspec.core.cost import CostModel
 from relaxspec.figures import render
 from relaxspec.mini.timing import Clock, load_average
-from relaxspec.results import read_results
+from relaxspec.results import load
 from relaxspec.sweep import SweepConfig, run_sweep
 
 log = logging.getLogger(__name__)  # the command line shows it (relaxspec.cli.setup_logging)
+
+def lantern_grid(rule: str) -> list[str]:
+    """The demo's verifications under ``rule``: exact, LANTERN at four deltas and LANTERN++ at three lambdas
+    (k = 1000, LANTERN's LlamaGen setting)."""
+    return ([rule] + [f"{rule}+lantern:k=1000,delta={d}" for d in (0.05, 0.1, 0.2, 0.4)]
+            + [f"{rule}+lantern++:k=1000,lam={lam}" for lam in (2, 5, 10)])
+
 
 EAGLE_TREE = "eagle2:10,4,59"
 STATIC_TREE = "static:naive_extend_57"
@@ -46,10 +53,7 @@ DEMO_CONFIG = {
     "worlds": ["confident", "ambiguous"],
     "trees": [EAGLE_TREE, STATIC_TREE, "ddd:10,11,5/7/9,-0.3,60", "sequoia:57,8",
               "latent:10,4,59", "latent-walk:10,4,59", "sequoia-walk:57,8"],
-    "rules": ["r1"],
-    "variants": ["principled"],
-    "relaxations": ["none"] + [f"additive:k=1000,delta={d}" for d in (0.05, 0.1, 0.2, 0.4)]
-    + [f"multiplicative:k=1000,lam={lam}" for lam in (2, 5, 10)],
+    "verifications": lantern_grid("r1"),
     "temperatures": [1.0],
     "n_sequences": 4,
     "seq_len": 128,
@@ -58,7 +62,7 @@ DEMO_CONFIG = {
 }
 # LANTERN++ verifies its static tree with drafts sampled from q (rule R2, static trees only): a second grid
 # of the same sizes and seed into the same results.csv; its rows hash differently, the R1 rows are unchanged.
-R2_CONFIG = {**DEMO_CONFIG, "trees": [STATIC_TREE], "rules": ["r2"]}
+R2_CONFIG = {**DEMO_CONFIG, "trees": [STATIC_TREE], "verifications": lantern_grid("r2")}
 NOISE_SE = 2.0  # a fall within this many combined standard errors is indistinguishable from noise
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -394,7 +398,7 @@ def main(out: str | Path = "demo-output", threads: int | None = None, progress: 
     new_rows = sum(len(run_sweep(cfg, out / "results.csv", progress=progress))
                    for cfg in demo_configs(threads))
     sweep_seconds = clock.wall()
-    rows = read_results(out / "results.csv")
+    rows = load(out / "results.csv").to_dict("records")  # with the verification's views (rule, relax, ...)
     rendered = render(out / "results.csv", out)
     figs = rendered.paths
     from relaxspec.mini.demo import mini_section  # the same comparison on the shipped real model (issue 5)

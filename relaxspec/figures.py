@@ -11,7 +11,9 @@ method, legends outside the axes).
 3. ``tradeoff``: tokens per step against the TV bound per token, one line
    per tree and family, sorted by the TV bound.
 
-Every varying column has a place: world and temperature are facets (a
+The figures read a row's verification through the views :func:`relaxspec.results.load` derives from its
+``verification`` column (rule, variant, relax, k, delta, lam, boost). Every varying column has a place:
+world and temperature are facets (a
 column of panels each; a row each beyond two facets), tree, rule, variant and boost the line's style
 (:func:`relaxspec.figstyle.method_style`; a boosted run, relax ``none``, is a series of its own: a point
 at the exact x of ``tokens_vs_relaxation``, at its TV bound in ``tradeoff``, a bar of its own in
@@ -52,7 +54,7 @@ from relaxspec.figstyle import (
     shades,
     style,
 )
-from relaxspec.results import COLUMNS, NO_SETTINGS, config_key, load, settings_label
+from relaxspec.results import COLUMNS, NO_SETTINGS, config_key, load, settings_label, with_views
 from relaxspec.theory.relax import Relax
 
 if TYPE_CHECKING:
@@ -440,7 +442,8 @@ def render(results: pd.DataFrame | str | Path, out: str | Path) -> Rendered:
     Parameters
     ----------
     results : DataFrame, str or Path
-        A frame of :func:`relaxspec.results.load` (or of its columns), or the path of a results CSV or
+        A frame of :func:`relaxspec.results.load` (or of its :data:`~relaxspec.results.COLUMNS`; the
+        verification's views are derived from ``verification``), or the path of a results CSV or
         Parquet copy, read by :func:`relaxspec.results.load`.
     out : str or Path
         The folder of the PDF and PNG files (made if missing).
@@ -456,6 +459,7 @@ def render(results: pd.DataFrame | str | Path, out: str | Path) -> Rendered:
         missing = [c for c in COLUMNS if c not in frame.columns]
         if missing:
             raise ValueError(f"{source} is not a results table: it lacks the columns {missing}")
+        frame = with_views(frame[COLUMNS])  # the views as load gives them, whatever the frame held
     rows = frame.to_dict("records")
     if not rows:
         raise ValueError(f"{source} holds no results")

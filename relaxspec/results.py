@@ -1,6 +1,6 @@
 """Results files of a sweep: one CSV row per configuration, written so that a crash cannot corrupt it.
 
-Each row is appended with one ``os.write`` and synced (:func:`append_line`): a crash leaves the file
+Each row is appended with one ``os.write`` and synced (``results_lock.append_line``): a crash leaves the file
 whole or with a torn last line, which resuming drops with a warning (:func:`drop_torn_tail`) and
 readers skip (:func:`read_results`). A row's configuration columns hash to the key resuming compares
 (:func:`config_key`): every setting that changes a row is one of them, the sweep's tables
@@ -9,17 +9,22 @@ rerun with a changed setting writes new rows. Measures are written in full float
 shortest text that reads back as the same float). :func:`load` returns a results file (CSV, or Parquet
 written by :func:`save`) as a pandas DataFrame with typed columns, for notebooks and ``relaxspec plot``.
 
+What a row verified with is one column, ``verification``: the canonical spec of its
+:class:`theory.verification.Verification` (``r1+lantern:k=1000,delta=0.1``; ``str(v)``, which parses
+back to ``v``). A file of the layout an older relaxspec wrote (rule, variant, relax, k, delta, lam and
+boost columns) is refused in one line.
+
 A file that is not one of ours is never changed: a results path must be a regular file or a new path
 (:func:`check_results_path`: a device, FIFO or folder is refused before it is opened) and its first line
 our header (:func:`check_header`), both checked before anything is cut or appended. Every row is
 checked as it is read, for resuming as for loading (a bad row: its file and line), and a configuration
-may appear once only. One sweep at a time writes a file (:class:`ResultsLock`).
+may appear once only. One sweep at a time writes a file, one whole line at a time
+(:mod:`relaxspec.results_lock`).
 """
 
 from __future__ import annotations
 
 import csv
-import fcntl
 import hashlib
 import io
 import json
@@ -30,24 +35,30 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from relaxspec.simulate.results import SimResult
+from relaxspec.theory.verification import Verification
 
 if TYPE_CHECKING:
     import pandas as pd
 
 COLUMNS = [
-    "world", "tree", "rule", "variant", "relax", "k", "delta", "lam", "boost", "temperature", "n_sequences",
-    "seq_len", "seed", "settings", "mean_tokens_per_step", "se_tokens_per_step", "mean_accepted_depth",
-    "mean_tree_depth", "mean_tree_size", "draft_calls_per_step", "tv_bound_per_token",
-    "tv_bound_per_sequence", "seconds",
+    "world", "tree", "verification", "temperature", "n_sequences", "seq_len", "seed", "settings",
+    "mean_tokens_per_step", "se_tokens_per_step", "mean_accepted_depth", "mean_tree_depth", "mean_tree_size",
+    "draft_calls_per_step", "tv_bound_per_token", "tv_bound_per_sequence", "seconds",
 ]
 CONFIG_COLUMNS = COLUMNS[: COLUMNS.index("settings") + 1]
-TEXT_COLUMNS = ("world", "tree", "rule", "variant", "relax", "boost", "settings")
+TEXT_COLUMNS = ("world", "tree", "verification", "settings")
 NO_SETTINGS = "{}"
 """The ``settings`` of a row that ran with the defaults of every sweep table."""
-INTEGER_COLUMNS = ("k", "n_sequences", "seq_len", "seed")  # the rest of the numbers are float64
+INTEGER_COLUMNS = ("n_sequences", "seq_len", "seed")  # the rest of the numbers are float64
+VIEW_COLUMNS = {"rule": "string", "variant": "string", "relax": "string", "k": "int64", "delta": "float64",
+                "lam": "float64", "boost": "string"}
+"""Read-only views of the ``verification`` column that :func:`load` appends for plots and tables (name ->
+dtype; :func:`verification_view`): derived on every load, never stored (the CSV and :func:`save` keep
+:data:`COLUMNS` only)."""
+OLD_LAYOUT = ("world", "tree", "rule", "variant", "relax")
+"""How the header of an older relaxspec's results CSV starts (its verification in seven columns)."""
 PARQUET_SUFFIXES = (".parquet", ".pq")
 HEADER_PROBE_BYTES = 4096  # more than a header line: what is read to tell a results CSV from another file
-LOCK_ATTEMPTS = 3  # locks taken while the file was replaced or removed (ResultsLock) before giving up
 SHOWN_REPEATS = 3  # repeated configurations a duplicate error spells out
 _FILE_TYPES = {stat.S_ISDIR: "a folder", stat.S_ISCHR: "a character device", stat.S_ISBLK: "a block device",
                stat.S_ISFIFO: "a FIFO", stat.S_ISSOCK: "a socket"}
@@ -83,13 +94,21 @@ def settings_label(text: str) -> str:
     return ", ".join(parts) or "defaults"
 
 
+def verification_view(spec: str) -> dict[str, object]:
+    """The :data:`VIEW_COLUMNS` of a ``verification`` value: its rule and variant, its relaxation's kind,
+    k, delta and lam (``none``, 0, 0 and 1 when exact) and its boost's spec (``none`` unboosted)."""
+    v = Verification.parse(spec)
+    r = v.relax
+    return {"rule": v.rule, "variant": v.variant, "relax": r.kind, "k": r.k, "delta": r.delta, "lam": r.lam,
+            "boost": str(v.boost)}
+
+
 def result_row(res: SimResult, world: str, tree: str, settings: str = NO_SETTINGS) -> dict:
     """One CSV row from a run; ``settings`` as :func:`settings_text` writes it. Measures in full precision
     (``repr`` of the float64: it reads back as the same number)."""
-    r = res.relax
-    row = {"world": world, "tree": tree, "rule": res.rule, "variant": res.variant, "relax": r.kind, "k": r.k,
-           "delta": r.delta, "lam": r.lam, "boost": str(res.boost), "temperature": res.temperature,
-           "n_sequences": res.n_sequences, "seq_len": res.seq_len, "seed": res.seed, "settings": settings}
+    row = {"world": world, "tree": tree, "verification": str(res.verification),
+           "temperature": res.temperature, "n_sequences": res.n_sequences, "seq_len": res.seq_len,
+           "seed": res.seed, "settings": settings}
     row.update({k: repr(float(v)) for k, v in res.summary().items()})
     row["seconds"] = f"{res.seconds:.3f}"
     return row
@@ -133,11 +152,11 @@ def check_results_path(path: Path) -> bool:
     except FileNotFoundError:
         return False
     if not stat.S_ISREG(mode):
-        raise ValueError(_not_regular(path, mode))
+        raise ValueError(not_regular(path, mode))
     return True
 
 
-def _not_regular(path: Path, mode: int) -> str:
+def not_regular(path: Path, mode: int) -> str:
     what = next((name for test, name in _FILE_TYPES.items() if test(mode)), "not a file")
     return f"{path} is {what}, not a regular file (results are read from and written to regular files)"
 
@@ -156,9 +175,16 @@ def check_header(path: Path) -> None:
     its first bytes only and changes nothing (so a file that is not ours is left as it is)."""
     with open(path, "rb") as f:
         head = f.read(HEADER_PROBE_BYTES)
+    if _fields(head[: head.find(b"\n") + 1])[: len(OLD_LAYOUT)] == list(OLD_LAYOUT):
+        raise ValueError(_old_layout(path))
     if not _is_header(head):
         raise ValueError(f"{path} is not a results CSV (its first line is not the header "
                          f"{','.join(COLUMNS)}); it was left as it is: move it away or choose another file")
+
+
+def _old_layout(path: Path) -> str:
+    return (f"{path} was written by an older relaxspec (rule, variant, relax, k, delta, lam and boost "
+            "columns; now one verification column): rerun its sweep into a new file")
 
 
 def drop_torn_tail(path: str | Path) -> bytes:
@@ -177,100 +203,6 @@ def drop_torn_tail(path: str | Path) -> bytes:
             os.fsync(f.fileno())
         _warn_torn(path, torn, "dropped; its configuration runs again")
     return torn
-
-
-def _named(err: OSError, path: Path) -> OSError:
-    """``err`` naming ``path`` when it names no file (``os.write``'s ``No space left on device``), so
-    that the message says which file and why."""
-    if err.filename is not None or err.errno is None:
-        return err
-    return OSError(err.errno, err.strerror or str(err), os.fspath(path))
-
-
-class ResultsLock:
-    """The one writer of a results CSV: an exclusive ``flock`` on the file, taken without waiting (a
-    second sweep writing the same file gets a ``ValueError`` at once).
-
-    What is at ``path`` is checked before it is opened (:func:`check_results_path`) and again once open
-    (``fstat``); a new path is created empty (its folder too) and removed again if nothing was written
-    to it (:meth:`release`, which is why a lock taken on a file that was then removed is taken again). The
-    lock is on the file itself, so no lock file is left beside it and the lock ends with the process
-    however it ends.
-    """
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.created = False
-        self.fd = self._acquire()
-
-    def _acquire(self) -> int:
-        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC  # O_NONBLOCK: opening a FIFO does not wait
-        for _ in range(LOCK_ATTEMPTS):
-            if not check_results_path(self.path):
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o666)
-                self.created = True
-            except FileExistsError:
-                fd = os.open(self.path, flags)
-            try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode):
-                    raise ValueError(_not_regular(self.path, st.st_mode))
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    raise ValueError(f"{self.path} is locked: another sweep is writing it; let it finish or "
-                                     "choose another file") from None
-                if self._names(st):
-                    return fd
-            except BaseException:
-                os.close(fd)
-                raise
-            os.close(fd)  # the file was replaced or removed while it was being locked: lock what is there now
-        raise ValueError(f"{self.path} was replaced {LOCK_ATTEMPTS} times while it was being locked; "
-                         "is another program rewriting it?")
-
-    def _names(self, st: os.stat_result) -> bool:
-        """Whether ``path`` still names the open file ``st``."""
-        try:
-            now = os.stat(self.path)
-        except FileNotFoundError:
-            return False
-        return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
-
-    def release(self) -> None:
-        """Unlock; a file this lock created and nobody wrote to is removed."""
-        if self.fd < 0:
-            return
-        try:
-            if self.created and os.fstat(self.fd).st_size == 0:
-                self.path.unlink(missing_ok=True)
-        finally:
-            os.close(self.fd)
-            self.fd = -1
-
-    def __enter__(self) -> ResultsLock:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-
-def append_line(path: Path, text: str) -> None:
-    """Append ``text`` (whole lines) with one ``os.write`` and sync it: a crash leaves it whole or torn at
-    the end, never interleaved."""
-    data = text.encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-    try:
-        done = os.write(fd, data)
-        while done < len(data):  # a regular file takes it at once; finish a short write all the same
-            done += os.write(fd, data[done:])
-        os.fsync(fd)
-    except OSError as err:  # a full disk: name the file (os.write's error does not)
-        raise _named(err, path) from err
-    finally:
-        os.close(fd)
 
 
 def csv_line(row: dict | None) -> str:
@@ -340,6 +272,7 @@ def _typed_row(row: dict) -> dict:
     if None in row or None in row.values():
         raise ValueError("wrong number of fields")
     check_settings(row["settings"])
+    check_verification(row["verification"])
     values = {c: (row[c] if c in TEXT_COLUMNS else float(row[c])) for c in COLUMNS}
     for c in INTEGER_COLUMNS:
         if not values[c].is_integer():
@@ -357,6 +290,17 @@ def check_settings(text: str) -> None:
     if not ok:
         raise ValueError(f"column settings holds {text[:60]!r}, not the canonical JSON object of a row's "
                          "settings")
+
+
+def check_verification(text: str) -> None:
+    """A ``ValueError`` unless ``text`` is a verification spec in its canonical form (``str(v)``, as
+    :func:`result_row` writes it: one verification, one text, one resume key)."""
+    try:
+        canonical = str(Verification.parse(text))
+    except ValueError as err:
+        raise ValueError(f"column verification holds {text[:60]!r}: {err}") from None
+    if canonical != text:
+        raise ValueError(f"column verification holds {text[:60]!r}, not its canonical form {canonical!r}")
 
 
 def check_unique(source: Path, rows: list[tuple[str, dict]]) -> None:
@@ -386,37 +330,53 @@ def column_types() -> dict[str, str]:
 
 
 def load(path: str | Path) -> pd.DataFrame:
-    """A sweep's results as a pandas DataFrame, one row per configuration, columns :data:`COLUMNS` typed by
-    :func:`column_types`.
+    """A sweep's results as a pandas DataFrame, one row per configuration: the columns :data:`COLUMNS` typed
+    by :func:`column_types`, then the :data:`VIEW_COLUMNS` (rule, variant, relax, k, delta, lam, boost),
+    derived from each row's ``verification`` for plots and tables. The views are read-only in meaning:
+    they are recomputed from ``verification`` on every load, and :func:`save` writes :data:`COLUMNS` only,
+    so an edit of a view is never kept.
 
     A path ending in ``.parquet`` or ``.pq`` is read as Parquet (pyarrow; written by :func:`save`); any
     other as a results CSV, through :func:`read_results` (a torn last row skipped with a warning). Raises
     ``ValueError`` naming the file for a missing file (or one that is not a regular file), missing columns,
-    a value of the wrong type (and its line, in a CSV) and rows that repeat a configuration
-    (:func:`check_unique`).
+    a value of the wrong type (and its line, in a CSV), a file an older relaxspec wrote, and rows that
+    repeat a configuration (:func:`check_unique`).
     """
     import pandas as pd
 
     path = Path(path)
     if path.suffix.lower() not in PARQUET_SUFFIXES:
-        return _typed(pd.DataFrame(read_results(path), columns=COLUMNS), path)
+        return with_views(_typed(pd.DataFrame(read_results(path), columns=COLUMNS), path))
     if not check_results_path(path):
         raise ValueError(f"results file {path} does not exist")
     try:
         frame = pd.read_parquet(path, engine="pyarrow")
     except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
         raise ValueError(f"{path} is not a Parquet file ({err})") from err
+    if "verification" not in frame.columns and set(OLD_LAYOUT) <= set(frame.columns):
+        raise ValueError(_old_layout(path))
     missing = [c for c in COLUMNS if c not in frame.columns]
     if missing:
         raise ValueError(f"{path} is not a results table: it lacks the columns {missing}")
     frame = _typed(frame[COLUMNS].reset_index(drop=True), path)
-    for i, text in enumerate(frame["settings"]):
+    for i, (settings, verification) in enumerate(zip(frame["settings"], frame["verification"], strict=True)):
         try:
-            check_settings(text)
+            check_settings(settings)
+            check_verification(verification)
         except ValueError as err:
             raise ValueError(f"{path}, row {i}: {err}") from None
     check_unique(path, [(f"row {i}", row) for i, row in enumerate(frame[CONFIG_COLUMNS].to_dict("records"))])
-    return frame
+    return with_views(frame)
+
+
+def with_views(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` (typed :data:`COLUMNS`) with the :data:`VIEW_COLUMNS` appended (recomputed from
+    ``verification``)."""
+    import pandas as pd
+
+    views = pd.DataFrame([verification_view(v) for v in frame["verification"]], columns=list(VIEW_COLUMNS),
+                         index=frame.index)
+    return pd.concat([frame, views.astype(VIEW_COLUMNS)], axis=1)
 
 
 def _typed(frame: pd.DataFrame, source: Path) -> pd.DataFrame:

@@ -53,9 +53,7 @@ def add_trace_acceptance_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``relaxspec trace-acceptance``."""
     p.add_argument("trace", help="trace directory")
     p.add_argument("--width", type=int, default=16, help="children ranked at the root")
-    p.add_argument("--rule", choices=("r1", "r3"), default="r1",
-                   help="verification rule: r1 (speculative sampling) or r3 (greedy)")
-    add_trace_rule_arguments(p)
+    add_trace_rule_arguments(p, "r1, speculative sampling, or r3, greedy", default="r1")
     p.add_argument("--mode", choices=("q", "latent", "diverse", "walk"), default="q",
                    help="how the root's children are ranked (core.trees.selection)")
     p.set_defaults(func=_trace_acceptance)
@@ -68,14 +66,15 @@ def _trace_acceptance(args: argparse.Namespace) -> int:
     from relaxspec.core.trees.selection import ChildSelector
     from relaxspec.simulate.acceptance import trace_positional_acceptance
     from relaxspec.simulate.worlds import TraceWorld
-    from relaxspec.theory.relax import Relax
+    from relaxspec.theory.verification import Verification
 
-    relax = Relax.parse(args.relax)
+    verification = Verification.parse(args.verification)
+    relax = verification.relax
     table = trace_neighbours(read_trace(args.trace), relax, args.neighbours)
     world = TraceWorld(args.trace, neighbours=table)
     nb = None if relax.is_exact else world.neighbours(relax.k)
-    a = trace_positional_acceptance(world, width=args.width, rule=args.rule, relax=relax,
-                                    variant=args.variant, selector=ChildSelector(args.mode, relax, nb))
+    a = trace_positional_acceptance(world, verification, width=args.width,
+                                    selector=ChildSelector(args.mode, relax, nb))
     print(json.dumps([round(float(x), 6) for x in a]))
     return 0
 

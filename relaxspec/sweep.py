@@ -1,13 +1,16 @@
-"""Resumable sweeps: a grid of worlds x trees x rules x variants x relaxations x temperatures -> CSV.
+"""Resumable sweeps: a grid of worlds x trees x verifications x temperatures -> CSV.
 
 A config (TOML) holds the grid and the run sizes::
 
     worlds = ["ambiguous", "confident"]          # presets
     trees = ["eagle2:10,4,59", "static:naive_extend_57", "ddd:10,11,5/7/9,-0.3,60", "sequoia:57,8"]
-    rules = ["r1"]                               # r1, r2, r3, r4
-    variants = ["principled"]                    # principled, official
-    relaxations = ["none", "additive:k=1000,delta=0.1", "multiplicative:k=1000,lam=2"]
-    boosts = ["none", "gsd:G=10", "cool:omega=2/1.5", "budget:tv=0.05,k=8"]  # optional: theory.boost
+    verifications = [                            # theory.verification specs (default ["r1"])
+        "r1",                                    # the exact test (rules r1, r2, r3, r4)
+        "r1+lantern:k=1000,delta=0.1",           # LANTERN
+        "r1+lantern++:k=1000,lam=2",             # LANTERN++
+        "r1+lantern:k=1000,delta=0.1/official",  # as LANTERN's code does it
+        "r2+gsd:G=10", "r2+cool:omega=2/1.5", "r2+budget:tv=0.05,k=8",   # boosts of R2 (or R4)
+    ]
     temperatures = [1.0]
     n_sequences = 8
     seq_len = 256
@@ -24,9 +27,15 @@ A config (TOML) holds the grid and the run sizes::
     table = "core/tables/decoder_cpu.csv"
     model = "GPT-B"
 
+A verification is one value (:class:`theory.verification.Verification`: rule, relaxation or boost,
+variant), written as its spec; each is checked when the config is read (a boost with rule r1, R4 with a
+LANTERN relaxation: refused, naming the spec) and stored canonical (``lantern:k=1000,delta=0.1`` is the
+row ``r1+lantern:k=1000,delta=0.1``). A grid of rules x methods is a list comprehension away in Python
+(``SweepConfig.from_dict``); in TOML each configuration is listed, so what runs is what is written.
+
 Tree specs: ``static:NAME`` (mc_sim_7b_63, naive_extend_57), ``chain:N``,
 ``eagle2:K,D,M``, ``ddd:K,CALLS,S1/S2/..,THRESHOLD,M``, ``sequoia:N,DEPTH``
-(acceptance measured per world, rule, relaxation and temperature, as
+(acceptance measured per world, verification (unboosted) and temperature, as
 Sequoia does, with a one-level tree). Rules r2 and r4 (traversal verification,
 SPEC 9.6) are run on static trees whose children are drawn from q only.
 
@@ -50,27 +59,26 @@ at most ``MAX_TREE_NODES`` = 2048 draft nodes (also the latent POOL and
 temperatures (logits within the float32 kernels' bound) and every k (at most V - 1) before anything runs.
 
 Boosts (SPEC 9.2-9.3 and 9.5, ``theory.boost.Boost``: the budget merging the world's
-neighbour table within delta per node, GSD's group acceptance reading the
+neighbour table within tv per node, GSD's group acceptance reading the
 world's codebook, Cool-SD's depth-scaled acceptance) raise R2's sampled-draft
-test (R2's stages, R4's edges); the ``boost`` column records the spec (``none`` unboosted).
+test (R2's stages, R4's edges); the ``verification`` column records the whole spec.
 
-Combinations that cannot or need not run are skipped, with a warning naming
-them (a grid with nothing left to run is refused): rules r2 and r4 on trees that do
-not draw children from q (dynamic and relaxation-aware trees), variant
-official where it equals principled (exact verification, rule r3), and a
-boost with rule r1 or r3 or with a relaxation (a boost raises an unrelaxed sampled-draft test),
-a Jacobi window with rule r1 or r3 or with a relaxation (it verifies unrelaxed sampled drafts),
-and rule r4 with a LANTERN relaxation (R4 is relaxed by boosts only). The whole grid is checked
-before anything runs, so a sweep never stops part way on a combination it cannot run.
+Pairs of a tree and a verification that cannot or need not run are skipped, with a warning naming
+them (a grid with nothing left to run is refused): what the tree drafts, the verification cannot verify
+(``Verification.source_problem``: rules r2 and r4 on trees that do not draw children from q, a Jacobi
+window with rule r1 or r3 or a LANTERN relaxation), and variant official where it equals principled
+(``Verification.variant_matters``). The whole grid is checked before anything runs, so a sweep never
+stops part way on a combination it cannot run.
 
 Tree specs are stored in their canonical form (``core.trees.spec.check_tree_spec``: ``eagle2:010, 4, 59``
-is the row ``eagle2:10,4,59``), as relaxations and boosts are; a list naming one value twice is refused.
+is the row ``eagle2:10,4,59``), as verifications are; a list naming one value twice is refused.
 
 Each finished configuration appends one CSV row, written with a single
 ``os.write`` and synced, so a crash leaves whole rows and at most one torn
 last line; a configuration whose hash (of its config columns) is already in
 the CSV is skipped, so an interrupted sweep resumes where it stopped. The
-config columns hold every setting that changes a row: the tables' settings
+config columns (world, tree, verification, temperature, run sizes, settings) hold every setting that
+changes a row: the tables' settings
 that differ from their defaults are the ``settings`` column
 (:meth:`SweepConfig.row_settings`: the world overrides that differ from the
 preset, ``[sequoia]`` for trees built from a measured acceptance vector,
@@ -96,7 +104,7 @@ import time
 import tomllib
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numba
@@ -109,16 +117,13 @@ from relaxspec.core.trees.policies import (
 )
 from relaxspec.core.trees.selection import ChildSelector
 from relaxspec.core.trees.spec import (
-    R2_FORMS,
     check_tree_spec,
-    draws_children,
+    draft_source,
     measures_acceptance,
     parse_tree,
     tree_kind,
 )
 from relaxspec.results import (
-    ResultsLock,
-    append_line,
     config_key,
     csv_line,
     drop_torn_tail,
@@ -126,17 +131,18 @@ from relaxspec.results import (
     result_row,
     settings_text,
 )
+from relaxspec.results_lock import ResultsLock, append_line
 from relaxspec.simulate.acceptance import SEQUOIA_MEASUREMENT, measure_positional_acceptance
 from relaxspec.simulate.engine import run
 from relaxspec.simulate.rng import check_seed
 from relaxspec.simulate.worlds import PRESETS, LatentWorld, check_world_settings
 from relaxspec.sweep_checks import is_int, is_number, no_repeats, table, world_overrides
-from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.boost import NO_BOOST
 from relaxspec.theory.relax import Relax
-from relaxspec.theory.rules import RULES, SAMPLED_DRAFT_RULES, VARIANTS
+from relaxspec.theory.verification import DEFAULT_VARIANT, Verification
 
-_LIST_KEYS = {"worlds": "strings", "trees": "strings", "rules": "strings", "variants": "strings",
-              "relaxations": "strings", "boosts": "strings", "temperatures": "numbers"}
+_LIST_KEYS = {"worlds": "strings", "trees": "strings", "verifications": "strings", "temperatures": "numbers"}
+_SPLIT_KEYS = ("rules", "variants", "relaxations", "boosts")  # an older relaxspec's grid: one list now
 _SCALAR_KEYS = {"n_sequences": 1, "seq_len": 1, "seed": 0, "threads": 1}  # lower bounds
 _TABLE_KEYS = {"world_overrides", "sequoia", "cost"}
 _SEQUOIA_KEYS = {"width": int, "n_sequences": int, "seq_len": int}
@@ -151,11 +157,8 @@ class SweepConfig:
 
     worlds: list[str]
     trees: list[str]
-    rules: list[str] = field(default_factory=lambda: ["r1"])
-    variants: list[str] = field(default_factory=lambda: ["principled"])
-    relaxations: list[Relax] = field(default_factory=lambda: [Relax.none()])
+    verifications: list[Verification] = field(default_factory=lambda: [Verification()])
     temperatures: list[float] = field(default_factory=lambda: [1.0])
-    boosts: list[Boost] = field(default_factory=lambda: [NO_BOOST])
     n_sequences: int = 8
     seq_len: int = 256
     seed: int = 0
@@ -168,6 +171,11 @@ class SweepConfig:
     def from_dict(cls, d: dict, source: str = "config") -> SweepConfig:
         """Validate a parsed config; raise ``ValueError`` naming unknown keys, bad values and types, tree
         sizes over the limits, and a grid whose every combination would be skipped."""
+        split = [key for key in _SPLIT_KEYS if key in d]
+        if split:
+            raise ValueError(f"{source}: {', '.join(split)}: a verification is one value now: list them as "
+                             'verifications = ["r1", "r1+lantern:k=1000,delta=0.1", "r2+gsd:G=10", ...] '
+                             "(relaxspec/sweep.py)")
         unknown = set(d) - set(_LIST_KEYS) - set(_SCALAR_KEYS) - _TABLE_KEYS
         if unknown:
             raise ValueError(f"{source}: unknown keys {sorted(unknown)}; allowed: "
@@ -198,19 +206,12 @@ class SweepConfig:
         for w in kw["worlds"]:
             if w not in PRESETS:
                 raise ValueError(f"{source}: unknown world {w!r}; presets: {sorted(PRESETS)}")
-        for r in kw.get("rules", []):
-            if r not in RULES:
-                raise ValueError(f"{source}: unknown rule {r!r}; expected one of {RULES}")
-        for v in kw.get("variants", []):
-            if v not in VARIANTS:
-                raise ValueError(f"{source}: unknown variant {v!r}; expected one of {VARIANTS}")
         for t in kw.get("temperatures", []):
             if not (np.isfinite(t) and t > 0):
                 raise ValueError(f"{source}: temperatures must be finite and > 0, got {t!r}")
         kw["temperatures"] = [float(t) for t in kw.get("temperatures", [1.0])]
         try:
-            kw["relaxations"] = [Relax.parse(r) for r in kw.get("relaxations", ["none"])]
-            kw["boosts"] = [Boost.parse(b) for b in kw.get("boosts", ["none"])]
+            kw["verifications"] = [Verification.parse(v) for v in kw.get("verifications", ["r1"])]
         except ValueError as err:
             raise ValueError(f"{source}: {err}") from err
         trees = []
@@ -226,8 +227,7 @@ class SweepConfig:
             if key in d:
                 no_repeats(key, d[key], kw[key], source)
         kw["world_overrides"] = world_overrides(d.get("world_overrides", {}), kw["worlds"], source)
-        widths = {str(r): r.k for r in kw["relaxations"]}
-        widths.update({str(b): b.k for b in kw["boosts"] if b.kind == "budget"})
+        widths = {str(v): v.neighbour_k for v in kw["verifications"] if v.neighbour_k}
         for w in kw["worlds"]:  # temperatures and neighbour widths against each world, before building any
             try:
                 check_world_settings(w, kw["world_overrides"], kw["temperatures"], widths)
@@ -264,48 +264,14 @@ class SweepConfig:
         return cfg
 
     def skipped(self) -> list[str]:
-        """What the grid skips and why, one line per reason (empty when every combination runs)."""
-        r2, r4, official, boosted, r4_relaxed = set(), set(), set(), set(), set()
-        windows, unwindowed = set(), set()  # Jacobi windows and the rules / relaxations they cannot take
-        for t, rule, var, relax, boost in itertools.product(self.trees, self.rules, self.variants,
-                                                            self.relaxations, self.boosts):
-            reason = _skip_reason(t, rule, var, relax, boost)
-            if reason == "r2":
-                (r2 if rule == "r2" else r4).add(t)
-            elif reason == "r4":
-                r4_relaxed.add(str(relax))
-            elif reason == "official":
-                official.add("rule r3" if rule == "r3" else f"relaxation {relax}")
-            elif reason == "jacobi":
-                windows.add(t)
-                unwindowed.add(f"rule {rule}" if rule not in SAMPLED_DRAFT_RULES else f"relaxation {relax}")
-            elif reason == "boost":
-                boosted.add(f"rule {rule}" if rule not in SAMPLED_DRAFT_RULES else f"relaxation {relax}")
-        out = []
-        if r2:
-            out.append(f"skipped rule r2 on {', '.join(t for t in self.trees if t in r2)}: R2 verifies "
-                       "drafts sampled from q without replacement, which needs a static tree ranked by q "
-                       f"(trees that accept r2: {R2_FORMS})")
-        if r4:
-            out.append(f"skipped rule r4 on {', '.join(t for t in self.trees if t in r4)}: traversal "
-                       "verification needs children drawn from q without replacement, not ranked by top-k "
-                       f"(trees that accept r4: {R2_FORMS})")
-        if windows:
-            out.append(f"skipped {', '.join(t for t in self.trees if t in windows)} with "
-                       f"{' and '.join(sorted(unwindowed))}: a Jacobi window verifies sampled drafts "
-                       "unrelaxed (rule r2 or r4, relaxation none; boost it with gsd, cool or budget)")
-        if r4_relaxed:
-            out.append(f"skipped rule r4 with relaxation {' and '.join(sorted(r4_relaxed))}: R4 takes no "
-                       "LANTERN relaxation (relax it with a boost: budget, gsd or cool)")
-        if official:
-            hint = "" if "principled" in self.variants else "; add variant principled for those rows"
-            out.append(f"skipped variant official for {' and '.join(sorted(official))}: identical to "
-                       "principled there (the official rejection update differs only for a relaxed R1 or "
-                       f"R2 test){hint}")
-        if boosted:
-            out.append(f"skipped boosts with {' and '.join(sorted(boosted))}: a boost raises an unrelaxed "
-                       "sampled-draft test (rule r2 or r4, relaxation none)")
-        return out
+        """What the grid skips and why, one line per verification and reason (empty when every pair of a
+        tree and a verification runs)."""
+        trees: dict[tuple[str, str], list[str]] = {}  # (verification, reason) -> the trees it skips
+        for t, v in itertools.product(self.trees, self.verifications):
+            reason = _skip_reason(t, v)
+            if reason is not None:
+                trees.setdefault((str(v), reason), []).append(t)
+        return [f"skipped {v} on {', '.join(ts)}: {reason}" for (v, reason), ts in trees.items()]
 
     def row_settings(self, world: str, tree: str) -> str:
         """The ``settings`` column of the rows of ``world`` and ``tree``
@@ -348,46 +314,34 @@ class Job:
 
     world: str
     tree: str
-    rule: str
-    variant: str
-    relax: Relax
+    verification: Verification
     temperature: float
-    boost: Boost = NO_BOOST
 
     def row_config(self, cfg: SweepConfig) -> dict:
         """The configuration columns of this job's row."""
-        r = self.relax
-        return {"world": self.world, "tree": self.tree, "rule": self.rule, "variant": self.variant,
-                "relax": r.kind, "k": r.k, "delta": r.delta, "lam": r.lam, "boost": str(self.boost),
+        return {"world": self.world, "tree": self.tree, "verification": str(self.verification),
                 "temperature": self.temperature, "n_sequences": cfg.n_sequences, "seq_len": cfg.seq_len,
                 "seed": cfg.seed, "settings": cfg.row_settings(self.world, self.tree)}
 
 
 def jobs(cfg: SweepConfig) -> Iterator[Job]:
-    """Every configuration of the grid (r2 on static trees only; variants only where they differ:
-    :meth:`SweepConfig.skipped` says what is left out)."""
-    for w, t, rule, var, relax, boost, temp in itertools.product(cfg.worlds, cfg.trees, cfg.rules,
-                                                                 cfg.variants, cfg.relaxations, cfg.boosts,
-                                                                 cfg.temperatures):
-        if _skip_reason(t, rule, var, relax, boost) is None:
-            yield Job(w, t, rule, var, relax, temp, boost)
+    """Every configuration of the grid that runs (:meth:`SweepConfig.skipped` says what is left out)."""
+    for w, t, v, temp in itertools.product(cfg.worlds, cfg.trees, cfg.verifications, cfg.temperatures):
+        if _skip_reason(t, v) is None:
+            yield Job(w, t, v, temp)
 
 
-def _skip_reason(tree: str, rule: str, variant: str, relax: Relax, boost: Boost = NO_BOOST) -> str | None:
-    """Why a combination is not run: ``"r2"`` (rule r2 or r4 and a tree that cannot draw children),
-    ``"official"`` (identical to principled), ``"boost"`` (a boost with rule r1 / r3 or a relaxation),
-    ``"jacobi"`` (a Jacobi window with rule r1 / r3 or a relaxation: ``simulate.jacobi.check_jacobi_run``),
-    ``"r4"`` (rule r4 with a LANTERN relaxation), or None."""
-    if not boost.is_none and (rule not in SAMPLED_DRAFT_RULES or not relax.is_exact):
-        return "boost"
-    if tree_kind(tree) == "jacobi" and (rule not in SAMPLED_DRAFT_RULES or not relax.is_exact):
-        return "jacobi"
-    if rule == "r4" and not relax.is_exact:
-        return "r4"
-    if rule in SAMPLED_DRAFT_RULES and not draws_children(tree):
-        return "r2"
-    if variant == "official" and (relax.is_exact or rule == "r3"):
-        return "official"
+def _skip_reason(tree: str, verification: Verification) -> str | None:
+    """Why a tree and a verification are not run together (None: they are): what the tree drafts, the
+    verification cannot verify (``Verification.source_problem``, the one home of that check), or the
+    official variant where it decides as the principled one does."""
+    problem = verification.source_problem(draft_source(tree))
+    if problem is not None:
+        return problem
+    principled = replace(verification, variant=DEFAULT_VARIANT)
+    if verification != principled and not verification.variant_matters:
+        return (f"identical to {principled} (the official rejection update differs only for a relaxed R1 or "
+                "R2 test)")
     return None
 
 
@@ -396,8 +350,7 @@ def build_world(cfg: SweepConfig, name: str) -> LatentWorld:
     from the on-disk cache of :meth:`LatentWorld.neighbours` or computed): a sweep's large read-only input,
     built once per sweep (on a cluster: once, by :meth:`core.execution.Executor.share`)."""
     world = LatentWorld.preset(name, **cfg.world_overrides)
-    widths = [r.k for r in cfg.relaxations if not r.is_exact]
-    widths += [b.k for b in cfg.boosts if b.kind == "budget" and b.k > 0]
+    widths = [v.neighbour_k for v in cfg.verifications if v.neighbour_k]
     if widths:
         world.neighbours(max(widths))
     return world
@@ -413,24 +366,24 @@ def run_job(cfg: SweepConfig, job: Job, world: LatentWorld, vectors: dict | None
     threads = cfg.threads if threads is None else threads
 
     def acceptance(selector: ChildSelector, relax: Relax) -> list[float]:
-        key = (job.world, job.rule, job.variant, str(relax), job.temperature, str(selector))
+        # Sequoia measures with the job's rule and variant, the tree's relaxation and no boost
+        measured = replace(job.verification, relax=relax, boost=NO_BOOST)
+        key = (job.world, measured, job.temperature, str(selector))
         if key not in vectors:
             s = cfg.sequoia
             vectors[key] = measure_positional_acceptance(
-                world, width=s["width"], rule=job.rule, relax=relax, variant=job.variant,
-                n_sequences=s["n_sequences"], seq_len=s["seq_len"], temperature=job.temperature,
-                seed=cfg.seed + 1, threads=threads, selector=selector).tolist()
+                world, measured, width=s["width"], n_sequences=s["n_sequences"], seq_len=s["seq_len"],
+                temperature=job.temperature, seed=cfg.seed + 1, threads=threads, selector=selector).tolist()
         return vectors[key]
 
-    tree = parse_tree(job.tree, acceptance=acceptance, relax=job.relax, neighbours=world.neighbours,
-                      cost=cfg.cost_table)
-    settings = {"rule": job.rule, "relax": job.relax, "variant": job.variant, "boost": job.boost,
-                "temperature": job.temperature, "seed": cfg.seed, "threads": threads}
+    tree = parse_tree(job.tree, acceptance=acceptance, relax=job.verification.relax,
+                      neighbours=world.neighbours, cost=cfg.cost_table)
+    settings = {"temperature": job.temperature, "seed": cfg.seed, "threads": threads}
     # warm-up: one step of one sequence compiles (or loads) the kernels for this configuration's
     # argument types and builds its tables, so that `seconds` times the decoding alone
-    run(world, tree, n_sequences=1, seq_len=1, **settings)
+    run(world, tree, job.verification, n_sequences=1, seq_len=1, **settings)
     t0 = time.perf_counter()
-    res = run(world, tree, n_sequences=cfg.n_sequences, seq_len=cfg.seq_len, **settings)
+    res = run(world, tree, job.verification, n_sequences=cfg.n_sequences, seq_len=cfg.seq_len, **settings)
     res.seconds = time.perf_counter() - t0
     return result_row(res, job.world, job.tree, cfg.row_settings(job.world, job.tree))
 
@@ -448,7 +401,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, progress: bool = True, sched
     first, with a warning; combinations the grid skips are named in a warning (:meth:`SweepConfig.skipped`).
     ``out`` must be a regular file or a new path and, if not empty, a results CSV whose rows are all whole
     and typed (a ``ValueError`` names the file and line otherwise, before anything changes); it is
-    locked while the sweep runs (:class:`relaxspec.results.ResultsLock`).
+    locked while the sweep runs (:class:`relaxspec.results_lock.ResultsLock`).
     """
     out = Path(out)
     for line in cfg.skipped():
@@ -470,8 +423,7 @@ def _run_locked(cfg: SweepConfig, out: Path, progress: bool, scheduler: str,
     done = read_done(out)
     todo = [j for j in jobs(cfg) if config_key(j.row_config(cfg)) not in done]
     new_rows = []
-    labels = [f"{j.world} {j.tree} {j.rule} {j.variant} {j.relax} {j.boost} T={j.temperature:g}"
-              for j in todo]
+    labels = [f"{j.world} {j.tree} {j.verification} T={j.temperature:g}" for j in todo]
     with Executor(scheduler, workers, tasks=len(todo), dashboard=progress) as executor:
         if out.stat().st_size == 0:  # a new file (the lock created it) or an empty one
             append_line(out, csv_line(None))

@@ -15,15 +15,17 @@ children and records theory's exact expectation of each step given its tree
 and state (E[tokens], E[TV]), the quantities the agreement-with-theory tests
 compare with; it costs about one extra softmax row per tree node.
 
-``run(..., boost=Boost)`` boosts R2's sampled-draft test (GSD's group or
+``run(world, tree, verification)`` takes the rule, its relaxation or boost and its variant as one
+:class:`theory.verification.Verification` (or its spec string: ``"r1+lantern:k=1000,delta=0.1"``).
+A boost (``"r2+gsd:G=10"``, ``"r2+cool:delta=2"``) raises R2's sampled-draft test (GSD's group or
 Cool-SD's depth-scaled acceptance, SPEC 9.2-9.3; GSD reads the world's
 ``embedding()``); the step's TV is then the exact TV of the stages tested
-(SPEC 9.4). The budget boost (``budget:tv=..,k=..``, SPEC 9.5) merges the
+(SPEC 9.4). The budget (``"r2+budget:tv=0.1,k=50"``, SPEC 9.5) merges the
 world's neighbour table (as a LANTERN relaxation reads it) within a budget of
-delta per node; the step's TV is the sum of the charges of the stages its
-path's nodes tested (each node's sum is at most delta, docs/theory.md 14.1).
+tv per node; the step's TV is the sum of the charges of the stages its
+path's nodes tested (each node's sum is at most tv, docs/theory.md 14.1).
 
-``run(..., rule="r4")`` verifies sampled-draft static trees (children drawn
+``run(world, tree, "r4")`` verifies sampled-draft static trees (children drawn
 from q without replacement, built exactly as for R2, and SJD windows as
 chains) by traversal verification (SPEC 9.6, :mod:`simulate.traversal_kernels`,
 the twin of ``theory.traversal``): ``u_accept[v]`` is node v's eta, ``u_draw[v]``
@@ -33,7 +35,7 @@ R4 takes the boosts (GSD, Cool-SD, the budget: relaxed R4); its ``token_tv`` is
 the sum of the Deltas of the stages the step entered (0 exact), whose
 expectation given the tree is Theorem 12.3's bound (``expected_tv``).
 
-``run(world, JacobiWindow(L), rule="r2", ...)`` decodes with SJD's Jacobi
+``run(world, JacobiWindow(L), "r2", ...)`` decodes with SJD's Jacobi
 windows instead of draft trees (no drafter; SPEC 9.1): :mod:`simulate.jacobi`.
 
 ``run(..., backend="numpy")`` runs the same loop through the readable NumPy
@@ -86,8 +88,6 @@ from relaxspec.simulate.world_kernels import (
     vocab_size,
 )
 from relaxspec.simulate.worlds import LatentWorld, StationaryWorld, TraceWorld, World
-from relaxspec.theory.boost import NO_BOOST, Boost
-from relaxspec.theory.relax import Relax
 from relaxspec.theory.rules import RULE_R2, RULE_R4
 from relaxspec.theory.tree import parent_depths
 from relaxspec.theory.verification import KernelArgs, Verification
@@ -223,7 +223,7 @@ def simulate_kernel(W, ps, rs, bs, exact, n_seq, seq_len, seed, out, n_steps):
 
 
 # ------------------------------------------------------------------ Python layer
-def _check_run_args(world, tree, rule, variant, n_sequences, seq_len, temperature, seed, threads, backend):
+def _check_run_args(world, tree, n_sequences, seq_len, temperature, seed, threads, backend):
     if not isinstance(world, World):
         raise ValueError("world must be a LatentWorld, StationaryWorld or TraceWorld, "
                          f"got {type(world).__name__}")
@@ -248,10 +248,8 @@ def _check_run_args(world, tree, rule, variant, n_sequences, seq_len, temperatur
 def run(
     world: World,
     tree: TreePolicy | None,
+    verification: Verification | str = "r1",
     *,
-    rule: str,
-    relax: Relax = Relax.none(),
-    variant: str = "principled",
     n_sequences: int,
     seq_len: int = 256,
     temperature: float = 1.0,
@@ -259,54 +257,54 @@ def run(
     threads: int | None = None,
     backend: str = "numba",
     exact_expectations: bool = False,
-    boost: Boost = NO_BOOST,
 ) -> SimResult:
     """Decode ``n_sequences`` sequences of ``seq_len`` tokens with drafting and verification.
 
     ``tree`` is the draft-tree policy (ignored for a :class:`TraceWorld`,
-    whose recorded trees are re-verified). ``threads`` sets Numba's thread
+    whose recorded trees are re-verified). ``verification`` is the rule, its
+    relaxation or boost and its variant as one value
+    (:class:`theory.verification.Verification`, or its spec string such as
+    ``"r2+lantern++:k=1000,lam=5"``; GSD reads the world's ``embedding()``, a
+    LANTERN relaxation and the budget its ``neighbours(k)``); the result
+    records it (``SimResult.verification``). ``threads`` sets Numba's thread
     count (results do not depend on it). The last step of a sequence may
     overshoot ``seq_len``; its tokens all count (steps are the unit).
     ``exact_expectations=True`` also records theory's exact per-step
     expectations (``expected_tokens``, ``expected_tv``), which need p at
     every node with children: slower, same outcomes. A trace replay always
-    records them. ``boost`` (rule r2 or r4 with ``Relax.none()`` only) boosts
-    every sampled-draft test (``theory.boost.Boost``; GSD reads the world's
-    ``embedding()``, the budget its ``neighbours(k)``); the result records it
-    (``SimResult.boost``). Rule ``r4`` is traversal verification (module
-    docstring).
+    records them. Rule ``r4`` is traversal verification (module docstring).
     """
-    _check_run_args(world, tree, rule, variant, n_sequences, seq_len, temperature, seed, threads, backend)
+    verification = Verification.parse(verification)
+    _check_run_args(world, tree, n_sequences, seq_len, temperature, seed, threads, backend)
     if isinstance(tree, JacobiWindow):  # SJD's windows (SPEC 9.1): simulate.jacobi
-        check_jacobi_run(world, tree, rule, relax, boost)
-    if isinstance(tree, VvsTree):  # VVS's skip steps (SPEC 10.3): simulate.vvs
-        check_vvs_run(world, tree, rule, boost)
-    verification = Verification(rule, relax, variant, boost)
-    if not isinstance(world, TraceWorld):  # a trace brings its own recorded trees
+        check_jacobi_run(world, tree, verification)
+    elif isinstance(tree, VvsTree):  # VVS's skip steps (SPEC 10.3): simulate.vvs
+        check_vvs_run(world, tree, verification.rule, verification.boost)
+    if not isinstance(tree, JacobiWindow) and not isinstance(world, TraceWorld):  # a trace brings its trees
         verification.check_source(draft_source(tree), f"tree {tree}")
     exact = bool(exact_expectations)
-    emb = world.embedding() if boost.kind == "group" else None
     if isinstance(world, TraceWorld):
         from relaxspec.simulate.replay import replay_trace
 
-        return replay_trace(world, rule=rule, relax=relax, variant=variant, boost=boost)
+        return replay_trace(world, verification)
     assert isinstance(world, (LatentWorld, StationaryWorld)) and tree is not None  # as _check_run_args says
-    width = max(0 if relax.is_exact else relax.k, boost.k if boost.kind == "budget" else 0)
-    spec = verification.encode(world.vocab_size, neighbours=world.neighbours(width) if width else None,
-                               emb=emb)
+    v = verification
+    emb = world.embedding() if v.reads_embedding else None
+    width = v.neighbour_k
+    spec = v.encode(world.vocab_size, neighbours=world.neighbours(width) if width else None, emb=emb)
     t0, c0 = time.perf_counter(), time.process_time()
     skipped = None
     if isinstance(tree, VvsTree):
         out = _outputs(n_sequences, seq_len)
-        skipped = run_vvs(world, tree, spec, relax, variant, out, seq_len=seq_len, temperature=temperature,
+        skipped = run_vvs(world, tree, spec, v.relax, v.variant, out, seq_len=seq_len,
+                          temperature=temperature,
                           seed=seed, threads=threads, backend=backend, exact=exact)
     elif isinstance(tree, JacobiWindow):
         out = _outputs(n_sequences, seq_len)
-        run_windows(world, tree, spec, boost, out, seq_len=seq_len, temperature=temperature, seed=seed,
+        run_windows(world, tree, spec, verification, out, seq_len=seq_len, temperature=temperature, seed=seed,
                     threads=threads, backend=backend, exact=exact)
     elif backend == "numpy":
-        out = _run_numpy(world, tree, spec, rule, relax, variant, n_sequences, seq_len, temperature, seed,
-                         exact, boost, emb)
+        out = _run_numpy(world, tree, spec, verification, n_sequences, seq_len, temperature, seed, exact, emb)
     else:
         out = _run_numba(world, tree.kernel_spec(), spec, n_sequences, seq_len, temperature, seed, threads,
                          exact)
@@ -317,12 +315,12 @@ def run(
         return np.concatenate([a[s][rows[s]] for s in range(n_sequences)])
     ints = cat(o_int)
     return SimResult(
-        world=world.name, tree=str(tree), rule=rule, relax=relax, variant=variant, temperature=temperature,
+        world=world.name, tree=str(tree), verification=verification, temperature=temperature,
         n_sequences=int(n_sequences), seq_len=int(seq_len), seed=int(seed),
         **{f: ints[:, i].astype(np.int64) for i, f in enumerate(STEP_FIELDS)},
         token_tv=cat(o_ttv), expected_tokens=cat(o_exp), expected_tv=cat(o_tv),
         sequence=np.repeat(np.arange(n_sequences), n_steps), exact_expectations=exact, seconds=seconds,
-        extra={"cpu_seconds": cpu_seconds}, boost=boost,
+        extra={"cpu_seconds": cpu_seconds},
         target_forwards=None if skipped is None else (~cat(skipped)).astype(np.int64),
     )
 
@@ -360,15 +358,16 @@ def _run_numba(world, ps: PolicySpec, spec: KernelArgs, n_seq, seq_len, temperat
     return out
 
 
-def _run_numpy(world, tree, spec, rule, relax, variant, n_seq, seq_len, temperature, seed, exact, boost, emb):
+def _run_numpy(world, tree, spec, verification: Verification, n_seq, seq_len, temperature, seed, exact, emb):
     from relaxspec.simulate.oracle import oracle_sequence
 
     out = _outputs(n_seq, seq_len)
     o_int, o_exp, o_tv, o_ttv, n_steps = out
-    nb = spec.budget_table if boost.kind == "budget" else spec.neighbours  # the table the rule merges
+    v = verification
+    nb = spec.budget_table if v.uses_budget else spec.neighbours  # the table the rule merges
     for s in range(n_seq):
-        n_steps[s] = oracle_sequence(world, tree, rule, relax, variant, nb, seq_len, temperature, seed, s,
-                                     exact, o_int[s], o_exp[s], o_tv[s], o_ttv[s], boost, emb)
+        n_steps[s] = oracle_sequence(world, tree, v.rule, v.relax, v.variant, nb, seq_len, temperature, seed,
+                                     s, exact, o_int[s], o_exp[s], o_tv[s], o_ttv[s], v.boost, emb)
     return out
 
 

@@ -1,14 +1,14 @@
 """Speculative Jacobi decoding in a world (SPEC 9.1): what ``simulate.run`` runs for a
 :class:`core.trees.jacobi.JacobiWindow`.
 
-``simulate.run(world, JacobiWindow(L), rule="r2", boost=...)`` decodes each sequence with windows of L
-drafts and no drafter: one target forward per step gives p_1..p_{L+1} along the window's drafts (the
-world's target only), the window is verified left to right with the sampled-draft test (boosted:
-GSD's group, Cool-SD's depth scaling or the budget of SPEC 9.5 over the world's neighbour table) or,
-with ``rule="r4"``, by traversal verification of the window's chain (SPEC 9.6: the last draft is
-tested first, a rejection updates its parent; boosts as for R2), the accepted drafts and one more
-token are committed, and the
-next window keeps the tokens sampled after the emitted one and refills its end with fresh tokens
+``simulate.run(world, JacobiWindow(L), "r2+gsd:G=10")`` (an unrelaxed R2 or R4, boosted or not) decodes
+each sequence with windows of L drafts and no drafter: one target forward per step gives p_1..p_{L+1}
+along the window's drafts (the world's target only), the window is verified left to right with the
+sampled-draft test (boosted: GSD's group, Cool-SD's depth scaling or the budget of SPEC 9.5 over the
+world's neighbour table) or, with rule R4 (``"r4"``), by traversal verification of the window's chain
+(SPEC 9.6: the last draft is tested first, a rejection updates its parent; boosts as for R2), the
+accepted drafts and one more token are committed, and the next window keeps the tokens sampled after
+the emitted one and refills its end with fresh tokens
 (:mod:`theory.jacobi_sampler` documents the indexing and the uniforms). Per step the run records
 ``tokens`` (accepted + 1, per target forward), ``tree_size`` = ``tree_depth`` = L, ``accepted_depth``,
 ``draft_calls`` = 0, ``root_choice`` (0 if d_1 was accepted, else -1) and ``token_tv``, the exact TV
@@ -34,15 +34,14 @@ from relaxspec.simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_uniforms, stre
 from relaxspec.simulate.worlds import LatentWorld, StationaryWorld, TraceWorld, World
 from relaxspec.theory.boost import Boost
 from relaxspec.theory.jacobi_sampler import check_window, decode_jacobi, fill_window, kept_drafts
-from relaxspec.theory.relax import Relax
 from relaxspec.theory.rule_step import own_oracle, sample_window_step, window_rule_expectation
 from relaxspec.theory.verification import DraftSource, KernelArgs, Verification
 
 FRESH_CODES = {"uniform": FRESH_UNIFORM, "copy": FRESH_COPY}
 
 
-def check_jacobi_run(world: World, window: JacobiWindow, rule: str, relax: Relax, boost: Boost) -> None:
-    """Raise ``ValueError`` unless a Jacobi window can decode in ``world`` with this rule and boost."""
+def check_jacobi_run(world: World, window: JacobiWindow, verification: Verification) -> None:
+    """Raise ``ValueError`` unless a Jacobi window can decode in ``world`` with ``verification``."""
     if not isinstance(window, JacobiWindow):
         raise ValueError(f"expected a JacobiWindow, got {type(window).__name__}")
     if isinstance(world, TraceWorld):
@@ -50,27 +49,28 @@ def check_jacobi_run(world: World, window: JacobiWindow, rule: str, relax: Relax
                          "in a LatentWorld or StationaryWorld")
     if not isinstance(world, (LatentWorld, StationaryWorld)):
         raise ValueError(f"{window} decodes in a LatentWorld or StationaryWorld, got {type(world).__name__}")
-    Verification(rule, relax, boost=boost).check_source(DraftSource.JACOBI, str(window))
+    verification.check_source(DraftSource.JACOBI, str(window))
     if is_coupled(window):
-        check_coupled_run(window, rule, relax, boost, False)
+        check_coupled_run(window, verification.rule, verification.relax, verification.boost, False)
 
 
-def run_windows(world: LatentWorld | StationaryWorld, window: JacobiWindow, spec: KernelArgs, boost: Boost,
-                out: tuple, *, seq_len: int, temperature: float, seed: int, threads: int | None, backend: str,
-                exact: bool) -> np.ndarray:
+def run_windows(world: LatentWorld | StationaryWorld, window: JacobiWindow, spec: KernelArgs,
+                verification: Verification, out: tuple, *, seq_len: int, temperature: float, seed: int,
+                threads: int | None, backend: str, exact: bool) -> np.ndarray:
     """Decode ``len(out[4])`` sequences into the per-step buffers ``out`` = (o_int, o_exp, o_tv, o_ttv,
-    n_steps) of ``simulate.engine`` with the rule ``spec`` (``Verification.encode`` of unrelaxed R2 or R4 and
-    ``boost``, with GSD's embedding table or the budget's neighbour table); returns the tokens,
+    n_steps) of ``simulate.engine`` with the rule ``spec`` (``Verification.encode`` of ``verification``, an
+    unrelaxed R2 or R4, boosted or not, with GSD's embedding table or the budget's neighbour table);
+    returns the tokens,
     (n_sequences, seq_len + L) int64 padded with -1 (the last step may overshoot seq_len).
     ``simulate.run`` and :func:`check_jacobi_run` check the arguments."""
     if is_coupled(window):  # SCD's and SJD-PAC's windows (SPEC 10.1-10.2): simulate.coupled
-        check_coupled_run(window, spec.verification.rule, Relax.none(), boost, exact)
+        check_coupled_run(window, verification.rule, verification.relax, verification.boost, exact)
         return run_coupled(world, window, out, seq_len=seq_len, temperature=temperature, seed=seed,
                            threads=threads, backend=backend, exact=exact)
     seqs = np.full((len(out[4]), int(seq_len) + window.window), -1, dtype=np.int64)
     if backend == "numpy":
-        rule = spec.verification.rule
-        emb = spec.emb if boost.kind == "group" else None
+        rule, boost = verification.rule, verification.boost
+        emb = spec.emb if verification.reads_embedding else None
         if own_oracle(rule, boost):
             _decode_rule_numpy(world, window, rule, boost, emb, spec.budget_table, out, seqs, seq_len,
                                temperature, seed, exact)

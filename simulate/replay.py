@@ -1,8 +1,8 @@
 """Re-verify the steps of a captured trace (``run`` on a :class:`TraceWorld`).
 
-Each recorded step keeps its tree, logits and uniforms; the rule, relaxation
-and variant may differ from the ones the trace was captured with. With the
-capture's own settings the outcomes are reproduced exactly.
+Each recorded step keeps its tree, logits and uniforms; the verification may
+differ from the one the trace was captured with. With the capture's own
+verification the outcomes are reproduced exactly.
 """
 
 from __future__ import annotations
@@ -14,28 +14,28 @@ import numpy as np
 from relaxspec.simulate.results import SimResult
 from relaxspec.simulate.verify import step_expectation, verify_step
 from relaxspec.simulate.worlds import TraceWorld
-from relaxspec.theory.boost import NO_BOOST, Boost
-from relaxspec.theory.relax import Relax
-from relaxspec.theory.rules import SAMPLED_DRAFT_RULES
+from relaxspec.theory.verification import Verification
 
 
-def replay_trace(world: TraceWorld, *, rule: str, relax: Relax, variant: str = "principled",
-                 check: bool = False, boost: Boost = NO_BOOST) -> SimResult:
-    """Verify every step of the trace; ``check=True`` raises if an outcome differs from the recorded one.
-    ``boost`` boosts R2's and R4's tests (GSD reads the trace's stored embedding table, the budget its
-    neighbour table)."""
+def replay_trace(world: TraceWorld, verification: Verification | str, *, check: bool = False) -> SimResult:
+    """Verify every step of the trace with ``verification`` (a value or its spec string); ``check=True``
+    raises if an outcome differs from the recorded one. A boost raises R2's and R4's tests (GSD reads the
+    trace's stored embedding table, the budget its neighbour table)."""
+    verification = Verification.parse(verification)
+    rule, relax, variant, boost = (verification.rule, verification.relax, verification.variant,
+                                   verification.boost)
     h = world.header
-    emb = world.embedding() if boost.kind == "group" else None
+    emb = world.embedding() if verification.reads_embedding else None
     t0 = time.perf_counter()
     rec: dict[str, list] = {k: [] for k in ("tokens", "tree_size", "tree_depth", "accepted_depth",
                                             "draft_calls", "root_choice", "token_tv", "expected_tokens",
                                             "expected_tv", "sequence")}
-    nb = world.neighbours(max(relax.k, boost.k if boost.kind == "budget" else 0))
+    nb = world.neighbours(verification.neighbour_k)
     seqs: dict[int, int] = {}
     for step in world.trace.steps():
         tree = step.tree
         p = h.target_sampling.probs(step.target_logits.astype(np.float64))
-        q = (h.draft_sampling.probs(step.draft_logits.astype(np.float64)) if rule in SAMPLED_DRAFT_RULES
+        q = (h.draft_sampling.probs(step.draft_logits.astype(np.float64)) if verification.samples_drafts
              else None)
         path, bonus, tv = verify_step(tree, p, step.u_accept, step.u_draw, rule=rule, relax=relax,
                                       neighbours=nb, q_dists=q, variant=variant, with_tv=True, boost=boost,
@@ -60,6 +60,6 @@ def replay_trace(world: TraceWorld, *, rule: str, relax: Relax, variant: str = "
         raise ValueError(f"trace {world.trace.path} holds no steps")
     arrays = {k: np.array(v, dtype=np.float64 if k.startswith("expected") or k == "token_tv" else np.int64)
               for k, v in rec.items()}
-    return SimResult(world=world.name, tree=h.tree, rule=rule, relax=relax, variant=variant,
+    return SimResult(world=world.name, tree=h.tree, verification=verification,
                      temperature=h.target_sampling.temperature, n_sequences=len(seqs), seq_len=0, seed=0,
-                     exact_expectations=True, seconds=time.perf_counter() - t0, boost=boost, **arrays)
+                     exact_expectations=True, seconds=time.perf_counter() - t0, **arrays)

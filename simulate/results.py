@@ -6,8 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from relaxspec.theory.boost import NO_BOOST, Boost
-from relaxspec.theory.relax import Relax
+from relaxspec.theory.verification import Verification
 
 
 @dataclass
@@ -23,17 +22,16 @@ class SimResult:
     the proved per-step bound's terms the step realised, see ``simulate.engine``),
     ``expected_tokens`` and ``expected_tv`` (theory's exact E[tokens] and
     E[token_tv] given the step's tree and state; NaN unless the run had
-    ``exact_expectations=True``), ``sequence``. ``boost``: how R2's sampled-draft
-    tests were boosted (``theory.boost.Boost``; ``str(boost)`` is its spec, ``none`` unboosted).
+    ``exact_expectations=True``), ``sequence``. ``verification``: the rule, its
+    relaxation or boost and its variant the run verified with
+    (``theory.verification.Verification``; ``str(verification)`` is its spec).
     ``target_forwards``: per step, the target forwards it made (VVS, ``simulate.vvs``: 0 on a skip step,
     1 otherwise); ``None`` (every other run) is one per step. :attr:`tokens_per_forward` reads it.
     """
 
     world: str
     tree: str
-    rule: str
-    relax: Relax
-    variant: str
+    verification: Verification
     temperature: float
     n_sequences: int
     seq_len: int
@@ -51,7 +49,6 @@ class SimResult:
     exact_expectations: bool = False
     seconds: float = 0.0  # wall-clock seconds of the decoding (validation and tables excluded)
     extra: dict = field(default_factory=dict)  # run(): "cpu_seconds", the process's CPU time meanwhile
-    boost: Boost = NO_BOOST
     target_forwards: np.ndarray | None = None
 
     @property
@@ -159,9 +156,9 @@ class SimResult:
     """The per-step arrays, in :meth:`to_frame`'s column order."""
 
     def config(self) -> dict[str, object]:
-        """What ran: the configuration columns (relaxation and boost as their spec strings)."""
-        return {"world": self.world, "tree": self.tree, "rule": self.rule, "relax": str(self.relax),
-                "variant": self.variant, "boost": str(self.boost), "temperature": self.temperature,
+        """What ran: the configuration columns (the verification as its spec string)."""
+        return {"world": self.world, "tree": self.tree, "verification": str(self.verification),
+                "temperature": self.temperature,
                 "n_sequences": self.n_sequences, "seq_len": self.seq_len, "seed": self.seed}
 
     def to_frame(self, per: str = "step"):  # -> pandas.DataFrame (pandas loads only when called)

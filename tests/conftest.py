@@ -32,6 +32,6 @@ def simulator_kernels() -> None:
     from relaxspec.simulate.worlds import LatentWorld
 
     world = LatentWorld.preset("ambiguous", vocab_size=512, n_clusters=32)
-    run(world, StaticTree.chain(2), rule="r1", n_sequences=1, seq_len=2)
-    run(world, JacobiWindow(2), rule="r2", n_sequences=1, seq_len=2)
+    run(world, StaticTree.chain(2), "r1", n_sequences=1, seq_len=2)
+    run(world, JacobiWindow(2), "r2", n_sequences=1, seq_len=2)
     assert not cold_kernels(), cold_kernels()

@@ -162,31 +162,32 @@ ENGINE_CASES = [
 
 @pytest.mark.parametrize("tree,boost,exact", ENGINE_CASES, ids=lambda c: str(c))
 def test_numba_run_matches_numpy_oracle(small_world, tree, boost, exact):
-    kw = dict(rule="r2", boost=boost, n_sequences=2, seq_len=20, seed=3, exact_expectations=exact)
-    a = run(small_world, tree, **kw)
-    b = run(small_world, tree, backend="numpy", **kw)
+    v = Verification("r2", boost=boost)
+    kw = dict(n_sequences=2, seq_len=20, seed=3, exact_expectations=exact)
+    a = run(small_world, tree, v, **kw)
+    b = run(small_world, tree, v, backend="numpy", **kw)
     for f in STEP_FIELDS:
         np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f)
     np.testing.assert_allclose(a.token_tv, b.token_tv, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(a.expected_tokens, b.expected_tokens, rtol=1e-9)
     np.testing.assert_allclose(a.expected_tv, b.expected_tv, rtol=1e-9, atol=1e-12)
-    assert str(a.boost) == str(boost) and a.token_tv.sum() > 0
+    assert a.verification == v and a.token_tv.sum() > 0
 
 
 def test_identity_boost_run_is_unboosted_bit_for_bit(small_world):
     tree = StaticTree.naive_extend_57()
-    kw = dict(rule="r2", n_sequences=3, seq_len=32, seed=5, exact_expectations=True)
-    plain = run(small_world, tree, **kw)
-    one = run(small_world, tree, boost=Boost.depth([1.0]), **kw)
+    kw = dict(n_sequences=3, seq_len=32, seed=5, exact_expectations=True)
+    plain = run(small_world, tree, "r2", **kw)
+    one = run(small_world, tree, "r2+cool:omega=1", **kw)
     for f in (*STEP_FIELDS, "token_tv", "expected_tokens", "expected_tv"):
         np.testing.assert_array_equal(getattr(one, f), getattr(plain, f), err_msg=f)
-    assert str(plain.boost) == "none"
+    assert plain.verification.boost.is_none and str(plain.verification) == "r2"
 
 
 def test_thread_count_invariance(small_world):
-    kw = dict(rule="r2", boost=Boost.group(10), n_sequences=5, seq_len=24, seed=11)
-    one = run(small_world, StaticTree.naive_extend_57(), threads=1, **kw)
-    two = run(small_world, StaticTree.naive_extend_57(), threads=2, **kw)
+    kw = dict(n_sequences=5, seq_len=24, seed=11)
+    one = run(small_world, StaticTree.naive_extend_57(), "r2+gsd:G=10", threads=1, **kw)
+    two = run(small_world, StaticTree.naive_extend_57(), "r2+gsd:G=10", threads=2, **kw)
     for f in (*STEP_FIELDS, "token_tv", "sequence"):
         np.testing.assert_array_equal(getattr(one, f), getattr(two, f), err_msg=f)
 
@@ -196,7 +197,8 @@ def test_exact_expectations_agree_with_monte_carlo(boost):
     """tokens - E[tokens | tree, state] and token_tv - E[token_tv | tree, state] are martingale
     differences: 5.3 standard errors of their means is a two-sided normal tail of 1.2e-7 < 1e-6."""
     world = LatentWorld.preset("ambiguous", vocab_size=512, n_clusters=32)
-    res = run(world, StaticTree.naive_extend_57(), rule="r2", boost=boost, n_sequences=24, seq_len=48,
+    res = run(world, StaticTree.naive_extend_57(), Verification(rule="r2", boost=boost), n_sequences=24,
+              seq_len=48,
               seed=2, exact_expectations=True)
     for d in (res.tokens - res.expected_tokens, res.token_tv - res.expected_tv):
         assert abs(d.mean()) <= 5.3 * res._ratio_se(d), (d.mean(), res._ratio_se(d))
@@ -217,7 +219,7 @@ def test_stationary_world_matches_theory_averaged_over_draws():
     for boost in (Boost.group(4, 0.15, 1.0), Boost.depth([2.0, 1.2])):
         want = expected_tokens_per_step(tree, np.tile(p, (7, 1)), rule="r2", q_dists=np.tile(q, (7, 1)),
                                         boost=boost, emb=E)
-        res = run(world, policy, rule="r2", boost=boost, n_sequences=40, seq_len=100, seed=1)
+        res = run(world, policy, Verification(rule="r2", boost=boost), n_sequences=40, seq_len=100, seed=1)
         se = res.tokens.std(ddof=1) / np.sqrt(res.n_steps)
         assert abs(res.mean_tokens_per_step - want) <= 5.3 * se, (res.mean_tokens_per_step, want, se)
 
@@ -236,19 +238,19 @@ def test_boosted_rules_in_the_testing_api():
 
 # ---------------------------------------------------------------- the sweep and its CSV
 def test_sweep_boosts_and_skips():
-    cfg = SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["chain:3"], "rules": ["r1", "r2"],
-                                 "relaxations": ["none", "additive:k=8,delta=0.1"],
-                                 "boosts": ["none", "gsd:G=10", "cool:omega=2/1.5"]})
-    got = {(j.rule, str(j.relax), str(j.boost)) for j in jobs(cfg)}
-    assert got == {("r1", "none", "none"), ("r1", "additive:k=8,delta=0.1", "none"), ("r2", "none", "none"),
-                   ("r2", "additive:k=8,delta=0.1", "none"), ("r2", "none", "gsd:G=10,tau=0.15,dist=0.5"),
-                   ("r2", "none", "cool:omega=2/1.5")}
-    assert any("skipped boosts" in line for line in cfg.skipped())
+    cfg = SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["chain:3", "eagle2:4,2,8"],
+                                 "verifications": ["r1", "r2", "gsd:G=10", "r2+cool:omega=2/1.5"]})
+    got = {(j.tree, str(j.verification)) for j in jobs(cfg)}
+    assert got == {("chain:3", "r1"), ("chain:3", "r2"), ("chain:3", "r2+gsd:G=10,tau=0.15,dist=0.5"),
+                   ("chain:3", "r2+cool:omega=2/1.5"), ("eagle2:4,2,8", "r1")}
+    ranked = "on eagle2:4,2,8: rule r2 verifies children drawn from q"
+    assert sum(ranked in line for line in cfg.skipped()) == 3
     with pytest.raises(ValueError, match="group size G must be an integer >= 1"):
-        SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["chain:3"], "boosts": ["gsd:G=0"]})
-    with pytest.raises(ValueError, match="no configuration to run"):
-        SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["chain:3"], "rules": ["r1"],
-                               "boosts": ["cool:omega=2"]})
+        SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["chain:3"],
+                               "verifications": ["r2+gsd:G=0"]})
+    with pytest.raises(ValueError, match=r"verification 'r1\+cool:omega=2': .*needs rule r2 or r4"):
+        SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["chain:3"],
+                               "verifications": ["r1+cool:omega=2"]})
 
 
 # ---------------------------------------------------------------- bad input
@@ -259,7 +261,8 @@ def test_bad_input_is_refused(small_world):
     with pytest.raises(ValueError, match="needs rule r2"):
         node_outcome(p, [0], rule="r1", boost=gsd, emb=E)
     with pytest.raises(ValueError, match="needs rule r2"):
-        run(small_world, StaticTree.chain(2), rule="r1", boost=Boost.depth([2.0]), n_sequences=1, seq_len=2)
+        run(small_world, StaticTree.chain(2), Verification(rule="r1", boost=Boost.depth([2.0])),
+            n_sequences=1, seq_len=2)
     with pytest.raises(ValueError, match="no LANTERN relaxation"):
         node_outcome(p, 1, rule="r2", q=q, relax=Relax.additive(2, 0.1), neighbours=np.zeros((6, 2), int),
                      boost=Boost.depth([2.0]))
@@ -272,7 +275,8 @@ def test_bad_input_is_refused(small_world):
     with pytest.raises(ValueError, match="another vocabulary size"):
         StationaryWorld(p, q, embedding=np.zeros((5, 2)))
     with pytest.raises(ValueError, match="no embedding table"):
-        run(StationaryWorld(p, q), StaticTree.chain(2), rule="r2", boost=gsd, n_sequences=1, seq_len=2)
+        run(StationaryWorld(p, q), StaticTree.chain(2), Verification(rule="r2", boost=gsd), n_sequences=1,
+            seq_len=2)
     with pytest.raises(ValueError, match="depth"):
         node_outcome(p, 1, rule="r2", q=q, boost=Boost.depth([2.0]), depth=0)
     with pytest.raises(ValueError, match="not verified on draft trees"):

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.usefixtures("simulator_kernels")
 
 ROOT = Path(__file__).resolve().parents[1]
 BAD_RELAX = "additive:k=10,delta=0.1,lam=2"
+BAD_VERIFICATION = "r1+lantern:k=10,delta=0.1,lam=2"  # BAD_RELAX as a verification spec
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str]:
@@ -32,10 +33,10 @@ def run_cli(capsys, *argv: str) -> tuple[int, str]:
     return code, lines[0]
 
 
-def tiny_config(path: Path, relaxations: str = '["none"]') -> Path:
+def tiny_config(path: Path, verifications: str = '["r1"]') -> Path:
     """A sweep config that runs in well under a second once compiled."""
-    path.write_text(f'worlds = ["confident"]\ntrees = ["chain:2"]\nrules = ["r1"]\n'
-                    f"relaxations = {relaxations}\nn_sequences = 1\nseq_len = 4\n"
+    path.write_text(f'worlds = ["confident"]\ntrees = ["chain:2"]\n'
+                    f"verifications = {verifications}\nn_sequences = 1\nseq_len = 4\n"
                     "[world_overrides]\nvocab_size = 64\n")
     return path
 
@@ -68,18 +69,18 @@ def test_weights_folder_missing_or_lacking_a_card(tmp_path, capsys) -> None:
 
 
 @pytest.mark.parametrize("argv", [
-    ["rescore", "/nonexistent", "--rule", "r1", "--relax", BAD_RELAX],
-    ["trace-acceptance", "/nonexistent", "--relax", BAD_RELAX],
+    ["rescore", "/nonexistent", "--verification", BAD_VERIFICATION],
+    ["trace-acceptance", "/nonexistent", "--verification", BAD_VERIFICATION],
 ])
 def test_bad_relaxation_keys_on_the_command_line(capsys, argv) -> None:
     code, line = run_cli(capsys, *argv)
     assert code == 2
-    assert f"relaxation {BAD_RELAX!r}: additive does not take 'lam'" in line
+    assert f"{BAD_VERIFICATION!r}: relaxation {BAD_RELAX!r}: additive does not take 'lam'" in line
     assert "additive: k, delta" in line and "multiplicative: k, lam" in line
 
 
 def test_bad_relaxation_keys_in_a_config(tmp_path, capsys) -> None:
-    cfg = tiny_config(tmp_path / "c.toml", f'["{BAD_RELAX}"]')
+    cfg = tiny_config(tmp_path / "c.toml", f'["{BAD_VERIFICATION}"]')
     code, line = run_cli(capsys, "simulate", cfg, "--results", tmp_path / "r.csv")
     assert code == 2 and str(cfg) in line and "does not take 'lam'" in line
     assert not (tmp_path / "r.csv").exists()

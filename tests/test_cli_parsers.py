@@ -137,7 +137,9 @@ def test_a_default_is_shown_once_and_formatted() -> None:
     (["mini", "nothing"], "relaxspec mini", "invalid choice: 'nothing'"),
     (["mini", "quality", "--bogus"], "relaxspec mini quality", "unrecognized arguments: --bogus"),
     (["theory", "demo", "--seed"], "relaxspec theory demo", "argument --seed: expected one argument"),
-    (["rescore", "t", "--rule", "r9"], "relaxspec rescore", "argument --rule: invalid choice: 'r9'"),
+    (["rescore", "t"], "relaxspec rescore", "the following arguments are required: --verification"),
+    (["rescore", "t", "--verification", "r1", "--rule", "r1"], "relaxspec rescore",
+     "unrecognized arguments: --rule r1"),
 ])
 def test_argparse_mistakes_are_one_line_and_exit_2(argv, prog, words, capsys) -> None:
     with pytest.raises(SystemExit) as exit_:

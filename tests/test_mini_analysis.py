@@ -52,7 +52,7 @@ def test_configurations_are_named_and_validated():
     with pytest.raises(ValueError, match="drafter"):
         DecodeConfig("x", tree="eagle2", drafter="oracle")
     with pytest.raises(ValueError):
-        DecodeConfig("x", relax="additive:k=5,delta=2")
+        DecodeConfig("x", verification="r1+lantern:k=5,delta=2")
 
 
 def test_params_literal_round_trips():

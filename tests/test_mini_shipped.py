@@ -71,7 +71,7 @@ def test_vocabulary_mismatch_is_named(mini):
 @pytest.mark.parametrize("config", [
     DecodeConfig("AR"),
     DecodeConfig("EAGLE-2 exact", tree=EAGLE2),
-    DecodeConfig("LANTERN++", tree=STATIC, relax="multiplicative:k=50,lam=5"),
+    DecodeConfig("LANTERN++", tree=STATIC, verification="r1+lantern++:k=50,lam=5"),
 ], ids=lambda c: c.name)
 def test_generation_is_deterministic(mini, config):
     decoder = make_decoder(mini, config)
@@ -88,7 +88,7 @@ def test_generation_is_deterministic(mini, config):
 
 
 def test_captured_trace_replays_exactly(mini, tmp_path):
-    config = DecodeConfig("LANTERN", tree=EAGLE2, relax="additive:k=50,delta=0.2")
+    config = DecodeConfig("LANTERN", tree=EAGLE2, verification="r1+lantern:k=50,delta=0.2")
     path = capture(mini, config, 2, tmp_path, progress=False)
     report = replay(path, require_simulate=True)
     assert report.steps > 2 and report.ok, report.mismatches[:3]

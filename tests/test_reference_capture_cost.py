@@ -20,6 +20,7 @@ from relaxspec.simulate.worlds import TraceWorld, world_stats
 from relaxspec.theory.distributions import total_variation
 from relaxspec.theory.neighbours import neighbour_table
 from relaxspec.theory.relax import Relax
+from relaxspec.theory.verification import Verification
 
 FIELDS = "device,device_name,model,role,dtype,batch,prefix,n_tokens,mode,latency_ms,weight_bytes,floor_ms"
 
@@ -29,12 +30,12 @@ def test_capture_replays_and_gives_trace_ambiguity(tmp_path) -> None:
     target, small = random_model(cfg, 0, std=0.5), random_model(cfg, 1, std=0.5)
     table = neighbour_table(np.random.default_rng(0).normal(size=(8, 4)), k_max=7)
     relax = Relax.additive(3, 0.2)
-    dec = Decoder(target, DecodeSettings(rule="r1", relax=relax, cfg_scale=2.0),
+    dec = Decoder(target, DecodeSettings(Verification("r1", relax), cfg_scale=2.0),
                   drafter=GPTDraftSession(small), policy=Eagle2Tree(3, 2, 8), neighbours=table)
     results = capture_trace(dec, tmp_path / "t", [0, 1, 2], seed=5, neighbours=table, model="tiny")
     trace = read_trace(tmp_path / "t")
     h = trace.header
-    assert (h.model, h.rule, h.relax, h.tree) == ("tiny", "r1", str(relax), "eagle2:3,2,8")
+    assert (h.model, h.verification, h.tree) == ("tiny", Verification("r1", relax), "eagle2:3,2,8")
     assert str(h.tree_policy(table)) == h.tree  # the header's tree parses back to the policy that made it
     assert h.checkpoint_sha256 == module_sha256(target) != module_sha256(small)
     assert len(list(trace.steps())) == sum(len(r.steps) for r in results)

@@ -19,6 +19,7 @@ from relaxspec.theory.neighbours import neighbour_table, save_neighbours
 from relaxspec.theory.relax import Relax
 from relaxspec.theory.rules import neighbour_rows
 from relaxspec.theory.tree import Tree, sample_step
+from relaxspec.theory.verification import Verification
 
 MODEL_ARGS = ["--gpt-model", "GPT-tiny", "--vq-model", "VQ-tiny", "--codebook-size", "8",
               "--codebook-embed-dim", "4", "--image-size", "4", "--num-classes", "3"]
@@ -42,8 +43,7 @@ def gen_args(ckpts, out, *extra: str) -> list[str]:
 def test_generate_trace_replay_rescore_and_resume(tmp_path, ckpts, capsys) -> None:
     out = tmp_path / "run"
     args = gen_args(ckpts, out, "--classes", "0,2", "--per-class", "2", "--tree", "eagle2:3,2,8",
-                    "--rule", "r1",
-                    "--relax", "additive:k=3,delta=0.1", "--trace", "--draft-ckpt",
+                    "--verification", "r1+lantern:k=3,delta=0.1", "--trace", "--draft-ckpt",
                     str(ckpts / "c2i_tiny_draft.pt"), "--draft-model", "GPT-tiny")
     assert main(args) == 0
     pngs = sorted(p.name for p in (out / "images").iterdir())
@@ -54,18 +54,17 @@ def test_generate_trace_replay_rescore_and_resume(tmp_path, ckpts, capsys) -> No
     for i in range(4):
         assert sum(int(r["tokens"]) for r in rows if int(r["sequence"]) == i) == 4
     trace = read_trace(out / "trace")
-    assert trace.header.relax == "additive:k=3,delta=0.1" and trace.sequences() == {0, 1, 2, 3}
+    assert str(trace.header.verification) == "r1+lantern:k=3,delta=0.1" and trace.sequences() == {0, 1, 2, 3}
     assert main(["replay", str(out / "trace"), "--require-simulate"]) == 0
     assert "0 mismatches" in capsys.readouterr().out
     for rule in ("r1", "r3"):
-        relax = "multiplicative:k=2,lam=2"
-        assert main(["rescore", str(out / "trace"), "--rule", rule, "--relax", relax]) == 0
+        assert main(["rescore", str(out / "trace"), "--verification", f"{rule}+lantern++:k=2,lam=2"]) == 0
     assert "exact" in capsys.readouterr().out
     # EAGLE-2 ranks children by top-k: R2 (drafts sampled from q) is refused, as generate refuses it
-    assert main(["rescore", str(out / "trace"), "--rule", "r2"]) == 2
+    assert main(["rescore", str(out / "trace"), "--verification", "r2"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "rule r2 verifies drafts sampled from q without replacement" in err
-    assert "recorded with rule r1 on tree 'eagle2:3,2,8'" in err
+    assert "recorded with r1+lantern:k=3,delta=0.1 on tree 'eagle2:3,2,8'" in err
     # an interrupted run: the last image and its rows gone -> only it is redone, identically
     tokens = np.load(out / "tokens" / "000003.npy")
     (out / "images" / "000003_class2.png").unlink()
@@ -79,15 +78,15 @@ def test_generate_trace_replay_rescore_and_resume(tmp_path, ckpts, capsys) -> No
 def test_generate_ar_and_static_self_drafting(tmp_path, ckpts, capsys) -> None:
     assert main(gen_args(ckpts, tmp_path / "ar", "--classes", "1", "--tree", "ar", "--cfg-scale", "1")) == 0
     assert main(gen_args(ckpts, tmp_path / "st", "--classes", "1", "--tree", "static:[[0],[1],[0,0]]",
-                         "--rule", "r2", "--temperature", "0.9",
+                         "--verification", "r2", "--temperature", "0.9",
                          "--top-k", "5", "--trace")) == 0
     assert len(list((tmp_path / "st" / "images").iterdir())) == 1
     header = read_trace(tmp_path / "st" / "trace").header  # the header's tree parses back to its policy
     assert header.tree == "static:[[0],[1],[0,0]]" and str(header.tree_policy()) == header.tree
     # a static tree drafted by sampling (recorded with r2) rescores under r2
     capsys.readouterr()
-    assert main(["rescore", str(tmp_path / "st" / "trace"), "--rule", "r2"]) == 0
-    assert "rule r2 relax none" in capsys.readouterr().out
+    assert main(["rescore", str(tmp_path / "st" / "trace"), "--verification", "r2"]) == 0
+    assert "verification r2:" in capsys.readouterr().out
 
 
 def write_trace(path: Path, *, rule: str = "r1", relax: Relax = Relax.none(), table: np.ndarray | None = None,
@@ -95,7 +94,7 @@ def write_trace(path: Path, *, rule: str = "r1", relax: Relax = Relax.none(), ta
     """A small trace written without a model (random logits, outcomes from theory.sample_step)."""
     rng = np.random.default_rng(0)
     header = TraceHeader(model="toy", checkpoint_sha256="0" * 64, vocab_size=V, codebook_sha256="1" * 64,
-                         rule=rule, relax=str(relax), variant="principled", tree="eagle2:2,2,6",
+                         verification=Verification(rule, relax), tree="eagle2:2,2,6",
                          logits_dtype="float32")
     parents, tokens = np.array([-1, 0, 0, 1]), np.array([0, 1, 2, 3])
     with TraceWriter(path, header, table) as tw:
@@ -116,7 +115,7 @@ def one_error_line(capsys) -> str:
 
 def test_rescore_with_a_relaxation_names_the_neighbours_option(tmp_path, capsys) -> None:
     write_trace(tmp_path / "t")
-    argv = ["rescore", str(tmp_path / "t"), "--rule", "r1", "--relax", "additive:k=3,delta=0.1"]
+    argv = ["rescore", str(tmp_path / "t"), "--verification", "r1+lantern:k=3,delta=0.1"]
     assert main(argv) == 2
     line = one_error_line(capsys)
     assert "trace " + str(tmp_path / "t") + " holds none" in line and "--neighbours TABLE.npy" in line
@@ -128,7 +127,8 @@ def test_rescore_with_a_relaxation_names_the_neighbours_option(tmp_path, capsys)
     assert main(argv + ["--neighbours", str(tmp_path / "nb12.npy")]) == 0
     assert "exact" in capsys.readouterr().out
     # trace-acceptance takes the same option
-    argv = ["trace-acceptance", str(tmp_path / "t"), "--relax", "additive:k=3,delta=0.1", "--width", "2"]
+    argv = ["trace-acceptance", str(tmp_path / "t"), "--verification", "lantern:k=3,delta=0.1", "--width",
+            "2"]
     assert main(argv) == 2 and "--neighbours TABLE.npy" in one_error_line(capsys)
     assert main(argv + ["--neighbours", str(tmp_path / "nb12.npy")]) == 0
 
@@ -141,7 +141,7 @@ def test_nan_in_a_trace_names_the_step_and_the_array(tmp_path, capsys, array: st
         data = {k: z[k] for k in z.files}
     data[array][4 + node, 5] = np.nan  # step 1 (position 1) starts at node row 4
     np.savez(chunk, **data)
-    for argv in (["replay", str(tmp_path / "t")], ["rescore", str(tmp_path / "t"), "--rule", "r1"],
+    for argv in (["replay", str(tmp_path / "t")], ["rescore", str(tmp_path / "t"), "--verification", "r1"],
                  ["trace-acceptance", str(tmp_path / "t")]):
         assert main(argv) == 2
         line = one_error_line(capsys)
@@ -209,7 +209,7 @@ def test_an_empty_chunk_is_named(tmp_path, capsys) -> None:
     data = _chunk_arrays(tmp_path / "t" / "chunk-000000.npz")
     empty = {k: v[:0] for k, v in data.items()}
     np.savez(tmp_path / "t" / "chunk-000001.npz", **empty)
-    for argv in (["replay", str(tmp_path / "t")], ["rescore", str(tmp_path / "t"), "--rule", "r1"]):
+    for argv in (["replay", str(tmp_path / "t")], ["rescore", str(tmp_path / "t"), "--verification", "r1"]):
         assert main(argv) == 2
         assert f"trace chunk {tmp_path / 't' / 'chunk-000001.npz'} holds no steps" in one_error_line(capsys)
 
@@ -219,7 +219,7 @@ def test_a_trace_without_chunks_fails_replay(tmp_path, capsys) -> None:
     write_trace(tmp_path / "t", steps=0)
     assert not list((tmp_path / "t").glob("chunk-*"))
     for argv in (["replay", str(tmp_path / "t"), "--require-simulate"], ["replay", str(tmp_path / "t")],
-                 ["rescore", str(tmp_path / "t"), "--rule", "r1"]):
+                 ["rescore", str(tmp_path / "t"), "--verification", "r1"]):
         assert main(argv) == 2
         assert f"trace {tmp_path / 't'} holds no steps" in one_error_line(capsys)
 
@@ -235,15 +235,15 @@ def test_a_path_that_is_not_a_parent_chain_is_refused_by_replay_and_rescore(tmp_
     paths[1] = np.array([0, 2, 3], dtype=data["path"].dtype)
     data["path"], data["path_len"] = np.concatenate(paths), np.array([p.size for p in paths])
     np.savez(chunk, **data)
-    for argv in (["replay", str(tmp_path / "t")], ["rescore", str(tmp_path / "t"), "--rule", "r1"]):
+    for argv in (["replay", str(tmp_path / "t")], ["rescore", str(tmp_path / "t"), "--verification", "r1"]):
         assert main(argv) == 2
         line = one_error_line(capsys)
         assert f"{chunk}: step (sequence 0, position 1): path [0, 2, 3] is not a chain" in line, line
 
 
-@pytest.mark.parametrize("field, value", [("vocab_size", "512"), ("vocab_size", 12.0), ("rule", 1),
-                                          ("relax", None), ("extra", []), ("logits_dtype", 16),
-                                          ("checkpoint_sha256", 0), ("version", "1")])
+@pytest.mark.parametrize("field, value", [("vocab_size", "512"), ("vocab_size", 12.0), ("verification", 1),
+                                          ("verification", None), ("verification", "r9"), ("extra", []),
+                                          ("logits_dtype", 16), ("checkpoint_sha256", 0), ("version", "1")])
 def test_header_field_types_are_checked(tmp_path, capsys, field: str, value) -> None:
     """Issue 26 item 13: ``"vocab_size": "512"`` gave "'<' not supported between ..."."""
     import json
@@ -253,7 +253,7 @@ def test_header_field_types_are_checked(tmp_path, capsys, field: str, value) -> 
     d = json.loads(head.read_text())
     d[field] = value
     head.write_text(json.dumps(d))
-    for argv in (["replay", str(tmp_path / "t")], ["rescore", str(tmp_path / "t"), "--rule", "r1"]):
+    for argv in (["replay", str(tmp_path / "t")], ["rescore", str(tmp_path / "t"), "--verification", "r1"]):
         assert main(argv) == 2
         line = one_error_line(capsys)
         assert f"{head}: " in line and field in line, line

@@ -19,6 +19,7 @@ from relaxspec.reference.replay import replay, rescore, rescore_steps
 from relaxspec.theory.distributions import logits_to_probs
 from relaxspec.theory.neighbours import neighbour_table
 from relaxspec.theory.relax import Relax
+from relaxspec.theory.verification import Verification
 
 CHOICES = [[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0]]
 SAMPLING = Sampling(temperature=0.8)
@@ -76,7 +77,8 @@ def make_decoder(models, rule: str, drafter: str, relax: Relax = Relax.none(), n
     target, small, head = models
     session = GPTDraftSession(small) if drafter == "gpt" else EagleDraftSession(head, target)
     policy = policy or StaticTree(CHOICES)
-    st = DecodeSettings(rule=rule, relax=relax, cfg_scale=CFG, target_sampling=SAMPLING,
+    variant = settings.pop("variant", "principled")
+    st = DecodeSettings(Verification(rule, relax, variant), cfg_scale=CFG, target_sampling=SAMPLING,
                         draft_sampling=SAMPLING, **settings)
     return Decoder(target, st, drafter=session, policy=policy, neighbours=neighbours)
 
@@ -119,7 +121,7 @@ def test_the_lossless_check_has_power(models, temperature: float, cfg: float) ->
                                            ("eagle", "ddd")])
 def test_greedy_speculative_decoding_returns_the_greedy_tokens(models, drafter: str, tree: str) -> None:
     target = models[0]
-    ar = Decoder(target, DecodeSettings(rule="r3", cfg_scale=CFG, target_sampling=SAMPLING))
+    ar = Decoder(target, DecodeSettings("r3", cfg_scale=CFG, target_sampling=SAMPLING))
     spec = make_decoder(models, "r3", drafter, policy=POLICIES[tree]())
     for label in range(3):
         want = ar.generate(label, seed=0).tokens
@@ -140,9 +142,9 @@ def test_bad_settings_are_named() -> None:
     with pytest.raises(ValueError, match="cfg_scale"):
         DecodeSettings(cfg_scale=0.5)
     with pytest.raises(ValueError, match="unknown rule"):
-        DecodeSettings(rule="r5")
+        DecodeSettings("r5")
     with pytest.raises(ValueError, match="needs a neighbour table"):
-        Decoder(random_model(tiny_config(), 0), DecodeSettings(relax=Relax.additive(3, 0.1)))
+        Decoder(random_model(tiny_config(), 0), DecodeSettings("r1+lantern:k=3,delta=0.1"))
 
 
 def test_nan_logits_are_an_error(models) -> None:
@@ -161,7 +163,7 @@ def test_trace_replays_exactly_and_rescores(tmp_path, models, rule: str, variant
     dec = make_decoder(models, rule, "gpt", relax=relax, neighbours=table, variant=variant,
                        logits_dtype="float16")
     header = TraceHeader(model="tiny", checkpoint_sha256="0" * 64, vocab_size=8, codebook_sha256="0" * 64,
-                         rule=rule, relax=str(relax), variant=variant, tree="static",
+                         verification=Verification(rule, relax, variant), tree="static",
                          target_sampling=SAMPLING, draft_sampling=SAMPLING, logits_dtype="float16")
     with TraceWriter(tmp_path / "t", header, table) as w:
         results = [dec.generate(c, seed=1, sequence=c, trace=w) for c in range(3)]
@@ -175,20 +177,20 @@ def test_trace_replays_exactly_and_rescores(tmp_path, models, rule: str, variant
     report = replay(tmp_path / "t", require_simulate=True)
     assert report.engines == ["theory", "simulate"]
     assert report.ok and report.steps == len(steps), report.mismatches[:3]
-    score = rescore(tmp_path / "t", rule, relax, variant)
+    score = rescore(tmp_path / "t", Verification(rule, relax, variant))
     assert 1.0 <= score["exact_tokens_per_step"] <= 4.0
 
 
 def test_rescoring_none_matches_the_tree_expectation(tmp_path, models) -> None:
     dec = make_decoder(models, "r1", "gpt")
     header = TraceHeader(model="tiny", checkpoint_sha256="0" * 64, vocab_size=8, codebook_sha256="0" * 64,
-                         rule="r1", relax="none", variant="principled", tree="static",
+                         verification="r1", tree="static",
                          target_sampling=SAMPLING, draft_sampling=SAMPLING, logits_dtype="float32")
     with TraceWriter(tmp_path / "t", header) as w:
         for i in range(30):
             dec.generate(0, seed=2, sequence=i, trace=w)
     trace = read_trace(tmp_path / "t")
-    for step, e in rescore_steps(trace, "r1", Relax.none()):
+    for step, e in rescore_steps(trace, "r1"):
         p = SAMPLING.probs(step.target_logits.astype(np.float64))
         # R1 without relaxation: 1 + sum over nodes of the target probability of the path
         tree = step.tree
@@ -201,7 +203,7 @@ def test_rescoring_none_matches_the_tree_expectation(tmp_path, models) -> None:
 def test_replay_reports_a_tampered_step(tmp_path, models) -> None:
     dec = make_decoder(models, "r1", "gpt")
     header = TraceHeader(model="tiny", checkpoint_sha256="0" * 64, vocab_size=8, codebook_sha256="0" * 64,
-                         rule="r1", relax="none", variant="principled", tree="static",
+                         verification="r1", tree="static",
                          target_sampling=SAMPLING, draft_sampling=SAMPLING, logits_dtype="float32")
     with TraceWriter(tmp_path / "t", header) as w:
         dec.generate(0, seed=4, sequence=0, trace=w)

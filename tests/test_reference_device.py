@@ -21,6 +21,7 @@ from relaxspec.reference.decode import Decoder, DecodeSettings
 from relaxspec.reference.drafter import GPTDraftSession
 from relaxspec.reference.model import Transformer, rope_table_2d
 from relaxspec.reference.tree_attention import TreeExecution, tree_inputs
+from relaxspec.theory.verification import Verification
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(),
                           reason="needs a CUDA device (torch.cuda.is_available() is False): the CUDA-graph, "
@@ -204,7 +205,7 @@ def test_generate_verifies_on_the_device_or_with_the_oracle_alike(tmp_path, ckpt
     --verifier theory: the same tokens; steps.csv says what crossed to the host; the header names it."""
     import csv
 
-    args = ("--classes", "0,2", "--tree", "static:[[0],[1],[0,0]]", "--rule", "r2", "--trace")
+    args = ("--classes", "0,2", "--tree", "static:[[0],[1],[0,0]]", "--verification", "r2", "--trace")
     assert main(gen_args(ckpts, tmp_path / "dev", *args)) == 0
     assert main(gen_args(ckpts, tmp_path / "theory", *args, "--verifier", "theory")) == 0
     for i in range(2):
@@ -306,7 +307,7 @@ def test_the_device_verifier_decodes_what_the_oracle_decodes(rule, relax, varian
     b = Boost.parse(boost)
     out = {}
     for verifier in ("device", "theory"):
-        st = DecodeSettings(rule=rule, relax=Relax.parse(relax), variant=variant, boost=b, cfg_scale=2.0,
+        st = DecodeSettings(Verification(rule, Relax.parse(relax), variant, b), cfg_scale=2.0,
                             verifier=verifier, target_sampling=Sampling(1.0, 0, 1.0),
                             draft_sampling=Sampling(1.0, 0, 1.0))
         if tree == "jacobi":

@@ -13,7 +13,7 @@ from reference_helpers import official_state, random_model, tiny_config
 from test_reference_decode import CFG, SAMPLING, chi_square_ok, exact_sequence_probs
 
 from relaxspec.cli import main
-from relaxspec.core.trace import Sampling, TraceHeader, read_trace
+from relaxspec.core.trace import TRACE_VERSION, Sampling, TraceHeader, read_trace
 from relaxspec.core.trees.jacobi import JacobiWindow
 from relaxspec.core.trees.policies import StaticTree
 from relaxspec.mini.decoding import DecodeConfig, StepScorer, make_decoder
@@ -21,11 +21,12 @@ from relaxspec.mini.shipped import load_mini
 from relaxspec.reference.capture import capture_trace
 from relaxspec.reference.decode import Decoder, DecodeSettings, gsd_embedding
 from relaxspec.reference.drafter import GPTDraftSession
-from relaxspec.reference.generate import parse_boost
+from relaxspec.reference.generate import parse_verification
 from relaxspec.reference.replay import replay
 from relaxspec.reference.vq import VQModel, vq_config
 from relaxspec.theory.boost import Boost
 from relaxspec.theory.jacobi_sampler import verify_window, window_expectation
+from relaxspec.theory.verification import Verification
 
 CHOICES = [[0], [1], [0, 0], [0, 1], [1, 0]]
 EMB = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32).astype(np.float64)
@@ -37,8 +38,8 @@ def models():
 
 
 def settings(boost: str = "none", rule: str = "r2", dtype: str = "float16") -> DecodeSettings:
-    return DecodeSettings(rule=rule, cfg_scale=CFG, target_sampling=SAMPLING, draft_sampling=SAMPLING,
-                          logits_dtype=dtype, boost=Boost.parse(boost))
+    return DecodeSettings(Verification(rule, boost=Boost.parse(boost)), cfg_scale=CFG,
+                          target_sampling=SAMPLING, draft_sampling=SAMPLING, logits_dtype=dtype)
 
 
 def jacobi_decoder(target, window: JacobiWindow, boost: str = "none", dtype: str = "float16") -> Decoder:
@@ -67,8 +68,8 @@ def test_jacobi_decode_replays_bit_for_bit(tmp_path, models, window, boost) -> N
     dec = jacobi_decoder(models[0], window, boost)
     results = capture_trace(dec, tmp_path / "t", [0, 1, 2, 1, 0, 2, 0, 1], seed=3)
     trace = read_trace(tmp_path / "t")
-    assert trace.header.tree == str(window) and trace.header.boost == str(Boost.parse(boost))
-    assert trace.header.rule == "r2"
+    assert trace.header.tree == str(window)
+    assert trace.header.verification == Verification("r2", boost=Boost.parse(boost))
     for i, r in enumerate(results):
         assert np.array_equal(emitted(tmp_path / "t", i), r.tokens)
         assert sum(s.tokens for s in r.steps) == 4 and r.steps[0].nodes == min(window.window, 3) + 1
@@ -77,7 +78,7 @@ def test_jacobi_decode_replays_bit_for_bit(tmp_path, models, window, boost) -> N
     assert report.engines == ["theory", "simulate"]
     assert report.ok and report.steps == sum(len(r.steps) for r in results), report.mismatches[:3]
     if boost != "none":  # the boost decided something: replayed without it, some step differs
-        set_header(tmp_path / "t", boost="none")
+        set_header(tmp_path / "t", verification="r2")
         assert not replay(tmp_path / "t").ok
 
 
@@ -151,32 +152,44 @@ def test_boosted_static_tree_records_and_replays(tmp_path, models, boost) -> Non
                   embedding=EMB if b.kind == "group" else None)
     capture_trace(dec, tmp_path / "t", [0, 1, 2] * 3, seed=5)
     trace = read_trace(tmp_path / "t")
-    assert trace.header.boost == str(b)
+    assert trace.header.verification.boost == b
     if b.kind == "group":
-        assert "embedding=codebook" in trace.header.boost
+        assert "embedding=codebook" in str(trace.header.verification)
         assert np.array_equal(trace.embedding, EMB) and (tmp_path / "t" / "embedding.npy").exists()
         assert trace.header.extra["gsd_embedding_sha256"]
     report = replay(tmp_path / "t", require_simulate=True)
     assert report.ok and report.engines == ["theory", "simulate"], report.mismatches[:3]
-    set_header(tmp_path / "t", boost="none")
+    set_header(tmp_path / "t", verification="r2")
     assert not replay(tmp_path / "t").ok
 
 
-def test_old_traces_still_read_and_replay(tmp_path, models) -> None:
-    """A trace without the boost field and without fresh uniforms (written before they existed)."""
+def test_chunks_without_fresh_uniforms_read_and_replay(tmp_path, models) -> None:
+    """Chunks without fresh uniforms (a tree trace needs none) read and replay."""
     dec = Decoder(models[0], settings(), drafter=GPTDraftSession(models[1]), policy=StaticTree(CHOICES))
     capture_trace(dec, tmp_path / "t", [0, 1], seed=2)
-    d = json.loads((tmp_path / "t" / "header.json").read_text())
-    del d["boost"]
-    (tmp_path / "t" / "header.json").write_text(json.dumps(d))
     for chunk in (tmp_path / "t").glob("chunk-*.npz"):
         with np.load(chunk) as z:
             data = {k: z[k] for k in z.files if k not in ("n_fresh", "u_fresh")}
         np.savez(chunk, **data)
     trace = read_trace(tmp_path / "t")
-    assert trace.header.boost == "none" and trace.header.boosting.is_none and trace.embedding is None
+    assert trace.header.verification == Verification("r2") and trace.embedding is None
     assert all(s.u_fresh.size == 0 for s in trace.steps())
     assert replay(tmp_path / "t", require_simulate=True).ok
+
+
+def test_a_trace_of_the_older_format_is_refused_in_one_line(tmp_path, models) -> None:
+    """Version 1 stored rule, relax, variant and boost apart; version 2 holds one verification."""
+    dec = Decoder(models[0], settings(), drafter=GPTDraftSession(models[1]), policy=StaticTree(CHOICES))
+    capture_trace(dec, tmp_path / "t", [0], seed=2)
+    d = json.loads((tmp_path / "t" / "header.json").read_text())
+    assert d["version"] == TRACE_VERSION == 2 and d["verification"] == "r2"
+    del d["verification"]
+    d.update(version=1, rule="r2", relax="none", variant="principled", boost="none")
+    (tmp_path / "t" / "header.json").write_text(json.dumps(d))
+    with pytest.raises(ValueError, match=r"header.json: trace version 1 is not 2 \(written by an older "
+                                         r"relaxspec: record the trace again\)$") as err:
+        read_trace(tmp_path / "t")
+    assert "\n" not in str(err.value)
 
 
 def test_gsd_embedding_picks_the_table_and_names_a_mismatch(models) -> None:
@@ -202,6 +215,8 @@ def test_bad_jacobi_and_boost_settings_are_named(models) -> None:
         JacobiWindow(0)
     with pytest.raises(ValueError, match="needs rule r2"):
         settings("cool:omega=2", rule="r1")
+    with pytest.raises(ValueError, match="verification 'r9': unknown rule or method"):
+        DecodeSettings("r9")
     with pytest.raises(ValueError, match="needs rule r2"):
         Decoder(target, settings(rule="r1"), policy=JacobiWindow(2))
     with pytest.raises(ValueError, match="takes no drafter"):
@@ -209,7 +224,7 @@ def test_bad_jacobi_and_boost_settings_are_named(models) -> None:
     with pytest.raises(ValueError, match="AR sampling has none"):
         Decoder(target, settings("cool:omega=2"))
     with pytest.raises(ValueError, match="draft sampling"):
-        Decoder(target, DecodeSettings(rule="r2", target_sampling=SAMPLING), policy=JacobiWindow(2))
+        Decoder(target, DecodeSettings("r2", target_sampling=SAMPLING), policy=JacobiWindow(2))
 
 
 # ------------------------------------------------------------------ relaxspec generate
@@ -234,11 +249,11 @@ def generate(ckpts: Path, out: Path, *extra: str, gpt: str = "c2i_tiny.pt") -> l
 
 @pytest.mark.parametrize("extra, embedding", [
     (["--tree", "jacobi:2"], None),
-    (["--tree", "jacobi:3,copy", "--boost", "gsd:G=3,tau=0.5,dist=4",
+    (["--tree", "jacobi:3,copy", "--verification", "r2+gsd:G=3,tau=0.5,dist=4",
       "--gsd-embedding", "codebook"], "codebook"),
-    (["--tree", "static:[[0],[1],[0,0]]", "--rule", "r2", "--boost", "gsd:G=3", "--gsd-embedding", "token"],
+    (["--tree", "static:[[0],[1],[0,0]]", "--verification", "r2+gsd:G=3", "--gsd-embedding", "token"],
      "token"),
-    (["--tree", "static:[[0],[1],[0,0]]", "--rule", "r2", "--boost", "cool:omega=2/1.5"], None),
+    (["--tree", "static:[[0],[1],[0,0]]", "--verification", "r2+cool:omega=2/1.5"], None),
 ])
 def test_generate_records_and_replays(tmp_path, ckpts, capsys, extra, embedding) -> None:
     out = tmp_path / "run"
@@ -247,12 +262,12 @@ def test_generate_records_and_replays(tmp_path, ckpts, capsys, extra, embedding)
     h: TraceHeader = trace.header
     tree = extra[extra.index("--tree") + 1]
     if tree.startswith("jacobi:"):
-        assert h.tree == tree and h.rule == "r2"
+        assert h.tree == tree and h.verification.rule == "r2"
         assert h.extra["drafter"] == "jacobi"
-    spec = extra[extra.index("--boost") + 1] if "--boost" in extra else "none"
-    assert h.boost == str(parse_boost(spec, embedding))
+    spec = extra[extra.index("--verification") + 1] if "--verification" in extra else "r2"
+    assert h.verification == parse_verification(spec, embedding)
     if embedding is not None:
-        assert h.boosting.embedding == embedding
+        assert h.verification.boost.embedding == embedding
         state = torch.load(ckpts / "c2i_tiny.pt")["model"]
         vq = VQModel.load(vq_config("VQ-tiny", codebook_size=8, codebook_embed_dim=4), ckpts / "vq_tiny.pt")
         table = state["tok_embeddings.weight"].numpy() if embedding == "token" else vq.codebook()
@@ -268,16 +283,16 @@ def test_generate_records_and_replays(tmp_path, ckpts, capsys, extra, embedding)
 @pytest.mark.parametrize("extra, message", [
     (["--tree", "jacobi:0"], "bad tree spec 'jacobi:0': the Jacobi window L must be an integer in [1, 64]"),
     (["--tree", "jacobi:2,zigzag"], "fresh must be one of"),
-    (["--tree", "static:[[0],[1]]", "--boost", "gsd:G=3"], "needs rule r2 or r4, got rule 'r1'"),
-    (["--tree", "jacobi:2", "--rule", "r1"], "needs rule r2 or r4, got rule 'r1'"),
-    (["--tree", "ar", "--rule", "r2", "--boost", "cool:omega=2"],
+    (["--tree", "static:[[0],[1]]", "--verification", "r1+gsd:G=3"], "needs rule r2 or r4, got rule 'r1'"),
+    (["--tree", "jacobi:2", "--verification", "r1"], "needs rule r2 or r4, got rule 'r1'"),
+    (["--tree", "ar", "--verification", "r2+cool:omega=2"],
      "--tree ar: boost cool:omega=2 raises the acceptance of drafts: AR sampling has none"),
-    (["--tree", "static:[[0]]", "--rule", "r2", "--boost", "gsd:G=0"], "group size G must be an integer"),
-    (["--tree", "static:[[0]]", "--rule", "r2", "--boost", "cool:omega=2", "--gsd-embedding", "token"],
+    (["--tree", "static:[[0]]", "--verification", "r2+gsd:G=0"], "group size G must be an integer"),
+    (["--tree", "static:[[0]]", "--verification", "r2+cool:omega=2", "--gsd-embedding", "token"],
      "--gsd-embedding chooses GSD's embedding"),
-    (["--tree", "static:[[0]]", "--rule", "r2", "--boost", "gsd:G=3", "--gsd-embedding", "pixels"],
+    (["--tree", "static:[[0]]", "--verification", "r2+gsd:G=3", "--gsd-embedding", "pixels"],
      "--gsd-embedding must be one of"),
-    (["--tree", "static:[[0]]", "--rule", "r2", "--boost", "gsd:G=3,embedding=token", "--gsd-embedding",
+    (["--tree", "static:[[0]]", "--verification", "r2+gsd:G=3,embedding=token", "--gsd-embedding",
       "codebook"], "contradicts"),
 ])
 def test_generate_errors_are_one_line(tmp_path, ckpts, capsys, extra, message) -> None:
@@ -294,7 +309,7 @@ def test_one_jacobi_spelling(tmp_path, ckpts, capsys) -> None:
 
 
 def test_a_token_embedding_of_another_vocabulary_is_one_line(tmp_path, ckpts, capsys) -> None:
-    args = generate(ckpts, tmp_path / "x", "--tree", "jacobi:2", "--boost", "gsd:G=3",
+    args = generate(ckpts, tmp_path / "x", "--tree", "jacobi:2", "--verification", "r2+gsd:G=3",
                     gpt="c2i_v16.pt")
     assert main(args) == 2
     err = capsys.readouterr().err
@@ -320,8 +335,8 @@ def test_mini_decode_configs_with_jacobi_and_boosts(tmp_path) -> None:
     torch.set_num_threads(1)
     try:
         mini = load_mini(drafters=False)
-        configs = (DecodeConfig("SJD", tree="jacobi:4", rule="r2"),
-                   DecodeConfig("Cool-SD SJD", tree="jacobi:4,copy", rule="r2", boost="cool:omega=2/1.5"))
+        configs = (DecodeConfig("SJD", tree="jacobi:4", verification="r2"),
+                   DecodeConfig("Cool-SD SJD", tree="jacobi:4,copy", verification="r2+cool:omega=2/1.5"))
         for config in configs:
             dec = make_decoder(mini, config)
             steps = Steps()
@@ -329,24 +344,24 @@ def test_mini_decode_configs_with_jacobi_and_boosts(tmp_path) -> None:
             result = dec.generate(3, seed=0, sequence=0, trace=scorer)
             assert len(result.tokens) == mini.target.cfg.block_size
             assert sum(scorer.emitted) + (len(result.steps) - len(scorer.emitted)) == len(result.tokens)
-            assert (sum(scorer.tv) > 0) == (config.boost != "none")
+            assert (sum(scorer.tv) > 0) == (not config.verification.boost.is_none)
             windows = [s for s in steps if s.parents.size > 1]
             for s, e, tv in zip(windows, scorer.expected, scorer.tv, strict=True):  # theory's window law
                 p = SAMPLING_MINI.probs(s.target_logits.astype(np.float64))
                 q = SAMPLING_MINI.probs(s.draft_logits[:-1].astype(np.float64))
-                want = window_expectation(p, s.tokens[1:], q, config.boosting, None)
+                want = window_expectation(p, s.tokens[1:], q, config.verification.boost, None)
                 assert (e, tv) == pytest.approx(want, rel=1e-12, abs=1e-15)
-        assert DecodeConfig("x", tree="eagle2:10,4,59").describe() == "eagle2:10,4,59 eagle r1 none"
-        assert DecodeConfig("x", tree="jacobi:4", rule="r2", boost="gsd:G=10").describe() == \
-            "jacobi:4 r2 gsd:G=10,tau=0.15,dist=0.5"
+        assert DecodeConfig("x", tree="eagle2:10,4,59").describe() == "eagle2:10,4,59 eagle r1"
+        assert DecodeConfig("x", tree="jacobi:4", verification="r2+gsd:G=10").describe() == \
+            "jacobi:4 r2+gsd:G=10,tau=0.15,dist=0.5"
     finally:
         torch.set_num_threads(threads)
     with pytest.raises(ValueError, match="needs rule r2"):
         DecodeConfig("x", tree="jacobi:4")
     with pytest.raises(ValueError, match="needs rule r2"):
-        DecodeConfig("x", tree="static:naive_extend_57", boost="cool:omega=2")
+        DecodeConfig("x", tree="static:naive_extend_57", verification="r1+cool:omega=2")
     with pytest.raises(ValueError, match="AR sampling has none"):
-        DecodeConfig("x", rule="r2", boost="cool:omega=2")
+        DecodeConfig("x", verification="r2+cool:omega=2")
 
 
 # ------------------------------------------------------------------ the optimal bound at trace nodes
@@ -369,6 +384,6 @@ def test_optimality_at_every_trace_node(tmp_path, models) -> None:
         if r["drafts"] == 1:
             assert r["optimal_wor"] == pytest.approx(r["optimal_iid"], abs=1e-12)  # both 1 - TV(p, q)
     assert all(np.isnan(r["gsd"]) for r in trace_optimality_rows(tmp_path / "t", "tiny"))
-    set_header(tmp_path / "t", rule="r1")
+    set_header(tmp_path / "t", verification="r1")
     with pytest.raises(ValueError, match="rule r1: its children are not draws"):
         trace_optimality_rows(tmp_path / "t", "tiny")

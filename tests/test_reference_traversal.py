@@ -33,6 +33,7 @@ from relaxspec.theory.rule_step import sample_rule_step, sample_window_step
 from relaxspec.theory.sampled_trees import expected_tokens
 from relaxspec.theory.traversal import sample_traversal_step, traversal_ends
 from relaxspec.theory.tree import Tree, sample_step
+from relaxspec.theory.verification import Oracle, Verification
 
 CHOICES = [[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]  # depth 3: R4 backtracks through inner nodes
 NB = neighbour_table(np.random.default_rng(0).normal(size=(8, 3)), None)  # (8, 7)
@@ -51,8 +52,8 @@ def models():
 def decoder(models, rule: str, boost: str = "none", source: str = "static", dtype: str = "float16"
             ) -> Decoder:
     b = Boost.parse(boost)
-    st = DecodeSettings(rule=rule, cfg_scale=CFG, target_sampling=SAMPLING, draft_sampling=SAMPLING,
-                        logits_dtype=dtype, boost=b)
+    st = DecodeSettings(Verification(rule, boost=b), cfg_scale=CFG, target_sampling=SAMPLING,
+                        draft_sampling=SAMPLING, logits_dtype=dtype)
     nb = NB if b.kind == "budget" else None
     emb = EMB if b.kind == "group" else None
     if source == "jacobi":
@@ -106,7 +107,7 @@ def test_traversal_and_budget_decodes_replay_bit_for_bit(tmp_path, models, rule,
     nb = NB if b.kind == "budget" else None
     results = capture_trace(dec, tmp_path / "t", LABELS, seed=5, neighbours=nb)
     trace = read_trace(tmp_path / "t")
-    assert trace.header.rule == rule and trace.header.boost == str(b)
+    assert trace.header.verification == Verification(rule, boost=b)
     assert trace.header.tree == (str(JacobiWindow(3)) if source == "jacobi" else str(StaticTree(CHOICES)))
     if b.kind == "budget":
         assert np.array_equal(trace.neighbours, NB) and trace.header.neighbour_columns == b.k
@@ -116,7 +117,7 @@ def test_traversal_and_budget_decodes_replay_bit_for_bit(tmp_path, models, rule,
     assert report.engines == ["theory", "simulate"]
     assert report.ok and report.steps == sum(len(r.steps) for r in results), report.mismatches[:3]
     # the rule and the boost decided something: replayed as R2, or without the boost, some step differs
-    set_header(tmp_path / "t", **({"boost": "none"} if not b.is_none else {"rule": "r2"}))
+    set_header(tmp_path / "t", verification=rule if not b.is_none else "r2")
     assert not replay(tmp_path / "t").ok
 
 
@@ -128,7 +129,7 @@ def test_rescore_with_r4_is_traversal_ends_on_the_recorded_draws(tmp_path, model
         if step.parents.size > 1:
             p, q = rows(step)
             want.append(traversal_ends(step.tree, p, q).tokens)
-    got = rescore(tmp_path / "t", "r4", Relax.none())
+    got = rescore(tmp_path / "t", "r4")
     assert got["steps"] == len(want)
     assert got["exact_tokens_per_step"] == pytest.approx(np.mean(want), rel=1e-12)
 
@@ -190,11 +191,11 @@ def test_mini_configs_and_scorer_with_traversal_and_budget() -> None:
     torch.set_num_threads(1)
     try:
         mini = load_mini()
-        configs = (DecodeConfig("R4", tree="static:[[0],[1],[0,0],[0,1],[0,0,0]]", rule="r4"),
-                   DecodeConfig("R4 budget SJD", tree="jacobi:3", rule="r4", boost="budget:tv=0.05,k=8"),
-                   DecodeConfig("R2 budget", tree="chain:3", rule="r2", boost="budget:tv=0.05,k=8"))
+        configs = (DecodeConfig("R4", tree="static:[[0],[1],[0,0],[0,1],[0,0,0]]", verification="r4"),
+                   DecodeConfig("R4 budget SJD", tree="jacobi:3", verification="r4+budget:tv=0.05,k=8"),
+                   DecodeConfig("R2 budget", tree="chain:3", verification="r2+budget:tv=0.05,k=8"))
         for config in configs:
-            b = config.boosting
+            b = config.verification.boost
             steps = Steps()
             scorer = StepScorer(mini, config, steps)
             result = make_decoder(mini, config).generate(3, seed=0, sequence=0, trace=scorer)
@@ -205,29 +206,28 @@ def test_mini_configs_and_scorer_with_traversal_and_budget() -> None:
             assert len(spec) == len(scorer.expected) > 0
             for s, e, tv in zip(spec, scorer.expected, scorer.tv, strict=True):
                 p, q = rows(s, Sampling())
-                if config.rule == "r4":
+                if config.verification.oracle is Oracle.TRAVERSAL:
                     want = traversal_ends(s.tree, p, q, boost=b, neighbours=nb)
                     assert (e, tv) == (want.tokens, want.tv_bound)
                 else:
                     ends, bound = budget_r2_step_ends(s.tree, p, q, boost=b, neighbours=nb)
                     assert (e, tv) == (expected_tokens(s.tree, ends), bound)
-        assert configs[1].describe() == "jacobi:3 r4 budget:tv=0.05,k=8"
+        assert configs[1].describe() == "jacobi:3 r4+budget:tv=0.05,k=8"
     finally:
         torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"rule": "r4"}, "AR sampling has none"),
-    ({"rule": "r4", "tree": "eagle2:3,2,8"}, "rule r4 verifies children drawn from q without replacement"),
-    ({"rule": "r2", "tree": "eagle2:3,2,8", "boost": "budget:tv=0.1,k=4"}, "ranks its children"),
-    ({"rule": "r1", "tree": "chain:3", "boost": "budget:tv=0.1,k=4"},
-     "needs rule r2 or r4, got rule 'r1'"),
-    ({"rule": "r4", "tree": "chain:3", "relax": "additive:k=4,delta=0.1"},
-     "r4 .* takes no LANTERN relaxation"),
-    ({"rule": "r2", "tree": "chain:3", "relax": "additive:k=4,delta=0.1", "boost": "budget:tv=0.1,k=4"},
-     "takes no LANTERN relaxation"),
-    ({"rule": "r1", "tree": "jacobi:3"}, "needs rule r2 or r4"),
-    ({"rule": "r4", "tree": "chain:3", "boost": "budget:tv=1.5,k=4"}, "budget tv must be in"),
+    ({"verification": "r4"}, "AR sampling has none"),
+    ({"verification": "r4", "tree": "eagle2:3,2,8"},
+     "rule r4 verifies children drawn from q without replacement"),
+    ({"verification": "r2+budget:tv=0.1,k=4", "tree": "eagle2:3,2,8"}, "ranks its children"),
+    ({"verification": "r1+budget:tv=0.1,k=4", "tree": "chain:3"}, "needs rule r2 or r4, got rule 'r1'"),
+    ({"verification": "r4+lantern:k=4,delta=0.1", "tree": "chain:3"}, "r4 .* takes no LANTERN relaxation"),
+    ({"verification": "r1", "tree": "jacobi:3"}, "needs rule r2 or r4"),
+    ({"verification": "r4+budget:tv=1.5,k=4", "tree": "chain:3"}, "budget tv must be in"),
+    ({"verification": "r4+budget:delta=0.1,k=4", "tree": "chain:3"},
+     r"budget takes \(.tv., .k.\)"),
 ])
 def test_decode_config_errors(kwargs, message) -> None:
     with pytest.raises(ValueError, match=message):
@@ -239,11 +239,13 @@ def test_bad_traversal_and_budget_settings_are_named(tmp_path, models) -> None:
     target = models[0]
 
     def settings(rule: str, boost: str = "none", relax: Relax = Relax.none()) -> DecodeSettings:
-        return DecodeSettings(rule=rule, relax=relax, cfg_scale=CFG, target_sampling=SAMPLING,
-                              draft_sampling=SAMPLING, boost=Boost.parse(boost))
+        return DecodeSettings(Verification(rule, relax, boost=Boost.parse(boost)), cfg_scale=CFG,
+                              target_sampling=SAMPLING, draft_sampling=SAMPLING)
 
     with pytest.raises(ValueError, match="takes no LANTERN relaxation"):
         settings("r4", relax=Relax.additive(3, 0.1))
+    with pytest.raises(ValueError, match="r2\\+lantern:k=3': relaxation 'additive:k=3' needs delta"):
+        DecodeSettings("r2+lantern:k=3")  # a spec string is parsed (and checked) when the settings are built
     with pytest.raises(ValueError, match="needs rule r2 or r4, got rule 'r3'"):
         settings("r3", "budget:tv=0.1,k=3")
     with pytest.raises(ValueError, match="AR sampling has none"):
@@ -269,41 +271,40 @@ def test_bad_traversal_and_budget_settings_are_named(tmp_path, models) -> None:
         sample_window_step(p, np.array([1, 2]), p[:2], np.zeros(3), np.zeros(3), rule="r4")
     capture_trace(dec, tmp_path / "v", [0], neighbours=NB)
     (tmp_path / "v" / "neighbours.npy").unlink()
-    with pytest.raises(ValueError, match="boosts with budget:tv=0.1,k=3 but has no neighbours.npy"):
+    with pytest.raises(ValueError, match="verifies with r4\\+budget:tv=0.1,k=3 but has no neighbours.npy"):
         read_trace(tmp_path / "v")
 
 
 # ------------------------------------------------------------------ relaxspec generate / replay / rescore
 @pytest.mark.parametrize("extra", [
-    ["--tree", "static:[[0],[1],[0,0]]", "--rule", "r4"],
-    ["--tree", "static:[[0],[1],[0,0]]", "--rule", "r2", "--boost", "budget:tv=0.1,k=3"],
-    ["--tree", "jacobi:3", "--rule", "r4", "--boost", "budget:tv=0.1,k=3"],
+    ["--tree", "static:[[0],[1],[0,0]]", "--verification", "r4"],
+    ["--tree", "static:[[0],[1],[0,0]]", "--verification", "r2+budget:tv=0.1,k=3"],
+    ["--tree", "jacobi:3", "--verification", "r4+budget:tv=0.1,k=3"],
 ])
 def test_generate_records_and_replays(tmp_path, ckpts, capsys, extra) -> None:  # noqa: F811
     out = tmp_path / "run"
     assert main(generate(ckpts, out, "--trace", *extra)) == 0
     h: TraceHeader = read_trace(out / "trace").header
-    assert h.rule == extra[extra.index("--rule") + 1]
-    assert h.boost == (extra[extra.index("--boost") + 1] if "--boost" in extra else "none")
+    assert str(h.verification) == extra[extra.index("--verification") + 1]
     capsys.readouterr()
     assert main(["replay", str(out / "trace"), "--require-simulate"]) == 0
     assert "0 mismatches" in capsys.readouterr().out
     if "static:[[0],[1],[0,0]]" in extra:
-        assert main(["rescore", str(out / "trace"), "--rule", "r4"]) == 0
-        assert "rule r4 relax none" in capsys.readouterr().out
+        assert main(["rescore", str(out / "trace"), "--verification", "r4"]) == 0
+        assert "verification r4:" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--tree", "ar", "--rule", "r4"],
+    (["--tree", "ar", "--verification", "r4"],
      "--tree ar: rule r4 verifies sampled drafts by traversal: AR sampling has none"),
-    (["--tree", "static:[[0]]", "--rule", "r4", "--relax", "additive:k=3,delta=0.1"],
+    (["--tree", "static:[[0]]", "--verification", "r4+lantern:k=3,delta=0.1"],
      "takes no LANTERN relaxation"),
-    (["--tree", "static:[[0]]", "--rule", "r1", "--boost", "budget:tv=0.1,k=3"],
+    (["--tree", "static:[[0]]", "--verification", "r1+budget:tv=0.1,k=3"],
      "needs rule r2 or r4, got rule 'r1'"),
-    (["--tree", "static:[[0]]", "--rule", "r4", "--boost", "budget:tv=0.1"], "needs k"),
-    (["--tree", "eagle2:3,2,8", "--rule", "r4"],
+    (["--tree", "static:[[0]]", "--verification", "r4+budget:tv=0.1"], "needs k"),
+    (["--tree", "eagle2:3,2,8", "--verification", "r4"],
      "rule r4 verifies children drawn from q without replacement"),
-    (["--tree", "static:[[0]]", "--rule", "r4", "--boost", "budget:tv=0.1,k=9"],
+    (["--tree", "static:[[0]]", "--verification", "r4+budget:tv=0.1,k=9"],
      "reads k=9 neighbours but the table has only 7 columns"),
 ])
 def test_generate_errors_are_one_line(tmp_path, ckpts, capsys, extra, message) -> None:  # noqa: F811
@@ -313,8 +314,8 @@ def test_generate_errors_are_one_line(tmp_path, ckpts, capsys, extra, message) -
 
 
 def test_rescore_r4_needs_drawn_children(tmp_path, models, capsys) -> None:
-    st = DecodeSettings(rule="r1", cfg_scale=CFG, target_sampling=SAMPLING, draft_sampling=SAMPLING)
+    st = DecodeSettings("r1", cfg_scale=CFG, target_sampling=SAMPLING, draft_sampling=SAMPLING)
     dec = Decoder(models[0], st, drafter=GPTDraftSession(models[1]), policy=Eagle2Tree(3, 2, 8))
     capture_trace(dec, tmp_path / "t", [0])
-    assert main(["rescore", str(tmp_path / "t"), "--rule", "r4"]) == 2
+    assert main(["rescore", str(tmp_path / "t"), "--verification", "r4"]) == 2
     assert "rule r4 verifies drafts sampled from q without replacement" in capsys.readouterr().err

@@ -8,14 +8,23 @@ import pandas as pd
 import pytest
 
 from relaxspec.cli import main
-from relaxspec.results import COLUMNS, INTEGER_COLUMNS, TEXT_COLUMNS, column_types, load, read_results, save
+from relaxspec.results import (
+    COLUMNS,
+    INTEGER_COLUMNS,
+    TEXT_COLUMNS,
+    VIEW_COLUMNS,
+    column_types,
+    load,
+    read_results,
+    save,
+)
 from relaxspec.sweep import SweepConfig, run_sweep
 
 GRID = {
     "worlds": ["ambiguous"],
     "trees": ["chain:3", "eagle2:4,2,12"],
-    "rules": ["r1", "r3"],
-    "relaxations": ["none", "additive:k=50,delta=0.2", "multiplicative:k=50,lam=2"],
+    "verifications": [f"{rule}{method}" for rule in ("r1", "r3")
+                      for method in ("", "+lantern:k=50,delta=0.2", "+lantern++:k=50,lam=2")],
     "n_sequences": 2,
     "seq_len": 16,
     "seed": 1,
@@ -33,8 +42,8 @@ def csv_path(tmp_path_factory):
 
 def test_a_results_csv_loads_with_typed_columns(csv_path) -> None:
     frame = load(csv_path)
-    assert list(frame.columns) == COLUMNS and len(frame) == 12
-    assert {c: str(t) for c, t in frame.dtypes.items()} == column_types()
+    assert list(frame.columns) == COLUMNS + list(VIEW_COLUMNS) and len(frame) == 12
+    assert {c: str(t) for c, t in frame.dtypes.items()} == {**column_types(), **VIEW_COLUMNS}
     assert all(isinstance(frame.dtypes[c], pd.StringDtype) for c in TEXT_COLUMNS)
     assert all(frame.dtypes[c] == np.int64 for c in INTEGER_COLUMNS)
     # the same values read_results gives, row for row (NaN where the simulator bounds no TV: rule r3)
@@ -72,9 +81,9 @@ def test_bad_files_and_frames_are_value_errors_naming_them(csv_path, tmp_path) -
     frame.drop(columns=["seed"]).to_parquet(tmp_path / "short.parquet")
     with pytest.raises(ValueError, match=r"short.parquet is not a results table: it lacks .*'seed'"):
         load(tmp_path / "short.parquet")
-    bad = frame.astype({"k": "float64"})
-    bad.loc[0, "k"] = 2.5
-    with pytest.raises(ValueError, match="column k holds a value that is not an integer"):
+    bad = frame.astype({"seed": "float64"})
+    bad.loc[0, "seed"] = 2.5
+    with pytest.raises(ValueError, match="column seed holds a value that is not an integer"):
         save(bad, tmp_path / "bad.parquet")
     with pytest.raises(ValueError, match="must end in .parquet or .pq"):
         save(frame, tmp_path / "results.csv")

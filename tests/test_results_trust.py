@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 import relaxspec.results as results_mod
+import relaxspec.results_lock as results_lock
 from relaxspec.core.trees.spec import parse_tree
 from relaxspec.results import COLUMNS, config_key, load, read_results, result_row, save, settings_text
 from relaxspec.simulate.engine import run
@@ -21,8 +22,7 @@ from relaxspec.sweep import SweepConfig, jobs, run_sweep
 GRID = {
     "worlds": ["ambiguous"],
     "trees": ["chain:3"],
-    "rules": ["r1"],
-    "relaxations": ["none", "additive:k=50,delta=0.2"],
+    "verifications": ["r1", "r1+lantern:k=50,delta=0.2"],
     "n_sequences": 2,
     "seq_len": 16,
     "seed": 1,
@@ -80,8 +80,7 @@ def test_sequoia_and_cost_settings_key_the_rows_they_change():
 
 def test_every_configuration_column_changes_the_key():
     row = next(j.row_config(SweepConfig.from_dict(GRID)) for j in jobs(SweepConfig.from_dict(GRID)))
-    changed = {"world": "confident", "tree": "chain:4", "rule": "r2", "variant": "official",
-               "relax": "additive", "k": 7, "delta": 0.3, "lam": 3.0, "boost": "gsd:G=10,tau=0.15,dist=0.5",
+    changed = {"world": "confident", "tree": "chain:4", "verification": "r1+lantern:k=50,delta=0.2/official",
                "temperature": 0.5, "n_sequences": 3, "seq_len": 17, "seed": 2,
                "settings": settings_text({"sequoia": {"width": 4}})}
     assert set(changed) == set(results_mod.CONFIG_COLUMNS)
@@ -91,12 +90,12 @@ def test_every_configuration_column_changes_the_key():
 
 def test_measures_keep_full_float64_precision(tmp_path):
     world = LatentWorld.preset("ambiguous", vocab_size=300, n_clusters=20)
-    res = run(world, parse_tree("chain:3"), rule="r1", n_sequences=3, seq_len=16, seed=1)
+    res = run(world, parse_tree("chain:3"), "r1", n_sequences=3, seq_len=16, seed=1)
     summary = res.summary()
     # the test means something: a measure that 6 significant digits would round
     assert any(float(f"{v:.6g}") != v for v in summary.values() if np.isfinite(v))
     out = tmp_path / "results.csv"
-    results_mod.append_line(out, results_mod.csv_line(None) + results_mod.csv_line(
+    results_lock.append_line(out, results_mod.csv_line(None) + results_mod.csv_line(
         result_row(res, "ambiguous", "chain:3", settings_text({}))))
     frame = load(out)
     for name, value in summary.items():
@@ -108,14 +107,20 @@ def test_measures_keep_full_float64_precision(tmp_path):
     assert back["mean_tokens_per_step"].iloc[0] == summary["mean_tokens_per_step"]
 
 
-@pytest.mark.parametrize("header", [
-    [c for c in COLUMNS if c not in ("boost", "settings")],  # before boosts
-    [c for c in COLUMNS if c != "settings"],  # before the settings column
+OLD_COLUMNS = ["world", "tree", "rule", "variant", "relax", "k", "delta", "lam", "boost", "temperature",
+               "n_sequences", "seq_len", "seed", "settings", *COLUMNS[COLUMNS.index("settings") + 1:]]
+"""The layout of the 0.1 releases before issue 27: the verification in seven columns."""
+
+
+@pytest.mark.parametrize("header, match", [
+    ([c for c in COLUMNS if c != "settings"], r"is not a results CSV \(its first line is not"),
+    ([c for c in OLD_COLUMNS if c not in ("boost", "settings")], "was written by an older relaxspec"),
+    (OLD_COLUMNS, "was written by an older relaxspec"),
 ])
-def test_a_file_with_an_older_header_is_not_a_results_csv_and_is_left_as_it_is(tmp_path, header):
+def test_a_file_with_an_older_header_is_refused_and_left_as_it_is(tmp_path, header, match):
     path = tmp_path / "old.csv"
     row = {c: "1" for c in header}
-    row.update(world="ambiguous", tree="chain:3", rule="r1", variant="principled", relax="none")
+    row.update(world="ambiguous", tree="chain:3")
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=header)
         w.writeheader()
@@ -123,16 +128,21 @@ def test_a_file_with_an_older_header_is_not_a_results_csv_and_is_left_as_it_is(t
     data = path.read_bytes()
     for call in (read_results, load, results_mod.drop_torn_tail,
                  lambda p: run_sweep(SweepConfig.from_dict(GRID), p, progress=False)):
-        with pytest.raises(ValueError, match=rf"^{path} is not a results CSV \(its first line is not"):
+        with pytest.raises(ValueError, match=rf"^{path} {match}") as err:
             call(path)
+        assert "\n" not in str(err.value)
         assert path.read_bytes() == data
+    frame = pd.DataFrame([{c: 1.0 for c in OLD_COLUMNS}]).astype({"rule": str})
+    frame.to_parquet(tmp_path / "old.parquet")
+    with pytest.raises(ValueError, match="old.parquet was written by an older relaxspec"):
+        load(tmp_path / "old.parquet")
     assert not hasattr(results_mod, "LEGACY_COLUMNS") and not hasattr(results_mod, "add_boost_column")
-    assert not hasattr(results_mod.ResultsLock, "replace")
+    assert not hasattr(results_lock.ResultsLock, "replace")
 
 
 def test_a_bad_settings_value_is_named_in_a_csv_and_in_parquet(tmp_path):
     out = tmp_path / "results.csv"
-    run_sweep(SweepConfig.from_dict({**GRID, "relaxations": ["none"]}), out, progress=False)
+    run_sweep(SweepConfig.from_dict({**GRID, "verifications": ["r1"]}), out, progress=False)
     good = load(out)
     spaced = '{"world_overrides": {"n_clusters": 20, "vocab_size": 300}}'  # not canonical: keys would differ
     out.write_text(out.read_text().replace('{""world_overrides"":{""n_clusters"":20,""vocab_size"":300}}',
@@ -143,3 +153,26 @@ def test_a_bad_settings_value_is_named_in_a_csv_and_in_parquet(tmp_path):
     good.assign(settings="oops").to_parquet(tmp_path / "bad.parquet")
     with pytest.raises(ValueError, match=r"bad.parquet, row 0: column settings holds 'oops'"):
         load(tmp_path / "bad.parquet")
+
+
+def test_the_verification_column_is_one_canonical_spec_with_typed_views(tmp_path):
+    """Issue 27: one ``verification`` column (``str(v)``), checked canonical as it is read (one verification,
+    one resume key); ``load`` derives typed views of it that ``save`` does not store."""
+    out = tmp_path / "results.csv"
+    run_sweep(SweepConfig.from_dict({**GRID, "verifications": ["lantern:k=50,delta=0.2", "pointmass"]}), out,
+              progress=False)
+    frame = load(out)
+    assert list(frame["verification"]) == ["r1+lantern:k=50,delta=0.2", "r1"]
+    assert list(frame.columns) == COLUMNS + list(results_mod.VIEW_COLUMNS)
+    assert frame[["rule", "relax", "k", "delta", "lam", "boost"]].to_dict("records") == [
+        {"rule": "r1", "relax": "additive", "k": 50, "delta": 0.2, "lam": 1.0, "boost": "none"},
+        {"rule": "r1", "relax": "none", "k": 0, "delta": 0.0, "lam": 1.0, "boost": "none"}]
+    assert frame["k"].dtype == "int64" and frame["rule"].dtype == "string"
+    assert list(pd.read_parquet(save(frame, tmp_path / "r.parquet")).columns) == COLUMNS
+    text = out.read_text()
+    canonical = "column verification holds 'lantern:k=50,delta=0.2', not its canonical form 'r1\\+lantern"
+    for bad, match in (("lantern:k=50,delta=0.2", canonical),
+                       ("r1+gsd:G=10", "column verification holds 'r1\\+gsd:G=10': verification")):
+        out.write_text(text.replace("r1+lantern:k=50,delta=0.2", bad))
+        with pytest.raises(ValueError, match=rf"{out}, line 2: not a results row \({match}"):
+            load(out)

@@ -17,8 +17,7 @@ pytestmark = pytest.mark.usefixtures("simulator_kernels")
 CONFIG = """
 worlds = ["ambiguous"]
 trees = ["chain:3", "eagle2:4,2,12", "sequoia:6,3"]
-rules = ["r1", "r2"]
-relaxations = ["none", "additive:k=50,delta=0.2"]
+verifications = ["r1", "r1+lantern:k=50,delta=0.2", "r2", "r2+lantern:k=50,delta=0.2"]
 n_sequences = 2
 seq_len = 16
 seed = 1
@@ -32,12 +31,13 @@ seq_len = 8
 """
 
 
-@pytest.mark.filterwarnings("ignore:sweep. skipped rule r2")
+@pytest.mark.filterwarnings("ignore:sweep. skipped r2")
 def test_sweep_resumes_and_plots(tmp_path, capsys):
     cfg = tmp_path / "grid.toml"
     cfg.write_text(CONFIG)
     out = tmp_path / "results.csv"
-    with pytest.warns(UserWarning, match="skipped rule r2 on eagle2:4,2,12: R2 verifies drafts sampled"):
+    with pytest.warns(UserWarning,
+                      match="skipped r2 on eagle2:4,2,12: rule r2 verifies children drawn from q"):
         assert main(["simulate", str(cfg), "--results", str(out), "--no-progress"]) == 0
     with open(out, newline="") as f:
         rows = list(csv.DictReader(f))
@@ -71,11 +71,13 @@ def test_sweep_resumes_and_plots(tmp_path, capsys):
     ('worlds = ["foggy"]\ntrees = ["chain:2"]', "unknown world"),
     ('worlds = ["ambiguous"]\ntrees = ["oak:2"]', "unknown tree kind"),
     ('worlds = ["ambiguous"]\ntrees = ["eagle2:1,2"]', "needs 3"),
-    ('worlds = ["ambiguous"]\ntrees = ["chain:2"]\nrelaxations = ["additive:k=5"]', "needs delta"),
+    ('worlds = ["ambiguous"]\ntrees = ["chain:2"]\nverifications = ["lantern:k=5"]', "needs delta"),
     ('worlds = ["ambiguous"]\ntrees = ["chain:2"]\nn_sequences = 0', "positive integer"),
-    ('worlds = ["ambiguous"]\ntrees = ["chain:2"]\nrules = ["r7"]', "unknown rule"),
+    ('worlds = ["ambiguous"]\ntrees = ["chain:2"]\nverifications = ["r7"]', "unknown rule or method 'r7'"),
+    ('worlds = ["ambiguous"]\ntrees = ["chain:2"]\nrules = ["r1"]', "rules: a verification is one value now"),
     ('worlds = ["ambiguous"\n', "not valid TOML"),
-    ('worlds = ["ambiguous"]\ntrees = ["eagle2:10,4,59"]\nrules = ["r2"]', "needs a static tree"),
+    ('worlds = ["ambiguous"]\ntrees = ["eagle2:10,4,59"]\nverifications = ["r2"]',
+     "use a static or Sequoia tree"),
     ('worlds = ["ambiguous"]\ntrees = ["chain:100000"]', "at most 2048"),
     ('worlds = ["ambiguous"]\ntrees = ["eagle2:10,-1,59"]', r"depth D must be an integer in \[0, 64\]"),
     ('worlds = ["ambiguous"]\ntrees = ["chain:2"]\n[world_overrides]\nbeta = "x"',

@@ -21,8 +21,10 @@ from relaxspec.demo import (
 )
 from relaxspec.mini.demo import DEMO_NAMES, QUALITY_COMMAND, committed_quality, fd_lines, lossless_twin
 from relaxspec.mini.quality import QUALITY_CONFIGS
-from relaxspec.results import COLUMNS, config_key
+from relaxspec.results import COLUMNS, VIEW_COLUMNS, config_key, verification_view
 from relaxspec.sweep import jobs
+from relaxspec.theory.relax import Relax
+from relaxspec.theory.verification import Verification
 
 DDD = DEMO_CONFIG["trees"][2]
 RELAXATIONS = [("none", 0.0, 1.0), *(("additive", d, 1.0) for d in (0.05, 0.1, 0.2, 0.4)),
@@ -31,9 +33,12 @@ RELAXATIONS = [("none", 0.0, 1.0), *(("additive", d, 1.0) for d in (0.05, 0.1, 0
 
 def row(world: str, tree: str, relax: tuple[str, float, float], tokens: float, se: float = 0.05,
         rule: str = "r1") -> dict:
-    """A results row as read_results returns it (numbers as float)."""
+    """A results row as ``load(...).to_dict("records")`` gives it: the stored columns and the verification's
+    views."""
     kind, delta, lam = relax
-    r = {"world": world, "tree": tree, "rule": rule, "variant": "principled", "relax": kind,
+    v = Verification(rule, Relax(kind, 0 if kind == "none" else 1000, delta, lam))
+    r = {"world": world, "tree": tree, "verification": str(v), "rule": rule, "variant": "principled",
+         "relax": kind,
          "k": 0.0 if kind == "none" else 1000.0, "delta": delta, "lam": lam, "boost": "none",
          "temperature": 1.0, "n_sequences": 4.0, "seq_len": 128.0, "seed": 0.0, "settings": "{}",
          "mean_tokens_per_step": tokens, "se_tokens_per_step": se, "mean_accepted_depth": tokens - 1.0,
@@ -41,7 +46,8 @@ def row(world: str, tree: str, relax: tuple[str, float, float], tokens: float, s
          "draft_calls_per_step": 5.0,
          "tv_bound_per_token": 0.0 if kind == "none" else (math.nan if rule == "r2" else 0.1),
          "tv_bound_per_sequence": 0.0, "seconds": 1.0}
-    assert set(r) == set(COLUMNS)
+    assert set(r) == set(COLUMNS) | set(VIEW_COLUMNS)
+    assert all(r[c] == value for c, value in verification_view(r["verification"]).items())
     return r
 
 
@@ -159,8 +165,8 @@ def test_demo_grids_keep_the_r1_rows_and_add_r2_on_the_static_tree():
     r1, r2 = demo_configs()
     r1_keys = {config_key(j.row_config(r1)) for j in jobs(r1)}
     r2_jobs = list(jobs(r2))
-    assert len(r1_keys) == 2 * 7 * 8 and {j.rule for j in jobs(r1)} == {"r1"}
-    assert len(r2_jobs) == 2 * 8 and {(j.tree, j.rule) for j in r2_jobs} == {(STATIC_TREE, "r2")}
+    assert len(r1_keys) == 2 * 7 * 8 and {j.verification.rule for j in jobs(r1)} == {"r1"}
+    assert len(r2_jobs) == 2 * 8 and {(j.tree, j.verification.rule) for j in r2_jobs} == {(STATIC_TREE, "r2")}
     assert not r1_keys & {config_key(j.row_config(r2)) for j in r2_jobs}
     # same sizes and seed: the R2 rows compare with the R1 rows
     assert (r2.n_sequences, r2.seq_len, r2.seed) == (r1.n_sequences, r1.seq_len, r1.seed) == (4, 128, 0)

@@ -10,6 +10,7 @@ from relaxspec.simulate.engine import STEP_FIELDS, run
 from relaxspec.simulate.worlds import LatentWorld, StationaryWorld
 from relaxspec.theory import Relax, Tree
 from relaxspec.theory.tree import choices_to_parents, expected_tokens_per_step
+from relaxspec.theory.verification import Verification
 
 
 @pytest.fixture(scope="module")
@@ -33,10 +34,10 @@ CASES = [  # (tree, rule, relax, variant, exact_expectations)
 
 @pytest.mark.parametrize("tree,rule,relax,variant,exact", CASES, ids=lambda c: str(c))
 def test_numba_run_matches_numpy_oracle(small_world, tree, rule, relax, variant, exact):
-    kw = dict(rule=rule, relax=relax, variant=variant, n_sequences=2, seq_len=24, seed=4,
-              exact_expectations=exact)
-    a = run(small_world, tree, **kw)
-    b = run(small_world, tree, backend="numpy", **kw)
+    v = Verification(rule, relax, variant)
+    kw = dict(n_sequences=2, seq_len=24, seed=4, exact_expectations=exact)
+    a = run(small_world, tree, v, **kw)
+    b = run(small_world, tree, v, backend="numpy", **kw)
     for f in STEP_FIELDS:
         np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f)
     np.testing.assert_allclose(a.token_tv, b.token_tv, rtol=1e-7, atol=1e-12)
@@ -47,10 +48,11 @@ def test_numba_run_matches_numpy_oracle(small_world, tree, rule, relax, variant,
 
 def test_thread_count_invariance(small_world):
     tree = Eagle2Tree(6, 3, 30)
-    kw = dict(rule="r1", relax=Relax.additive(40, 0.2), n_sequences=6, seq_len=32, seed=9)
-    one = run(small_world, tree, threads=1, **kw)
-    two = run(small_world, tree, threads=2, **kw)
-    both = run(small_world, tree, threads=2, exact_expectations=True, **kw)
+    kw = dict(n_sequences=6, seq_len=32, seed=9)
+    v = "r1+lantern:k=40,delta=0.2"
+    one = run(small_world, tree, v, threads=1, **kw)
+    two = run(small_world, tree, v, threads=2, **kw)
+    both = run(small_world, tree, v, threads=2, exact_expectations=True, **kw)
     for f in (*STEP_FIELDS, "token_tv", "expected_tokens", "expected_tv", "sequence"):
         np.testing.assert_array_equal(getattr(one, f), getattr(two, f), err_msg=f)
     for f in (*STEP_FIELDS, "token_tv", "sequence"):  # the expectations change no outcome
@@ -71,7 +73,7 @@ def test_simulated_tokens_agree_with_theory(small_world, rule, relax, tree):
     of 1.2e-7 < 1e-6. So is token_tv_t - expected_tv_t (the TV of the deciding nodes, read on the
     path, against its expectation over the whole tree). R3 is deterministic: they agree exactly.
     """
-    res = run(small_world, tree, rule=rule, relax=relax, n_sequences=24, seq_len=64, seed=2,
+    res = run(small_world, tree, Verification(rule=rule, relax=relax), n_sequences=24, seq_len=64, seed=2,
               exact_expectations=True)
     diff = res.mean_tokens_per_step - res.mean_expected_tokens
     if rule == "r3":
@@ -107,7 +109,7 @@ def test_stationary_world_matches_expected_tokens_per_step():
     for relax in (Relax.none(), Relax.additive(10, 0.1)):
         want = expected_tokens_per_step(tree, np.tile(p, (tree.size, 1)), rule="r1", relax=relax,
                                         neighbours=nb)
-        res = run(world, policy, rule="r1", relax=relax, n_sequences=32, seq_len=128, seed=1,
+        res = run(world, policy, Verification(rule="r1", relax=relax), n_sequences=32, seq_len=128, seed=1,
                   exact_expectations=True)
         np.testing.assert_allclose(res.expected_tokens, want, rtol=1e-12)
         se = res.tokens.std(ddof=1) / np.sqrt(res.n_steps)
@@ -115,7 +117,8 @@ def test_stationary_world_matches_expected_tokens_per_step():
 
 
 def test_sim_result_summaries(small_world):
-    res = run(small_world, StaticTree.chain(3), rule="r1", relax=Relax.additive(40, 0.2), n_sequences=3,
+    res = run(small_world, StaticTree.chain(3), Verification(rule="r1", relax=Relax.additive(40, 0.2)),
+              n_sequences=3,
               seq_len=20, seed=0)
     assert res.n_steps == res.tokens.size == res.token_tv.size == res.expected_tv.size
     assert np.all(res.tokens == res.accepted_depth + 1)
@@ -135,34 +138,52 @@ def test_sim_result_summaries(small_world):
 def test_run_rejects_bad_input(small_world):
     tree = StaticTree.chain(2)
     with pytest.raises(ValueError, match="n_sequences"):
-        run(small_world, tree, rule="r1", n_sequences=0)
+        run(small_world, tree, "r1", n_sequences=0)
     with pytest.raises(ValueError, match="temperature"):
-        run(small_world, tree, rule="r1", n_sequences=1, temperature=0.0)
+        run(small_world, tree, "r1", n_sequences=1, temperature=0.0)
     with pytest.raises(ValueError, match="use a static or Sequoia tree"):
-        run(small_world, Eagle2Tree(), rule="r2", n_sequences=1)
+        run(small_world, Eagle2Tree(), "r2", n_sequences=1)
     with pytest.raises(ValueError, match="unknown rule"):
-        run(small_world, tree, rule="r9", n_sequences=1)
+        run(small_world, tree, "r9", n_sequences=1)
     with pytest.raises(ValueError, match="tree policy"):
-        run(small_world, "chain", rule="r1", n_sequences=1)
+        run(small_world, "chain", "r1", n_sequences=1)
     with pytest.raises(ValueError, match="threads"):
-        run(small_world, tree, rule="r1", n_sequences=1, threads=10_000)
+        run(small_world, tree, "r1", n_sequences=1, threads=10_000)
     with pytest.raises(ValueError, match="neighbour table"):
-        run(StationaryWorld(np.full(4, 0.25), np.full(4, 0.25)), tree, rule="r1",
-            relax=Relax.additive(2, 0.1), n_sequences=1)
+        run(StationaryWorld(np.full(4, 0.25), np.full(4, 0.25)), tree, "r1+lantern:k=2,delta=0.1",
+            n_sequences=1)
 
 
 def test_to_frame(small_world):
     """SimResult.to_frame(): one row per step with what ran beside it, or one summary row (issue 27)."""
-    res = run(small_world, Eagle2Tree(6, 3, 30), rule="r1", relax=Relax.additive(40, 0.2), n_sequences=2,
-              seq_len=16, seed=3)
+    res = run(small_world, Eagle2Tree(6, 3, 30), "r1+lantern:k=40,delta=0.2", n_sequences=2, seq_len=16,
+              seed=3)
     steps = res.to_frame()
     assert len(steps) == res.n_steps
     assert list(steps.columns[-len(res.STEP_COLUMNS):]) == list(res.STEP_COLUMNS)
     np.testing.assert_array_equal(steps["tokens"].to_numpy(), res.tokens)
     assert steps["sequence"].max() == 1 and steps["tokens"].sum() >= 2 * 16
-    assert set(steps["relax"]) == {"additive:k=40,delta=0.2"} and set(steps["tree"]) == {res.tree}
+    assert set(steps["verification"]) == {"r1+lantern:k=40,delta=0.2"} and set(steps["tree"]) == {res.tree}
+    assert res.verification == Verification("r1", Relax.additive(40, 0.2))
     one = res.to_frame(per="run")
     assert len(one) == 1 and one["mean_tokens_per_step"].iloc[0] == res.mean_tokens_per_step
     assert one["tv_bound_per_token"].iloc[0] == res.tv_bound_per_token
     with pytest.raises(ValueError, match="per must be"):
         res.to_frame(per="sequence")
+
+
+def test_run_takes_one_verification_as_a_value_or_its_spec(small_world):
+    """Issue 27: ``run(world, tree, verification)``; a spec string parses with ``Verification.parse`` (aliases
+    too), the result holds the value, and the loose rule/relax/variant/boost keywords are gone."""
+    tree = Eagle2Tree(6, 3, 30)
+    kw = dict(n_sequences=2, seq_len=16, seed=3)
+    value = run(small_world, tree, Verification("r1", Relax.additive(40, 0.2)), **kw)
+    spec = run(small_world, tree, "lantern:k=40,delta=0.2", **kw)
+    assert spec.verification == value.verification and str(spec.verification) == "r1+lantern:k=40,delta=0.2"
+    for f in (*STEP_FIELDS, "token_tv"):
+        np.testing.assert_array_equal(getattr(spec, f), getattr(value, f), err_msg=f)
+    assert run(small_world, tree, **kw).verification == Verification()  # r1, the default
+    with pytest.raises(ValueError, match=r"^verification 'r1\+gsd:G=3': .*needs rule r2 or r4"):
+        run(small_world, tree, "r1+gsd:G=3", **kw)
+    with pytest.raises(TypeError, match="rule"):
+        run(small_world, tree, rule="r1", **kw)

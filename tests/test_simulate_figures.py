@@ -11,6 +11,9 @@ import pytest
 from relaxspec.cli import main
 from relaxspec.figures import FigureData, LineKey, Panel, draw, line_styles, plan, plot_results, render
 from relaxspec.results import COLUMNS, read_results
+from relaxspec.theory.boost import Boost
+from relaxspec.theory.relax import Relax
+from relaxspec.theory.verification import Verification
 
 DEMO_TREES = ["eagle2:10,4,59", "static:naive_extend_57", "ddd:10,11,5/7/9,-0.3,60", "sequoia:57,8",
               "latent:10,4,59", "latent-walk:10,4,59", "sequoia-walk:57,8"]
@@ -21,15 +24,18 @@ RELAXATIONS = [("none", 0.0, 1.0), ("additive", 0.05, 1.0), ("additive", 0.4, 1.
 def row(tree: str = "eagle2:10,4,59", relax: str = "none", delta: float = 0.0, lam: float = 1.0, *,
         world: str = "ambiguous", rule: str = "r1", variant: str = "principled", temperature: float = 1.0,
         k: int | None = None, tokens: float | None = None, tree_depth: float = 3.0,
-        accepted: float | None = None, tv: float | None = None, seed: int = 0) -> dict:
-    """One results row; the numbers follow the relaxation unless given."""
+        accepted: float | None = None, tv: float | None = None, seed: int = 0, boost: str = "none") -> dict:
+    """One results row with its verification's views (as ``relaxspec.results.load`` gives them); the numbers
+    follow the relaxation unless given."""
     strength = delta + (lam - 1.0) / 20.0
     tokens = 1.5 + 4.0 * strength + (0.3 if temperature != 1.0 else 0.0) if tokens is None else tokens
     accepted = tokens - 1.0 if accepted is None else accepted
-    k = (0 if relax == "none" else 1000) if k is None else k
-    return {"world": world, "tree": tree, "rule": rule, "variant": variant, "relax": relax, "k": k,
+    k = 0 if relax == "none" else 1000 if k is None else k  # an exact test merges no neighbours: k = 0
+    verification = str(Verification(rule, Relax(relax, k, delta, lam), variant, Boost.parse(boost)))
+    return {"world": world, "tree": tree, "verification": verification, "rule": rule, "variant": variant,
+            "relax": relax, "k": k,
             "delta": delta, "lam": lam, "temperature": temperature, "n_sequences": 4, "seq_len": 128,
-            "seed": seed, "boost": "none", "settings": "{}", "mean_tokens_per_step": tokens,
+            "seed": seed, "boost": boost, "settings": "{}", "mean_tokens_per_step": tokens,
             "se_tokens_per_step": 0.05, "mean_accepted_depth": accepted, "mean_tree_depth": tree_depth,
             "mean_tree_size": 57, "draft_calls_per_step": 4,
             "tv_bound_per_token": (0.0 if relax == "none" else strength / 2) if tv is None else tv,
@@ -42,7 +48,7 @@ def grid(**kw) -> list[dict]:
 
 def write(path, rows: list[dict]):
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")  # the views are not stored
         w.writeheader()
         w.writerows(rows)
     return path
@@ -182,7 +188,7 @@ GSD, BUDGET = "gsd:G=10,tau=0.3,dist=1", "budget:tv=0.05,k=8"
 
 def boosted_rows() -> list[dict]:
     """Issue 26 item 15: one tree and rule, unboosted and with two boosts (relax none on every row)."""
-    return [{**row("sequoia:57,8", rule="r4", tokens=t, tv=tv), "boost": b}
+    return [row("sequoia:57,8", rule="r4", tokens=t, tv=tv, boost=b)
             for b, t, tv in (("none", 6.23, 0.0), (GSD, 6.70, 0.01), (BUDGET, 8.35, 0.05))]
 
 

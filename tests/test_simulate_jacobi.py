@@ -45,7 +45,8 @@ def decode(world, window: JacobiWindow, boost: Boost, *, n: int, seq_len: int, s
     emb = world.embedding() if boost.kind == "group" else None
     spec = Verification("r2", boost=boost).encode(world.vocab_size, emb=emb)
     out = _outputs(n, seq_len)
-    seqs = run_windows(world, window, spec, boost, out, seq_len=seq_len, temperature=1.0, seed=seed,
+    seqs = run_windows(world, window, spec, Verification("r2", boost=boost), out, seq_len=seq_len,
+                       temperature=1.0, seed=seed,
                        threads=threads, backend=backend, exact=exact)
     return out, seqs
 
@@ -165,9 +166,10 @@ def test_thread_count_changes_nothing() -> None:
 
 
 def test_run_dispatches_windows_and_records_them() -> None:
-    res = run(STATIONARY_64, parse_tree("jacobi:3,copy"), rule="r2", boost=Boost.depth([2.0]), n_sequences=3,
-              seq_len=40, seed=2, exact_expectations=True)
-    assert res.tree == "jacobi:3,copy" and str(res.boost) == "cool:omega=2" and res.rule == "r2"
+    res = run(STATIONARY_64, parse_tree("jacobi:3,copy"), "r2+cool:omega=2", n_sequences=3, seq_len=40,
+              seed=2,
+              exact_expectations=True)
+    assert res.tree == "jacobi:3,copy" and res.verification == Verification("r2", boost=Boost.depth([2.0]))
     assert np.all(res.tree_size == 3) and np.all(res.draft_calls == 0)
     assert np.array_equal(res.tokens, res.accepted_depth + 1) and res.tv_bound_per_token > 0
     assert np.all(np.isfinite(res.expected_tokens))
@@ -226,7 +228,8 @@ class _BareTrace(TraceWorld):
 def test_bad_runs_are_refused(kwargs: dict, match: str) -> None:
     args = {"world": STATIONARY_64, "rule": "r2", "relax": Relax.none(), "boost": Boost.none(), **kwargs}
     with pytest.raises(ValueError, match=match):
-        run(args.pop("world"), JacobiWindow(4), n_sequences=1, seq_len=8, **args)
+        world = args.pop("world")
+        run(world, JacobiWindow(4), Verification(**args), n_sequences=1, seq_len=8)
 
 
 def test_bad_windows_are_refused() -> None:
@@ -235,4 +238,4 @@ def test_bad_windows_are_refused() -> None:
         with pytest.raises(ValueError, match=match):
             JacobiWindow(window, fresh)
     with pytest.raises(ValueError, match="expected a JacobiWindow"):
-        check_jacobi_run(STATIONARY_64, parse_tree("chain:3"), "r2", Relax.none(), Boost.none())
+        check_jacobi_run(STATIONARY_64, parse_tree("chain:3"), Verification("r2"))

@@ -12,7 +12,6 @@ from relaxspec.core.trees.sequoia import SequoiaTree, sequoia_choices
 from relaxspec.simulate.acceptance import measure_positional_acceptance
 from relaxspec.simulate.policy_kernels import kernel_build, kernel_draft
 from relaxspec.simulate.worlds import LatentWorld, StationaryWorld
-from relaxspec.theory import Relax
 
 
 def level_counts(policy: StaticTree) -> list[int]:
@@ -163,13 +162,13 @@ def test_sequoia_tree_and_measurement():
     q = rng.dirichlet(np.full(V, 0.5))
     world = StationaryWorld(p, q)
     n_seq, seq_len, width = 64, 64, 5
-    a = measure_positional_acceptance(world, width=width, rule="r1", n_sequences=n_seq, seq_len=seq_len,
+    a = measure_positional_acceptance(world, "r1", width=width, n_sequences=n_seq, seq_len=seq_len,
                                       seed=3)
     # R1 exact: P(rank-i child accepted) = p(rank-i token of q), whatever the order (SPEC section 3)
     want = p[np.argsort(-q, kind="stable")[:width]]
     from relaxspec.simulate.engine import run
 
-    steps = run(world, StaticTree([[i] for i in range(width)]), rule="r1", n_sequences=n_seq, seq_len=seq_len,
+    steps = run(world, StaticTree([[i] for i in range(width)]), "r1", n_sequences=n_seq, seq_len=seq_len,
                 seed=3).n_steps
     se = np.sqrt(want * (1 - want) / steps)
     assert np.all(np.abs(a - want) <= 5.5 * se + 1e-12)  # two-sided normal tail 3.8e-8 per rank
@@ -177,5 +176,5 @@ def test_sequoia_tree_and_measurement():
     assert tree.n_nodes - 1 <= 12 and tree.template.depth <= 4
     with pytest.raises(ValueError, match="acceptance_vector"):
         SequoiaTree([1.5], 3, 2)
-    assert measure_positional_acceptance(world, width=2, rule="r1", relax=Relax.none(), n_sequences=2,
+    assert measure_positional_acceptance(world, "r1", width=2, n_sequences=2,
                                          seq_len=4).shape == (2,)

@@ -25,8 +25,7 @@ from relaxspec.sweep import SweepConfig, run_sweep
 GRID = {
     "worlds": ["ambiguous"],
     "trees": ["chain:3", "eagle2:4,2,12"],
-    "rules": ["r1"],
-    "relaxations": ["none", "additive:k=50,delta=0.2"],
+    "verifications": ["r1", "r1+lantern:k=50,delta=0.2"],
     "n_sequences": 2,
     "seq_len": 16,
     "seed": 1,
@@ -173,18 +172,20 @@ def test_the_largest_chain_is_built_in_linear_time():
 
 # ------------------------------------------------------------------ item 8: skipped combinations
 def test_r2_on_dynamic_trees_only_is_refused():
-    with pytest.raises(ValueError, match=r"r2.*eagle2:10,4,59.*static tree.*chain"):
-        SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["eagle2:10,4,59"], "rules": ["r2"]})
+    with pytest.raises(ValueError, match=r"skipped r2 on eagle2:10,4,59: rule r2 verifies children drawn "
+                                         r"from q.*use a static or Sequoia tree"):
+        SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["eagle2:10,4,59"], "verifications": ["r2"]})
 
 
 def test_an_empty_grid_is_refused():
-    with pytest.raises(ValueError, match="official.*identical to principled"):
-        SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["chain:2"], "variants": ["official"]})
+    with pytest.raises(ValueError, match=r"r1/official on chain:2: identical to r1 \(the official"):
+        SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["chain:2"],
+                               "verifications": ["r1/official"]})
 
 
 def test_skipped_combinations_are_named(tmp_path):
-    cfg = SweepConfig.from_dict({**GRID, "trees": ["chain:2", "eagle2:4,2,12"], "rules": ["r1", "r2"],
-                                 "relaxations": ["none"], "seq_len": 4})
+    cfg = SweepConfig.from_dict({**GRID, "trees": ["chain:2", "eagle2:4,2,12"], "verifications": ["r1", "r2"],
+                                 "seq_len": 4})
     assert any("r2" in s and "eagle2:4,2,12" in s for s in cfg.skipped())
     with pytest.warns(UserWarning, match=r"skipped.*r2.*eagle2:4,2,12"):
         rows = run_sweep(cfg, tmp_path / "r.csv", progress=False)
@@ -226,7 +227,10 @@ def test_eagle2_depth_error_from_the_api():
     ({"seed": "0"}, r"seed must be an integer in \[0, "),
     ({"threads": 10**6}, r"threads must be in \[1, "),
     ({"temperatures": ["hot"]}, "temperatures must be a non-empty list of numbers"),
-    ({"rules": "r1"}, "rules must be a non-empty list of strings"),
+    ({"verifications": "r1"}, "verifications must be a non-empty list of strings"),
+    ({"verifications": ["r1", "pointmass"]}, "verifications lists r1 twice"),
+    ({"verifications": ["r1+gsd:G=10"]}, r"verification 'r1\+gsd:G=10': .*r2 or r4"),
+    ({"rules": ["r1"], "relaxations": ["none"]}, "rules, relaxations: a verification is one value now"),
 ])
 def test_config_values_of_the_wrong_type_are_value_errors(extra, match):
     with pytest.raises(ValueError, match=match):
@@ -280,17 +284,19 @@ def test_a_jacobi_window_with_a_rule_it_cannot_take_is_skipped_before_anything_r
     from relaxspec.simulate.jacobi import check_jacobi_run
     from relaxspec.simulate.worlds import LatentWorld
 
-    cfg = SweepConfig.from_dict({**GRID, "trees": ["chain:2", "jacobi:15"], "rules": ["r1", "r2", "r3"]})
+    cfg = SweepConfig.from_dict({**GRID, "trees": ["chain:2", "jacobi:15"],
+                                 "verifications": ["r1", "r2", "r3", "r2+lantern:k=50,delta=0.2"]})
     skipped = [s for s in cfg.skipped() if "jacobi:15" in s]
-    assert len(skipped) == 1
-    assert "rule r1" in skipped[0] and "rule r3" in skipped[0] and "additive:k=50,delta=0.2" in skipped[0]
+    assert [s.partition(" on ")[0] for s in skipped] == ["skipped r1", "skipped r3",
+                                                         "skipped r2+lantern:k=50,delta=0.2"]
+    assert "got rule 'r1'" in skipped[0] and "no LANTERN relaxation" in skipped[2]
     world = LatentWorld.preset("ambiguous", **GRID["world_overrides"])
     window_jobs = [j for j in sweep.jobs(cfg) if j.tree == "jacobi:15"]
-    assert [(j.rule, str(j.relax)) for j in window_jobs] == [("r2", "none")]
+    assert [str(j.verification) for j in window_jobs] == ["r2"]
     for j in window_jobs:  # what simulate.run checks before it decodes
-        check_jacobi_run(world, JacobiWindow(15), j.rule, j.relax, j.boost)
-    with pytest.raises(ValueError, match=r"no configuration to run.*jacobi:15.*rule r1"):
-        SweepConfig.from_dict({**GRID, "trees": ["jacobi:15"], "relaxations": ["none"]})
+        check_jacobi_run(world, JacobiWindow(15), j.verification)
+    with pytest.raises(ValueError, match=r"no configuration to run.*skipped r1 on jacobi:15.*rule r2 or r4"):
+        SweepConfig.from_dict({**GRID, "trees": ["jacobi:15"], "verifications": ["r1"]})
 
 
 # ------------------------------------------------------------------ issue 26, item 4: a bad middle row

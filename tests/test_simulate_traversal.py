@@ -171,25 +171,27 @@ CASES = [(tree, rule, boost) for tree in TREES
 @pytest.mark.parametrize("tree,rule,boost", CASES, ids=lambda c: str(c))
 def test_numba_run_matches_numpy_oracle(latent, stationary, tree, rule, boost):
     for world, exact in ((latent, True), (stationary, False)):
-        kw = dict(rule=rule, boost=boost, n_sequences=2, seq_len=16, seed=3, exact_expectations=exact)
-        a = run(world, tree, **kw)
-        b = run(world, tree, backend="numpy", **kw)
+        v = Verification(rule, boost=boost)
+        kw = dict(n_sequences=2, seq_len=16, seed=3, exact_expectations=exact)
+        a = run(world, tree, v, **kw)
+        b = run(world, tree, v, backend="numpy", **kw)
         for f in STEP_FIELDS:
             np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f)
         np.testing.assert_allclose(a.token_tv, b.token_tv, rtol=1e-12, atol=1e-15)
         if exact:
             np.testing.assert_allclose(a.expected_tokens, b.expected_tokens, rtol=1e-12)
             np.testing.assert_allclose(a.expected_tv, b.expected_tv, rtol=1e-12, atol=1e-15)
-        assert str(a.boost) == str(boost) and a.rule == rule
+        assert a.verification == v
         assert (a.token_tv.sum() > 0) == (not boost.is_none) or world is stationary
 
 
 def test_thread_count_invariance(latent):
     for tree, boost in ((StaticTree.naive_extend_57(), Boost.budget(0.05, 8)),
                         (JacobiWindow(6), Boost.none())):
-        kw = dict(rule="r4", boost=boost, n_sequences=5, seq_len=24, seed=11)
-        one = run(latent, tree, threads=1, **kw)
-        two = run(latent, tree, threads=2, **kw)
+        v = Verification("r4", boost=boost)
+        kw = dict(n_sequences=5, seq_len=24, seed=11)
+        one = run(latent, tree, v, threads=1, **kw)
+        two = run(latent, tree, v, threads=2, **kw)
         for f in (*STEP_FIELDS, "token_tv", "sequence"):
             np.testing.assert_array_equal(getattr(one, f), getattr(two, f), err_msg=f)
 
@@ -197,9 +199,9 @@ def test_thread_count_invariance(latent):
 @pytest.mark.parametrize("tree", [StaticTree.naive_extend_57(), JacobiWindow(5)], ids=str)
 def test_budget_at_delta_zero_is_r2_and_r4_bit_for_bit(latent, tree):
     for rule in ("r2", "r4"):
-        kw = dict(rule=rule, n_sequences=3, seq_len=24, seed=5, exact_expectations=True)
-        plain = run(latent, tree, **kw)
-        zero = run(latent, tree, boost=Boost.budget(0.0, 8), **kw)
+        kw = dict(n_sequences=3, seq_len=24, seed=5, exact_expectations=True)
+        plain = run(latent, tree, rule, **kw)
+        zero = run(latent, tree, Verification(rule, boost=Boost.budget(0.0, 8)), **kw)
         for f in (*STEP_FIELDS, "token_tv", "expected_tokens", "expected_tv"):
             np.testing.assert_array_equal(getattr(zero, f), getattr(plain, f), err_msg=f"{rule} {f}")
         assert not plain.token_tv.any()
@@ -211,7 +213,8 @@ def test_r4_exact_expectations_agree_with_monte_carlo():
     differences: 5.3 standard errors of their means is a two-sided normal tail of 1.2e-7 < 1e-6."""
     world = LatentWorld.preset("ambiguous", vocab_size=512, n_clusters=32)
     for boost in (Boost.none(), Boost.budget(0.05, 8)):
-        res = run(world, StaticTree.naive_extend_57(), rule="r4", boost=boost, n_sequences=16, seq_len=48,
+        res = run(world, StaticTree.naive_extend_57(), Verification(rule="r4", boost=boost), n_sequences=16,
+                  seq_len=48,
                   seed=2, exact_expectations=True)
         for d in (res.tokens - res.expected_tokens, res.token_tv - res.expected_tv):
             assert abs(d.mean()) <= 5.3 * res._ratio_se(d), (boost, d.mean(), res._ratio_se(d))
@@ -233,7 +236,8 @@ def test_r4_in_a_stationary_world_matches_theory_and_beats_r2():
     want = {"r4": step_law(parents, model, lambda t, P, Q: traversal_ends(t, P, Q).ends).tokens,
             "r2": step_law(parents, model, r2_step_ends).tokens}
     assert want["r4"] >= want["r2"]
-    got = {rule: run(world, policy, rule=rule, n_sequences=40, seq_len=100, seed=1, exact_expectations=True)
+    got = {rule: run(world, policy, Verification(rule=rule), n_sequences=40, seq_len=100, seed=1,
+                     exact_expectations=True)
            for rule in ("r4", "r2")}
     for rule, res in got.items():
         se = res.tokens.std(ddof=1) / np.sqrt(res.n_steps)
@@ -271,7 +275,8 @@ def test_r4_is_lossless_in_a_stationary_world():
     world = StationaryWorld(p, q)
     spec = Verification("r4").encode(V)
     out = _outputs(48, 200)
-    seqs = run_windows(world, JacobiWindow(L), spec, Boost.none(), out, seq_len=200, temperature=1.0, seed=9,
+    seqs = run_windows(world, JacobiWindow(L), spec, Verification("r4"), out, seq_len=200, temperature=1.0,
+                       seed=9,
                        threads=None, backend="numba", exact=False)
     for tokens in (np.array(stream[:12000]).reshape(-1, 2), seqs[:, :200].reshape(-1, 2)):
         assert _chi2_ok(tokens, p)
@@ -295,23 +300,23 @@ def test_r4_and_the_budget_in_the_testing_api():
 
 # ---------------------------------------------------------------- the sweep
 def test_sweep_runs_r4_and_budgets_and_names_what_it_skips(tmp_path):
-    grid = {"worlds": ["ambiguous"], "trees": ["chain:3", "eagle2:4,2,8"], "rules": ["r2", "r4"],
-            "relaxations": ["none", "additive:k=8,delta=0.1"], "boosts": ["none", "budget:tv=0.05,k=8"],
+    grid = {"worlds": ["ambiguous"], "trees": ["chain:3", "eagle2:4,2,8"],
+            "verifications": ["r2", "r2+lantern:k=8,delta=0.1", "r4", "r2+budget:tv=0.05,k=8",
+                              "r4+budget:tv=0.05,k=8"],
             "n_sequences": 1, "seq_len": 8, "world_overrides": {"vocab_size": 300, "n_clusters": 20}}
     cfg = SweepConfig.from_dict(grid)
-    got = {(j.tree, j.rule, str(j.relax), str(j.boost)) for j in jobs(cfg)}
-    assert got == {("chain:3", "r2", "none", "none"), ("chain:3", "r2", "additive:k=8,delta=0.1", "none"),
-                   ("chain:3", "r4", "none", "none"), ("chain:3", "r2", "none", "budget:tv=0.05,k=8"),
-                   ("chain:3", "r4", "none", "budget:tv=0.05,k=8")}
+    got = {(j.tree, str(j.verification)) for j in jobs(cfg)}
+    assert got == {("chain:3", v) for v in grid["verifications"]}
     lines = " | ".join(cfg.skipped())
-    assert "skipped rule r4 on eagle2:4,2,8" in lines and "skipped rule r2 on eagle2:4,2,8" in lines
-    assert "skipped rule r4 with relaxation additive:k=8,delta=0.1" in lines
-    assert "skipped boosts with relaxation additive:k=8,delta=0.1" in lines
-    with pytest.warns(UserWarning, match="skipped rule r4"):
+    assert "skipped r4 on eagle2:4,2,8" in lines and "skipped r2 on eagle2:4,2,8" in lines
+    assert "skipped r4+budget:tv=0.05,k=8 on eagle2:4,2,8" in lines
+    with pytest.warns(UserWarning, match="skipped r2 on eagle2"):
         rows = run_sweep(cfg, tmp_path / "r.csv", progress=False)
-    tv = {(r["rule"], r["relax"], r["boost"]): float(r["tv_bound_per_token"]) for r in rows}
-    assert tv[("r4", "none", "none")] == 0.0 and tv[("r2", "none", "none")] == 0.0
-    assert min(tv[(rule, "none", "budget:tv=0.05,k=8")] for rule in ("r2", "r4")) > 0.0
+    tv = {r["verification"]: float(r["tv_bound_per_token"]) for r in rows}
+    assert tv["r4"] == 0.0 and tv["r2"] == 0.0
+    assert min(tv[f"{rule}+budget:tv=0.05,k=8"] for rule in ("r2", "r4")) > 0.0
+    with pytest.raises(ValueError, match=r"verification 'r4\+lantern:k=8,delta=0.1': .*takes no LANTERN"):
+        SweepConfig.from_dict({**grid, "verifications": ["r4+lantern:k=8,delta=0.1"]})
 
 
 # ---------------------------------------------------------------- bad input
@@ -323,14 +328,16 @@ def test_bad_input_is_refused(latent):
     budget = Boost.budget(0.1, 2)
     r0 = Relax.none()
     cases = [
-        (lambda: run(latent, SMALL, rule="r4", relax=Relax.additive(4, 0.1), n_sequences=1, seq_len=2),
+        (lambda: run(latent, SMALL, Verification(rule="r4", relax=Relax.additive(4, 0.1)), n_sequences=1,
+                     seq_len=2),
          "rule r4 .* takes no LANTERN relaxation"),
-        (lambda: run(latent, Eagle2Tree(4, 2, 8), rule="r4", n_sequences=1, seq_len=2),
+        (lambda: run(latent, Eagle2Tree(4, 2, 8), "r4", n_sequences=1, seq_len=2),
          "rule r4 verifies children drawn from q without replacement"),
-        (lambda: run(StationaryWorld(p, q), SMALL, rule="r4", boost=budget, n_sequences=1, seq_len=2),
+        (lambda: run(StationaryWorld(p, q), SMALL, Verification(rule="r4", boost=budget), n_sequences=1,
+                     seq_len=2),
          "needs a neighbour table"),
-        (lambda: run(latent, JacobiWindow(3), rule="r1", n_sequences=1, seq_len=2), "needs rule r2 or r4"),
-        (lambda: run(latent, SMALL, rule="r1", boost=budget, n_sequences=1, seq_len=2),
+        (lambda: run(latent, JacobiWindow(3), "r1", n_sequences=1, seq_len=2), "needs rule r2 or r4"),
+        (lambda: run(latent, SMALL, Verification(rule="r1", boost=budget), n_sequences=1, seq_len=2),
          "needs rule r2 or r4"),
         (lambda: verify_step(tree, rows, u, u, rule="r4", relax=r0, neighbours=None), "needs q_dists"),
         (lambda: verify_step(tree, rows, u, u, rule="r4", relax=r0, neighbours=np.zeros((6, 2), int),
@@ -347,8 +354,8 @@ def test_bad_input_is_refused(latent):
         (lambda: TheoryRule("r4", depth=2), "depth 1"),
         (lambda: KernelRule("r3"), "rule must be 'r1', 'r2' or 'r4'"),
         (lambda: theory_expected_tokens("r4"), "not a node-by-node walk"),
-        (lambda: SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["eagle2:4,2,8"], "rules": ["r4"]}),
-         "no configuration to run"),
+        (lambda: SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["eagle2:4,2,8"],
+                                        "verifications": ["r4"]}), "no configuration to run"),
     ]
     for call, match in cases:
         with pytest.raises(ValueError, match=match):

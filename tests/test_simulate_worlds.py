@@ -32,6 +32,7 @@ from relaxspec.simulate.worlds import (
     world_stats,
 )
 from relaxspec.theory import Relax, Tree, neighbour_table, sample_step
+from relaxspec.theory.verification import Verification
 
 # Rows are float32 exps shifted by a bound at most 19.4 nats above the row's max, so a token
 # more than 87.3 - 19.4 = 67.9 nats below the max may flush to 0: exp(-67.9) < 3.5e-30.
@@ -197,7 +198,7 @@ def _write_trace(path, rng, V=20, steps=6, relax=None):
     E = rng.standard_normal((V, 3))
     nb = neighbour_table(E, k_max=V - 1)
     header = TraceHeader(model="toy", checkpoint_sha256="0" * 64, vocab_size=V, codebook_sha256="1" * 64,
-                         rule="r1", relax=str(relax), variant="principled", tree="random",
+                         verification=Verification("r1", relax), tree="random",
                          logits_dtype="float32")
     recorded = []
     with TraceWriter(path, header, nb) as tw:
@@ -227,15 +228,15 @@ def test_trace_world_replays_exactly_and_rescores(tmp_path):
     world = TraceWorld(tmp_path / "run.trace")
     from relaxspec.simulate.replay import replay_trace
 
-    res = replay_trace(world, rule="r1", relax=Relax.additive(4, 0.2), check=True)
+    res = replay_trace(world, Verification(rule="r1", relax=Relax.additive(4, 0.2)), check=True)
     np.testing.assert_array_equal(res.tokens, recorded)
     assert res.n_sequences == 2
-    exact = run(world, None, rule="r1", relax=Relax.none(), n_sequences=1)
+    exact = run(world, None, "r1", n_sequences=1)
     assert exact.n_steps == len(recorded) and np.all(exact.expected_tv == 0)
-    r2 = run(world, None, rule="r2", relax=Relax.multiplicative(4, 2.0), n_sequences=1)
+    r2 = run(world, None, Verification(rule="r2", relax=Relax.multiplicative(4, 2.0)), n_sequences=1)
     assert r2.n_steps == len(recorded)
     with pytest.raises(ValueError, match="replays to"):
-        replay_trace(world, rule="r3", relax=Relax.none(), check=True)
+        replay_trace(world, "r3", check=True)
     with pytest.raises(ValueError, match="not a directory"):
         TraceWorld(tmp_path / "missing")
     assert Sampling().temperature == 1.0

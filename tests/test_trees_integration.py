@@ -25,6 +25,7 @@ from relaxspec.simulate.acceptance import trace_positional_acceptance
 from relaxspec.simulate.worlds import TraceWorld
 from relaxspec.sweep import SweepConfig, jobs
 from relaxspec.theory import Relax, neighbour_table, node_outcome
+from relaxspec.theory.verification import Verification
 
 
 def test_a_gpu_table_plugs_in(tmp_path):
@@ -85,10 +86,10 @@ def test_sweep_specs_of_the_new_trees():
     with pytest.raises(ValueError, match="K,D,M"):
         check_tree_spec("latent-walk:4,2")
     cfg = SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["latent:4,2,10", "sequoia-walk:10,3",
-                                 "costaware:10,3", "static:mc_sim_7b_63"], "rules": ["r1", "r2"],
+                                 "costaware:10,3", "static:mc_sim_7b_63"], "verifications": ["r1", "r2"],
                                  "cost": {"model": "GPT-S"}})
-    assert {(j.tree, j.rule) for j in jobs(cfg) if j.rule == "r2"} == {("costaware:10,3", "r2"),
-                                                                        ("static:mc_sim_7b_63", "r2")}
+    assert {j.tree for j in jobs(cfg) if j.verification.samples_drafts} == {"costaware:10,3",
+                                                                            "static:mc_sim_7b_63"}
     assert cfg.cost_table().model == "GPT-S"
     with pytest.raises(ValueError, match="cost takes only"):
         SweepConfig.from_dict({"worlds": ["ambiguous"], "trees": ["eagle2:4,2,10"], "cost": {"price": "1"}})
@@ -125,7 +126,7 @@ def test_decoder_with_a_relaxation_aware_tree_is_lossless(models):
     target, small = models
     nb = neighbour_table(np.random.default_rng(0).normal(size=(8, 3)), k_max=7)
     policy = LatentAwareTree(3, 2, 8, relax=Relax.additive(3, 0.3), neighbours=nb, mode="walk")
-    st = DecodeSettings(rule="r1", cfg_scale=CFG, target_sampling=SAMPLING, draft_sampling=SAMPLING)
+    st = DecodeSettings("r1", cfg_scale=CFG, target_sampling=SAMPLING, draft_sampling=SAMPLING)
     dec = Decoder(target, st, drafter=GPTDraftSession(small), policy=policy)
     seqs, probs = exact_sequence_probs(target, label=2)
     samples = np.array([dec.generate(2, seed=3, sequence=i).tokens for i in range(1500)])
@@ -137,12 +138,12 @@ def test_trace_positional_acceptance_is_exact(tmp_path, models):
     target, small = models
     nb = neighbour_table(np.random.default_rng(1).normal(size=(8, 3)), k_max=7)
     relax = Relax.additive(3, 0.2)
-    st = DecodeSettings(rule="r1", relax=relax, cfg_scale=CFG, target_sampling=SAMPLING,
+    st = DecodeSettings(Verification("r1", relax), cfg_scale=CFG, target_sampling=SAMPLING,
                         draft_sampling=SAMPLING)
     dec = Decoder(target, st, drafter=GPTDraftSession(small), policy=StaticTree([[0], [1], [0, 0]]),
                   neighbours=nb)
     header = TraceHeader(model="tiny", checkpoint_sha256="0" * 64, vocab_size=8, codebook_sha256="0" * 64,
-                         rule="r1", relax=str(relax), variant="principled", tree="static",
+                         verification=Verification("r1", relax), tree="static",
                          target_sampling=SAMPLING, draft_sampling=SAMPLING, logits_dtype="float32")
     with TraceWriter(tmp_path / "t", header, nb) as w:
         for c in range(3):
@@ -152,11 +153,11 @@ def test_trace_positional_acceptance_is_exact(tmp_path, models):
     p = [SAMPLING.probs(s.target_logits[0].astype(np.float64)) for s in steps]
     q = [SAMPLING.probs(s.draft_logits[0].astype(np.float64)) for s in steps]
     # exact rule: rank i is accepted with probability p(rank-i token of q) (theory, Theorem 1)
-    a = trace_positional_acceptance(world, width=4, rule="r1")
+    a = trace_positional_acceptance(world, "r1", width=4)
     want = np.mean([pi[np.argsort(-qi, kind="stable")[:4]] for pi, qi in zip(p, q, strict=True)], axis=0)
     np.testing.assert_allclose(a, want, rtol=1e-12)
     sel = ChildSelector("walk", relax, nb)
-    b = trace_positional_acceptance(world, width=4, rule="r1", relax=relax, selector=sel)
+    b = trace_positional_acceptance(world, Verification(rule="r1", relax=relax), width=4, selector=sel)
     rows = []
     for pi, qi in zip(p, q, strict=True):
         kids, _ = sel.select(qi, 4)
@@ -165,7 +166,7 @@ def test_trace_positional_acceptance_is_exact(tmp_path, models):
         rows.append(acc)
     np.testing.assert_allclose(b, np.mean(rows, axis=0), rtol=1e-12)
     with pytest.raises(ValueError, match="r1 and r3"):
-        trace_positional_acceptance(world, rule="r2")
+        trace_positional_acceptance(world, "r2")
     with pytest.raises(ValueError, match="TraceWorld"):
         trace_positional_acceptance(str(tmp_path / "t"))
 

@@ -20,6 +20,7 @@ from relaxspec.simulate.verify import step_expectation, verify_step
 from relaxspec.simulate.worlds import LatentWorld, StationaryWorld
 from relaxspec.theory import Relax, Tree, neighbour_table
 from relaxspec.theory.tree import expected_tokens_per_step
+from relaxspec.theory.verification import Verification
 
 FALSE_FAILURE = 1e-6
 RELAX = Relax.additive(40, 0.1)
@@ -154,7 +155,7 @@ def test_run_is_lossless_in_expectation():
     p, q, nb = stationary(12, 2)
     world = StationaryWorld(p, q, neighbours=nb)
     policy = LatentAwareTree(4, 3, 20, relax=Relax.additive(4, 0.2), neighbours=nb, mode="walk")
-    res = run(world, policy, rule="r1", relax=Relax.none(), n_sequences=32, seq_len=64, seed=3,
+    res = run(world, policy, "r1", n_sequences=32, seq_len=64, seed=3,
               exact_expectations=True)
     tree = built_trees(p, q, nb)[0]
     assert tree.size > 1
@@ -173,11 +174,11 @@ def test_policy_bad_input(world):
         LatentAwareTree(0, relax=RELAX, neighbours=nb)
     other = LatentWorld.preset("ambiguous", vocab_size=256, n_clusters=16)
     with pytest.raises(ValueError, match="V = 384"):
-        run(other, LatentAwareTree(relax=RELAX, neighbours=nb), rule="r1", n_sequences=1, seq_len=4)
+        run(other, LatentAwareTree(relax=RELAX, neighbours=nb), "r1", n_sequences=1, seq_len=4)
     static = StaticTree([[0], [1]], selector=ChildSelector("diverse", RELAX, nb))
     assert not static.supports_draws
     with pytest.raises(ValueError, match="static or Sequoia tree that draws from q"):
-        run(world, static, rule="r2", n_sequences=1, seq_len=4)
+        run(world, static, "r2", n_sequences=1, seq_len=4)
     with pytest.raises(ValueError, match="by diverse"):
         static.build(np.full(384, 1 / 384), lambda *a: None, np.zeros(3))
     with pytest.raises(ValueError, match="ChildSelector"):
@@ -189,7 +190,8 @@ def test_thread_count_invariance(world):
     nb = world.neighbours(40)
     for policy in (LatentAwareTree(6, 3, 30, relax=RELAX, neighbours=nb, mode="diverse"),
                    LatentAwareTree(6, 3, 30, relax=RELAX, neighbours=nb, mode="walk")):
-        kw = dict(rule="r1", relax=RELAX, n_sequences=6, seq_len=32, seed=9)
-        one, two = run(world, policy, threads=1, **kw), run(world, policy, threads=2, **kw)
+        kw = dict(n_sequences=6, seq_len=32, seed=9)
+        v = Verification("r1", RELAX)
+        one, two = run(world, policy, v, threads=1, **kw), run(world, policy, v, threads=2, **kw)
         for f in ("tokens", "tree_size", "tree_depth", "accepted_depth", "root_choice", "token_tv"):
             np.testing.assert_array_equal(getattr(one, f), getattr(two, f), err_msg=f)

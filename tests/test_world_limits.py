@@ -115,13 +115,11 @@ def test_world_sizes_are_bounded(over: dict, named: str) -> None:
 
 
 # ---- item 8: a relaxation reading more neighbours than a token has
-@pytest.mark.parametrize("key, spec", [("relaxations", "additive:k=100000,delta=0.1"),
-                                       ("relaxations", "multiplicative:k=64,lam=2"),
-                                       ("boosts", "budget:tv=0.05,k=64")])
-def test_relaxation_width_over_the_vocabulary_is_refused_at_validation(key: str, spec: str) -> None:
-    extra = {key: [spec]}
-    if key == "boosts":
-        extra["rules"] = ["r2"]
+@pytest.mark.parametrize("spec", ["r1+lantern:k=100000,delta=0.1", "r1+lantern++:k=64,lam=2",
+                                  "r2+budget:tv=0.05,k=64"])
+def test_relaxation_width_over_the_vocabulary_is_refused_at_validation(spec: str) -> None:
+    extra: dict = {"verifications": [spec]}
+    if spec.startswith("r2"):
         extra["trees"] = ["static:naive_extend_57"]
     with pytest.raises(ValueError) as err:
         SweepConfig.from_dict(config(**extra), source="c.toml")
@@ -129,7 +127,7 @@ def test_relaxation_width_over_the_vocabulary_is_refused_at_validation(key: str,
     assert line.startswith("c.toml: ") and "world 'confident'" in line and "k=" in line
     assert f"{V - 1} neighbours" in line
     # k = V - 1 is fine
-    SweepConfig.from_dict(config(relaxations=[f"additive:k={V - 1},delta=0.1"]))
+    SweepConfig.from_dict(config(verifications=[f"r1+lantern:k={V - 1},delta=0.1"]))
 
 
 # ---- item 9: temperatures whose logits overflow
@@ -174,7 +172,7 @@ def test_world_stats_seed_out_of_range(capsys, seed: str) -> None:
 def test_engine_and_world_seed_out_of_range() -> None:
     w = StationaryWorld(np.array([0.5, 0.5]), np.array([0.5, 0.5]))
     with pytest.raises(ValueError, match=r"seed must be an integer in \[0, "):
-        run(w, parse_tree("chain:2"), rule="r1", n_sequences=1, seed=2**64)
+        run(w, parse_tree("chain:2"), "r1", n_sequences=1, seed=2**64)
     for seed in (2**64, -1):
         with pytest.raises(ValueError, match=r"seed must be an integer in \[0, "):
             LatentParams(seed=seed)

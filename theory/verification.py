@@ -147,6 +147,20 @@ class Verification:
         return rows_read(self.relax, self.variant)
 
     @property
+    def variant_matters(self) -> bool:
+        """True when the official variant decides otherwise than the principled one: a relaxed R1 or R2
+        test (the official rejection update zeroes x and its merged neighbours; exact tests and R3's
+        greedy walk are the same under both)."""
+        return not self.relax.is_exact and not self.rule.is_greedy
+
+    @property
+    def neighbour_k(self) -> int:
+        """The k of the neighbour table a run hands it (0: none): the relaxation's k or the budget's k
+        (what ``world.neighbours(k)`` and a trace's stored table are asked for; the rule then reads
+        :attr:`neighbour_columns` of it)."""
+        return max(self.relax.k, self.boost.k if self.uses_budget else 0)
+
+    @property
     def reads_embedding(self) -> bool:
         """True when the rule reads an embedding table (GSD's groups)."""
         return self.boost.reads_embedding

@@ -36,6 +36,7 @@ from relaxspec.studies.optimality import (
 from relaxspec.studies.study_options import study_parser, study_setup
 from relaxspec.sweep import SweepConfig, jobs, run_sweep
 from relaxspec.theory.boost import Boost
+from relaxspec.theory.verification import Verification
 
 WORLDS = ["ambiguous", "confident"]
 WINDOW = 15  # SJD's window: 16 positions per forward, 15 drafts (docs/frontier_sources.md)
@@ -50,23 +51,19 @@ QUICK_SHIPPED_IMAGES, QUICK_TRACE_IMAGES, QUICK_TRACE_NODES = 3, 1, 24
 
 @dataclass(frozen=True)
 class Method:
-    """One row of the comparison: a label, its family (the figure's style key), tree spec, rule,
-    relaxation (``{k}`` is filled per setting) and boost."""
+    """One row of the comparison: a label, its family (the figure's style key), tree spec and
+    verification spec (``{k}``, the proximity-set size, is filled per setting)."""
 
     label: str
     family: str
     tree: str
-    rule: str = "r1"
-    relax: str = "none"
-    boost: str = "none"
+    verification: str = "r1"
     lossy: bool = False
     shipped_only: bool = False  # a setting the worlds cannot vary (GSD's embedding: a world has one)
 
-    def relax_for(self, k: int) -> str:
-        return self.relax.format(k=k)
-
-    def boost_for(self, k: int) -> str:
-        return self.boost.format(k=k)
+    def verification_for(self, k: int) -> Verification:
+        """The verification at proximity-set size ``k``."""
+        return Verification.parse(self.verification.format(k=k))
 
 
 def methods() -> list[Method]:
@@ -74,27 +71,28 @@ def methods() -> list[Method]:
     rows = [
         Method("AR", "ar", "ar"),
         Method("exact EAGLE-2", "eagle2", EAGLE2),
-        *[Method(f"LANTERN δ={d}", "lantern", EAGLE2, relax=f"additive:k={{k}},delta={d}", lossy=True)
+        *[Method(f"LANTERN δ={d}", "lantern", EAGLE2, f"r1+lantern:k={{k}},delta={d}", lossy=True)
           for d in (0.1, 0.2)],
-        *[Method(f"LANTERN++ λ={lam}", "lantern++", STATIC, "r2", f"multiplicative:k={{k}},lam={lam}",
-                 lossy=True) for lam in (2, 5)],
+        *[Method(f"LANTERN++ λ={lam}", "lantern++", STATIC, f"r2+lantern++:k={{k}},lam={lam}", lossy=True)
+          for lam in (2, 5)],
         Method("exact static tree (R2)", "naive_extend_57", STATIC, "r2"),
         Method("SJD", "jacobi", f"jacobi:{WINDOW}", "r2"),
-        *[Method(f"GSD G={G}", "gsd", f"jacobi:{WINDOW}", "r2", boost=f"gsd:G={G},tau=0.15,dist=0.5",
-                 lossy=True) for G in (3, 10, 25, 50)],
-        Method("GSD G=10, VQ codebook", "gsd", f"jacobi:{WINDOW}", "r2",
-               boost="gsd:G=10,tau=0.15,dist=0.5,embedding=codebook", lossy=True, shipped_only=True),
-        *[Method(f"Cool-SD δ={d:g}", "cool-sd", STATIC, "r2", boost=str(Boost.cool(d)), lossy=True)
+        *[Method(f"GSD G={G}", "gsd", f"jacobi:{WINDOW}", f"r2+gsd:G={G},tau=0.15,dist=0.5", lossy=True)
+          for G in (3, 10, 25, 50)],
+        Method("GSD G=10, VQ codebook", "gsd", f"jacobi:{WINDOW}",
+               "r2+gsd:G=10,tau=0.15,dist=0.5,embedding=codebook", lossy=True, shipped_only=True),
+        *[Method(f"Cool-SD δ={d:g}", "cool-sd", STATIC, f"r2+{Boost.cool(d)}", lossy=True)
           for d in COOL_DELTAS],
         # issue 15: traversal verification and the budgeted relaxation (a proved TV bound per node)
         Method("R4 exact (static tree)", "r4", STATIC, "r4"),
         Method("SJD + R4", "r4-jacobi", f"jacobi:{WINDOW}", "r4"),
-        *[Method(f"R2 + budget δ={d:g}", "budget", STATIC, "r2", boost=f"budget:tv={d:g},k={{k}}",
+        *[Method(f"R2 + budget δ={d:g}", "budget", STATIC, f"r2+budget:tv={d:g},k={{k}}", lossy=True)
+          for d in BUDGETS],
+        *[Method(f"R4 + budget δ={d:g}", "budget-r4", STATIC, f"r4+budget:tv={d:g},k={{k}}", lossy=True)
+          for d in BUDGETS],
+        *[Method(f"SJD + R4 + budget δ={d:g}", "budget-jacobi", f"jacobi:{WINDOW}",
+                 f"r4+budget:tv={d:g},k={{k}}",
                  lossy=True) for d in BUDGETS],
-        *[Method(f"R4 + budget δ={d:g}", "budget-r4", STATIC, "r4", boost=f"budget:tv={d:g},k={{k}}",
-                 lossy=True) for d in BUDGETS],
-        *[Method(f"SJD + R4 + budget δ={d:g}", "budget-jacobi", f"jacobi:{WINDOW}", "r4",
-                 boost=f"budget:tv={d:g},k={{k}}", lossy=True) for d in BUDGETS],
     ]
     return rows
 
@@ -116,9 +114,8 @@ def world_rows(out: Path, n_sequences: int, seq_len: int, overrides: dict) -> li
     path, keys = out / "worlds.csv", set()
     for m in tqdm([m for m in methods() if m.tree != "ar" and not m.shipped_only], desc="world methods",
                   unit="method"):
-        d = {"worlds": WORLDS, "trees": [m.tree], "rules": [m.rule], "relaxations": [m.relax_for(WORLD_K)],
-             "boosts": [m.boost_for(WORLD_K)], "n_sequences": n_sequences, "seq_len": seq_len, "seed": 0,
-             "threads": 1,
+        d = {"worlds": WORLDS, "trees": [m.tree], "verifications": [str(m.verification_for(WORLD_K))],
+             "n_sequences": n_sequences, "seq_len": seq_len, "seed": 0, "threads": 1,
              **({"world_overrides": overrides} if overrides else {})}
         cfg = SweepConfig.from_dict(d, source="frontier")
         keys |= {config_key(j.row_config(cfg)) for j in jobs(cfg)}
@@ -136,15 +133,6 @@ def world_vocab(overrides: dict) -> int:
     return sizes.pop()
 
 
-def relax_spec(row: dict) -> str:
-    """A result row's relaxation as a spec string."""
-    if row["relax"] == "none":
-        return "none"
-    if row["relax"] == "additive":
-        return f"additive:k={int(row['k'])},delta={row['delta']:g}"
-    return f"multiplicative:k={int(row['k'])},lam={row['lam']:g}"
-
-
 def world_table(rows: list[dict]) -> list[dict]:
     """One record per (world, method): tokens per forward (± se) and TV per token."""
     out = []
@@ -153,8 +141,8 @@ def world_table(rows: list[dict]) -> list[dict]:
         for m in methods()[1:]:
             if m.shipped_only:
                 continue
-            hit = [r for r in rows if r["world"] == w and r["tree"] == m.tree and r["rule"] == m.rule
-                   and relax_spec(r) == m.relax_for(WORLD_K) and r["boost"] == m.boost_for(WORLD_K)]
+            hit = [r for r in rows if r["world"] == w and r["tree"] == m.tree
+                   and r["verification"] == str(m.verification_for(WORLD_K))]
             if hit:
                 r = hit[-1]
                 out.append({"setting": w, "method": m.label, "family": m.family,
@@ -175,8 +163,7 @@ def shipped_configs() -> list:
     from relaxspec.mini.decoding import DecodeConfig
 
     return [DecodeConfig(m.label) if m.tree == "ar" else
-            DecodeConfig(m.label, tree=m.tree, rule=m.rule, relax=m.relax_for(SHIPPED_K),
-                         boost=m.boost_for(SHIPPED_K))
+            DecodeConfig(m.label, tree=m.tree, verification=m.verification_for(SHIPPED_K))
             for m in methods()]
 
 

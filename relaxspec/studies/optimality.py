@@ -56,14 +56,13 @@ def trace_optimality_rows(path: str | Path, setting: str, *, emb: np.ndarray | N
     """
     from relaxspec.core.trace import read_trace
     from relaxspec.theory.multidraft import node_acceptance
-    from relaxspec.theory.rules import SAMPLED_DRAFT_RULES
     from relaxspec.theory.tree import Tree
 
     trace = read_trace(path)
     h = trace.header
-    if h.rule not in SAMPLED_DRAFT_RULES:
-        raise ValueError(f"trace {path} verified with rule {h.rule}: its children are not draws from q "
-                         "without replacement (the optimal bound of SPEC 9.7 needs rule r2 or r4)")
+    if not h.verification.samples_drafts:
+        raise ValueError(f"trace {path} verified with rule {h.verification.rule}: its children are not draws "
+                         "from q without replacement (the optimal bound of SPEC 9.7 needs rule r2 or r4)")
     gsd = Boost.group(group) if emb is not None else None
     by_k: dict[int, list] = {}
     nodes = 0

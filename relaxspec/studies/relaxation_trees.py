@@ -38,7 +38,7 @@ from relaxspec.core.trees.policies import Eagle2Tree, LatentAwareTree
 from relaxspec.core.trees.selection import ChildSelector, top_ranked
 from relaxspec.core.trees.sequoia import SequoiaTree
 from relaxspec.figstyle import relax_label
-from relaxspec.results import read_results
+from relaxspec.results import load
 from relaxspec.simulate.acceptance import measure_positional_acceptance
 from relaxspec.simulate.engine import run
 from relaxspec.simulate.overlap import sibling_overlap
@@ -46,6 +46,7 @@ from relaxspec.simulate.worlds import LatentWorld
 from relaxspec.studies.study_options import study_parser, study_setup
 from relaxspec.sweep import SweepConfig, run_sweep
 from relaxspec.theory import Relax, node_outcome, r1_distortion
+from relaxspec.theory.verification import Verification
 
 WORLDS = ["ambiguous", "confident"]
 RELAXATIONS = ["none", "additive:k=1000,delta=0.1", "additive:k=1000,delta=0.2",
@@ -82,12 +83,18 @@ SHIPPED_TREES = {"eagle2:10,4,58", "static:naive_extend_57", "ddd:10,11,5/7/9,-0
 # ---------------------------------------------------------------- synthetic worlds
 def sweep_configs(n_sequences: int, seq_len: int, overrides: dict, cost: dict) -> list[SweepConfig]:
     """The R1 grid over every tree and the R2 grid of LANTERN++'s static tree (SPEC: its verification)."""
-    common = {"worlds": WORLDS, "relaxations": RELAXATIONS, "n_sequences": n_sequences, "seq_len": seq_len,
+    common = {"worlds": WORLDS, "n_sequences": n_sequences, "seq_len": seq_len,
               "seed": 0, "threads": 1, "sequoia": {"width": 16, "n_sequences": 16, "seq_len": 64},
               "cost": cost, **({"world_overrides": overrides} if overrides else {})}
-    return [SweepConfig.from_dict({**common, "trees": list(LABELS), "rules": ["r1"]}, source="benchmark"),
-            SweepConfig.from_dict({**common, "trees": ["static:naive_extend_57"], "rules": ["r2"]},
-                                  source="benchmark")]
+    return [SweepConfig.from_dict({**common, "trees": list(LABELS), "verifications": verifications("r1")},
+                                  source="benchmark"),
+            SweepConfig.from_dict({**common, "trees": ["static:naive_extend_57"],
+                                   "verifications": verifications("r2")}, source="benchmark")]
+
+
+def verifications(rule: str) -> list[str]:
+    """:data:`RELAXATIONS` under ``rule``, as verification specs."""
+    return [str(Verification(rule, Relax.parse(text))) for text in RELAXATIONS]
 
 
 def overlap_rows(overrides: dict, n_sequences: int, seq_len: int) -> list[dict]:
@@ -145,13 +152,15 @@ def ceiling_rows(overrides: dict, n_sequences: int, seq_len: int,
             for name, sel in (("top10", None), ("walk10", walk)):
                 b = root_budget(world, relax, sel, *budget_positions)
                 row.update({f"{name}_{k}": round(float(v), 4) for k, v in b.items()})
-            a = measure_positional_acceptance(perfect, width=16, rule="r1", relax=relax, n_sequences=16,
+            a = measure_positional_acceptance(perfect, Verification(rule="r1", relax=relax), width=16,
+                                              n_sequences=16,
                                               seq_len=64, seed=1)
             for name, pol in (("eagle2", Eagle2Tree(10, 4, NODES + 1)),
                               ("latent_walk", LatentAwareTree(10, 4, NODES + 1, relax=relax, neighbours=nb,
                                                               mode="walk")),
                               ("sequoia", SequoiaTree(a, NODES, 8))):
-                res = run(perfect, pol, rule="r1", relax=relax, n_sequences=n_sequences, seq_len=seq_len,
+                res = run(perfect, pol, Verification(rule="r1", relax=relax), n_sequences=n_sequences,
+                          seq_len=seq_len,
                           seed=0)
                 row[f"perfect_{name}"] = round(res.mean_tokens_per_step, 4)
             rows.append(row)
@@ -191,7 +200,8 @@ def shipped_rows(out: Path, n_images: int, n_trace: int, cost: CostModel) -> lis
             key = (mode, str(measured), str(relax))
             if key not in vectors:
                 sel = ChildSelector(mode, relax, None if relax.is_exact else nb)
-                a = trace_positional_acceptance(world, width=16, rule="r1", relax=measured, selector=sel)
+                a = trace_positional_acceptance(world, Verification(rule="r1", relax=measured), width=16,
+                                                selector=sel)
                 vectors[key] = tuple(round(float(x), 6) for x in a)
             return vectors[key]
 
@@ -208,7 +218,8 @@ def shipped_rows(out: Path, n_images: int, n_trace: int, cost: CostModel) -> lis
             lossless_ok = spec in (eagle, "static:naive_extend_57")
             if spec not in SHIPPED_TREES or (relax.is_exact and not lossless_ok):
                 continue
-            configs.append(DecodeConfig(f"{spec} {rule} {text}", tree=spec, rule=rule, relax=text,
+            configs.append(DecodeConfig(f"{spec} {rule} {text}", tree=spec,
+                                        verification=Verification(rule, Relax.parse(text)),
                                         acceptance=vector(*measured) if measured else None,
                                         cost_table=str(cost.path), cost_model=cost.model))
     rows = []
@@ -218,7 +229,8 @@ def shipped_rows(out: Path, n_images: int, n_trace: int, cost: CostModel) -> lis
         spec = c.name.split(" ")[0] if not c.is_ar else "ar"
         depths = [d for r in records for d in r.get("tree_depths", [])]
         steps = [len(r["emitted"]) for r in records]
-        row.update({"world": "shipped", "tree": spec, "rule": c.rule, "relax": c.relax,
+        row.update({"world": "shipped", "tree": spec, "rule": c.verification.rule,
+                    "relax": str(c.verification.relax),
                     "mean_tree_depth": float(np.mean(depths)) if depths else 0.0,
                     "mean_accepted_depth": row["tokens_per_step"] - 1.0,
                     "speculative_steps": int(np.sum(steps))})
@@ -370,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for cfg in sweep_configs(args.sequences, args.seq_len, overrides, cost):
         run_sweep(cfg, out / "worlds.csv")
-    rows = [r for r in read_results(out / "worlds.csv")
+    rows = [r for r in load(out / "worlds.csv").to_dict("records")  # with the verification's views
             if r["n_sequences"] == args.sequences and r["seq_len"] == args.seq_len]
     pos = (4, 32) if args.quick else (8, 64)
     if not (out / "overlap.csv").exists():
