@@ -137,7 +137,6 @@ from relaxspec.simulate.engine import run
 from relaxspec.simulate.rng import check_seed
 from relaxspec.simulate.worlds import PRESETS, LatentWorld, check_world_settings
 from relaxspec.sweep_checks import is_int, is_number, no_repeats, table, world_overrides
-from relaxspec.theory.boost import NO_BOOST
 from relaxspec.theory.relax import Relax
 from relaxspec.theory.verification import DEFAULT_VARIANT, Verification
 
@@ -366,8 +365,7 @@ def run_job(cfg: SweepConfig, job: Job, world: LatentWorld, vectors: dict | None
     threads = cfg.threads if threads is None else threads
 
     def acceptance(selector: ChildSelector, relax: Relax) -> list[float]:
-        # Sequoia measures with the job's rule and variant, the tree's relaxation and no boost
-        measured = replace(job.verification, relax=relax, boost=NO_BOOST)
+        measured = job.verification.measured_with(relax)
         key = (job.world, measured, job.temperature, str(selector))
         if key not in vectors:
             s = cfg.sequoia

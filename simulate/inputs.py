@@ -93,8 +93,8 @@ def as_tree(tree: TreeLike, world: World | None = None, verification: Verificati
             raise ValueError(f"tree {tree!r} is built from an acceptance vector measured in a world: give "
                              "the world")
         return measure_positional_acceptance(
-            world, width=settings["width"], rule=v.rule, relax=relax, variant=v.variant,
-            n_sequences=settings["n_sequences"], seq_len=settings["seq_len"], temperature=temperature,
+            world, v.measured_with(relax), width=settings["width"], n_sequences=settings["n_sequences"],
+            seq_len=settings["seq_len"], temperature=temperature,
             seed=seed + 1, threads=threads, selector=selector).tolist()
 
     def neighbours(k: int) -> np.ndarray:
@@ -135,4 +135,4 @@ def simulate(world: WorldLike, tree: TreeLike, verification: Verification | str 
     if not isinstance(w, TraceWorld):  # a trace brings its own recorded trees
         policy = as_tree(tree, w, v, temperature=settings.get("temperature", 1.0),
                          seed=settings.get("seed", 0), threads=settings.get("threads"))
-    return run(w, policy, rule=v.rule, relax=v.relax, variant=v.variant, boost=v.boost, **settings)
+    return run(w, policy, v, **settings)

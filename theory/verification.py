@@ -28,7 +28,7 @@ trees), ``lantern++:...``, ``gsd:...``, ``cool:...`` and ``budget:...`` are R2.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -164,6 +164,12 @@ class Verification:
     def reads_embedding(self) -> bool:
         """True when the rule reads an embedding table (GSD's groups)."""
         return self.boost.reads_embedding
+
+    def measured_with(self, relax: Relax) -> Verification:
+        """The verification a Sequoia-type tree's acceptance vector is measured with: this rule and variant,
+        the tree's relaxation ``relax`` and no boost (a boost raises the test the vector ranks, not the
+        ranking)."""
+        return replace(self, relax=relax, boost=NO_BOOST)
 
     # ------------------------------------------------------------------ what it verifies
     def source_problem(self, source: DraftSource) -> str | None:
