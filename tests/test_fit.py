@@ -96,14 +96,17 @@ def test_fit_on_traces_recovers_a_known_world(tmp_path: Path) -> None:
     base = replace(PRESETS["ambiguous"], vocab_size=V)
     fit = fit_world_model(figures.figures, base, rounds=2, iters=8, n_sequences=16, seq_len=48)
     got = fit.params
-    # stated tolerances: the knobs of figures that move them steeply are recovered closely
-    assert got.beta == pytest.approx(TRUTH.beta, rel=0.2)
-    assert got.beta_spread == pytest.approx(TRUTH.beta_spread, abs=0.35)
-    assert got.rho == pytest.approx(TRUTH.rho, abs=0.15)
-    assert got.draft_beta / got.beta == pytest.approx(TRUTH.draft_beta / TRUTH.beta, abs=0.15)
-    assert got.draft_token_noise == pytest.approx(TRUTH.draft_token_noise, rel=0.3)
-    for name in fit.fitted:  # and the world matches what it fitted
-        assert fit.figures[name] == pytest.approx(fit.goals[name], abs=0.05), name
+    # stated tolerances: the knobs whose figures move steeply with them are recovered; rho is not (top-1's
+    # lag-1 autocorrelation is flat in it here: rho 0.49 and 0.83 give lag-1 within its sampling noise),
+    # so only the figure it is fitted to is checked
+    assert got.beta == pytest.approx(TRUTH.beta, rel=0.15)
+    assert got.beta_spread == pytest.approx(TRUTH.beta_spread, abs=0.3)
+    assert got.draft_beta / got.beta == pytest.approx(TRUTH.draft_beta / TRUTH.beta, abs=0.1)
+    assert got.draft_token_noise == pytest.approx(TRUTH.draft_token_noise, rel=0.25)
+    assert got.draft_drift == pytest.approx(TRUTH.draft_drift, abs=0.05)
+    for name in fit.fitted:  # and the world matches what it fitted (lag-1 is noisy at 16 x 48 tokens)
+        tol = 0.1 if name == "top1_lag1" else 0.04
+        assert fit.figures[name] == pytest.approx(fit.goals[name], abs=tol), name
 
 
 def test_kappa_fit_matches_a_grid_worlds_kappa() -> None:
