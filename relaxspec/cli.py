@@ -52,6 +52,8 @@ SUBCOMMANDS: list[Subcommand] = [
                "relaxspec.simulate_cli:add_demo_arguments"),
     Subcommand("world-stats", "ambiguity of a world preset: mean top-1, entropy, top-10 mass, 1 - TV(p, q)",
                "relaxspec.simulate_cli:add_world_stats_arguments"),
+    Subcommand("fit", "fit a world (a world file, *.toml) to captured traces of any model, with its context "
+               "sensitivity when the model or a kappa file is at hand", "relaxspec.fit_cli:add_arguments"),
     Subcommand("trace-acceptance", "Sequoia's positional acceptance vector measured exactly on a trace "
                "(JSON, for generate --tree sequoia|costaware)",
                "relaxspec.simulate_cli:add_trace_acceptance_arguments"),

@@ -40,7 +40,8 @@ def add_world_stats_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``relaxspec world-stats``."""
     from relaxspec.simulate.worlds import PRESETS  # imported only when world-stats runs
 
-    p.add_argument("preset", metavar="PRESET", help=f"world preset: {', '.join(PRESETS)}")
+    p.add_argument("preset", metavar="PRESET", help=f"world preset: {', '.join(PRESETS)}, or a world file "
+                   "(*.toml, relaxspec fit)")
     p.add_argument("--sequences", type=int, default=8, help="sequences sampled from the world")
     p.add_argument("--seq-len", type=int, default=64, help="positions per sequence")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampled sequences")

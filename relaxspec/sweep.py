@@ -2,7 +2,7 @@
 
 A config (TOML) holds the grid and the run sizes::
 
-    worlds = ["ambiguous", "confident"]          # presets
+    worlds = ["ambiguous", "confident"]          # presets, or world files ("fitted.toml": relaxspec fit)
     trees = ["eagle2:10,4,59", "static:naive_extend_57", "ddd:10,11,5/7/9,-0.3,60", "sequoia:57,8"]
     verifications = [                            # theory.verification specs (default ["r1"])
         "r1",                                    # the exact test (rules r1, r2, r3, r4)
@@ -135,7 +135,8 @@ from relaxspec.results_lock import ResultsLock, append_line
 from relaxspec.simulate.acceptance import SEQUOIA_MEASUREMENT, measure_positional_acceptance
 from relaxspec.simulate.engine import run
 from relaxspec.simulate.rng import check_seed
-from relaxspec.simulate.worlds import PRESETS, LatentWorld, check_world_settings
+from relaxspec.simulate.world_file import is_world_file, params_sha256, world_params
+from relaxspec.simulate.worlds import LatentWorld, check_world_settings
 from relaxspec.sweep_checks import is_int, is_number, no_repeats, table, world_overrides
 from relaxspec.theory.relax import Relax
 from relaxspec.theory.verification import DEFAULT_VARIANT, Verification
@@ -202,9 +203,11 @@ class SweepConfig:
         if "threads" in kw and kw["threads"] > numba.config.NUMBA_NUM_THREADS:
             raise ValueError(f"{source}: threads must be in [1, {numba.config.NUMBA_NUM_THREADS}], "
                              f"got {kw['threads']!r}")
-        for w in kw["worlds"]:
-            if w not in PRESETS:
-                raise ValueError(f"{source}: unknown world {w!r}; presets: {sorted(PRESETS)}")
+        for w in kw["worlds"]:  # a preset or a world file (relaxspec fit's *.toml)
+            try:
+                world_params(w)
+            except ValueError as err:
+                raise ValueError(f"{source}: {err}") from err
         for t in kw.get("temperatures", []):
             if not (np.isfinite(t) and t > 0):
                 raise ValueError(f"{source}: temperatures must be finite and > 0, got {t!r}")
@@ -277,9 +280,11 @@ class SweepConfig:
         (:func:`relaxspec.results.settings_text`): the settings of the config's tables that change those
         rows and differ from their defaults (the world overrides that differ from the preset, ``[sequoia]``
         for a tree built from a measured acceptance vector, ``[cost]`` for a costaware tree)."""
-        preset = PRESETS[world]
+        preset = world_params(world)
         changed = {"world_overrides": {k: v for k, v in self.world_overrides.items()
                                        if getattr(preset, k) != v}}
+        if is_world_file(world):  # a world file's rows are keyed by its parameters, not only its path
+            changed["world_file"] = {"params_sha256": params_sha256(preset)[:16]}
         if measures_acceptance(tree):
             changed["sequoia"] = {k: v for k, v in self.sequoia.items() if DEFAULT_SEQUOIA.get(k) != v}
         if tree_kind(tree) == "costaware":

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from relaxspec.simulate.worlds import PRESETS, LatentParams
+from relaxspec.simulate.world_file import world_params
+from relaxspec.simulate.worlds import LatentParams
 
 
 def no_repeats(key: str, written: list, values: list, source: str) -> None:
@@ -56,7 +57,7 @@ def world_overrides(over: object, worlds: list[str], source: str) -> dict:
     over = {key: type(fields[key].default)(val) for key, val in over.items()}
     for w in worlds:
         try:
-            dataclasses.replace(PRESETS[w], **over)
+            dataclasses.replace(world_params(w), **over)
         except ValueError as err:
             raise ValueError(f"{source}: world_overrides for world {w!r}: {err}") from err
     return over

@@ -3,7 +3,8 @@ each an object or its spec string; :func:`simulate` runs :func:`simulate.engine.
 calling the package, ``relaxspec.simulate(...)``, does).
 
 - :func:`as_world`: a world, a preset's name (``"ambiguous"``, ``"confident"``, ``"mini"``:
-  :data:`simulate.worlds.PRESETS`) or a captured trace's folder (a :class:`simulate.worlds.TraceWorld`).
+  :data:`simulate.worlds.PRESETS`), a world file's path (``"fitted.toml"``: :mod:`simulate.world_file`)
+  or a captured trace's folder (a :class:`simulate.worlds.TraceWorld`).
 - :func:`as_tree`: a tree policy, a :class:`core.trees.jacobi.JacobiWindow`, ``None`` or a tree spec
   (``"eagle2:10,4,59"``, ``"jacobi:15"``, ``"static:naive_extend_57"``, ...; the grammar of
   :mod:`core.trees.spec`). What a spec cannot say comes from the world and the verification, as in a
@@ -32,6 +33,7 @@ from relaxspec.simulate.acceptance import SEQUOIA_MEASUREMENT, measure_positiona
 from relaxspec.simulate.engine import run
 from relaxspec.simulate.kernel_cache import compile_notice
 from relaxspec.simulate.results import SimResult
+from relaxspec.simulate.world_file import is_world_file
 from relaxspec.simulate.worlds import PRESETS, LatentWorld, TraceWorld, World
 from relaxspec.theory.relax import Relax
 from relaxspec.theory.verification import Verification
@@ -45,7 +47,8 @@ WorldLike = World | str | Path
 
 
 def as_world(world: WorldLike) -> World:
-    """The world ``world`` names: itself, the preset of that name, or the trace captured in that folder.
+    """The world ``world`` names: itself, the preset of that name, the world file at that path (``*.toml``)
+    or the trace captured in that folder.
 
     Raises
     ------
@@ -54,7 +57,7 @@ def as_world(world: WorldLike) -> World:
     """
     if isinstance(world, World):
         return world
-    if isinstance(world, str) and world in PRESETS:
+    if (isinstance(world, str) and world in PRESETS) or is_world_file(world):
         return LatentWorld.preset(world)
     if isinstance(world, (str, Path)) and Path(world).is_dir():
         return TraceWorld(world)

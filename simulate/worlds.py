@@ -38,6 +38,7 @@ import numpy as np
 from relaxspec.core.trace import Trace, read_trace
 from relaxspec.simulate.neighbour_cache import cached_neighbours
 from relaxspec.simulate.rng import fmix, stream_key, uniform
+from relaxspec.simulate.world_file import world_params
 from relaxspec.simulate.world_kernels import (
     F_ABOVE,
     F_BETA,
@@ -139,11 +140,10 @@ class LatentWorld(World):
             np.vstack([self.ET, np.zeros((self.state_size - d, V))]))
 
     @classmethod
-    def preset(cls, name: str, **overrides) -> LatentWorld:
-        """A world of :data:`PRESETS` by name (overrides replace parameters, e.g. vocab_size for tests)."""
-        if not isinstance(name, str) or name not in PRESETS:
-            raise ValueError(f"unknown world preset {name!r}; the presets are {', '.join(PRESETS)}")
-        return cls(PRESETS[name], name=name, **overrides)
+    def preset(cls, name: str | Path, **overrides) -> LatentWorld:
+        """A world of :data:`PRESETS` by name, or of a world file by its path (``*.toml``:
+        :mod:`simulate.world_file`); overrides replace parameters, e.g. vocab_size for tests."""
+        return cls(world_params(name), name=str(name), **overrides)
 
     @property
     def codebook_sha256(self) -> str:

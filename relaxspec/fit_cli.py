@@ -1,0 +1,168 @@
+"""``relaxspec fit TRACES... --out world.toml``: a world fitted to any model's captured traces.
+
+The figures come from the traces (:mod:`simulate.fit_traces`), the context sensitivity kappa_m (SPEC
+11), which traces cannot give (they hold laws only along the recorded prefixes), from a short
+teacher-forced measurement on the model when one is at hand (``--model``: a shipped model's weights
+folder, :mod:`mini.context_sensitivity`) or from a file (``--kappa``: a
+:meth:`simulate.context.ContextSensitivity.as_dict` JSON, e.g. measured on a LlamaGen checkpoint
+elsewhere). The fit is :func:`simulate.fit_kappa.fit_world_model`; the world file
+(:mod:`simulate.world_file`) holds the parameters and, under ``[fit]``, every figure and kappa beside
+the model's, which the command also prints. ``relaxspec simulate`` (``worlds = ["world.toml"]``),
+``world-stats`` and ``relaxspec.simulate("world.toml", ...)`` take the file by its path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+DEFAULT_KAPPA_IMAGES = 16
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``relaxspec fit``."""
+    p.add_argument("traces", nargs="+", type=Path, metavar="TRACE", help="trace folders of one model")
+    p.add_argument("--out", type=Path, required=True, help="the world file to write (*.toml)")
+    p.add_argument("--base", default="ambiguous",
+                   help="preset or world file giving every parameter the fit does not choose (at the "
+                        "traces' V)")
+    p.add_argument("--model", type=Path, default=None,
+                   help="the traces' model, a shipped model's weights folder (weights/, weights/ambiguous): "
+                        "kappa is measured on it, teacher-forced")
+    p.add_argument("--kappa", type=Path, default=None,
+                   help="kappa_1..kappa_M measured elsewhere (JSON: kappa, stderr, units, positions)")
+    p.add_argument("--kappa-images", type=int, default=DEFAULT_KAPPA_IMAGES,
+                   help="AR samples of --model along which kappa is measured")
+    p.add_argument("--grid-width", type=int, default=None,
+                   help="the token grid's width W (default: the model's, the traces' header, else the "
+                        "square root of the sequence length when it is a square)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of the figures' bisections")
+    p.add_argument("--iters", type=int, default=12, help="bisection steps per knob and round")
+    p.add_argument("--n-sequences", type=int, default=32, help="world sequences per figure measurement")
+    p.add_argument("--seq-len", type=int, default=64, help="tokens per such sequence")
+    p.add_argument("--seed", type=int, default=0, help="seed of --model's samples and of kappa's draws")
+    p.set_defaults(func=run)
+
+
+def _check(args: argparse.Namespace) -> None:
+    from relaxspec.simulate.world_file import WORLD_SUFFIX, is_world_file
+
+    for name, lo in (("kappa_images", 2), ("rounds", 1), ("iters", 1), ("n_sequences", 1), ("seq_len", 2),
+                     ("seed", 0)):
+        if getattr(args, name) < lo:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= {lo}, got {getattr(args, name)}")
+    if not is_world_file(args.out):
+        raise ValueError(f"--out must name a world file ending in {WORLD_SUFFIX}, got {str(args.out)!r}")
+    if args.model is not None and args.kappa is not None:
+        raise ValueError("give --model or --kappa, not both (kappa is measured on the model or read)")
+
+
+def _grid_width(args: argparse.Namespace, header_grid: int, positions: int) -> int:
+    if args.grid_width is not None:
+        return args.grid_width
+    if header_grid:
+        return header_grid
+    root = math.isqrt(positions)
+    return root if root * root == positions else 0
+
+
+def model_kappa(weights: Path, trace_sha256: str, images: int, seed: int) -> tuple[Any, int]:
+    """kappa_1..kappa_{W+1} of the shipped model in ``weights`` (teacher-forced along ``images`` AR
+    samples, class i % 10, uniforms keyed by (seed, i)) and its grid width W; a ``ValueError`` when it
+    is not the model the traces were captured from."""
+    import numpy as np
+    import torch
+
+    from relaxspec.mini.context_sensitivity import model_context_sensitivity
+    from relaxspec.mini.decoding import CFG_SCALE, DecodeConfig, make_decoder
+    from relaxspec.mini.fashion_mnist import NUM_CLASSES
+    from relaxspec.mini.shipped import GRID_TOKENS, load_mini
+
+    torch.set_num_threads(1)
+    mini = load_mini(weights, drafters=False)
+    sha = mini.checkpoint_sha256("target")
+    if sha != trace_sha256:
+        raise ValueError(f"--model {weights} is not the traces' model (weights SHA-256 {sha[:12]}, the "
+                         f"traces' checkpoint {trace_sha256[:12]})")
+    width = math.isqrt(GRID_TOKENS)
+    ar = make_decoder(mini, DecodeConfig("AR"))
+    labels = np.arange(images) % NUM_CLASSES
+    tokens = np.array([ar.generate(int(c), seed, sequence=i).tokens for i, c in enumerate(labels)])
+    return model_context_sensitivity(mini, tokens, labels, CFG_SCALE, width + 1, seed=seed), width
+
+
+def read_kappa(path: Path) -> Any:
+    """A kappa file (``ContextSensitivity.as_dict`` JSON), checked; one-line errors naming it."""
+    from relaxspec.simulate.context import ContextSensitivity
+
+    try:
+        d = json.loads(path.read_text())
+        k = ContextSensitivity.from_dict(d)
+    except OSError as err:
+        raise ValueError(f"cannot read kappa file {path}: {err.strerror or err}") from err
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"kappa file {path} must hold JSON with lists kappa, stderr, positions and an "
+                         f"integer units (ContextSensitivity.as_dict): {err}") from err
+    if k.kappa.ndim != 1 or k.kappa.size < 1 or k.stderr.shape != k.kappa.shape:
+        raise ValueError(f"kappa file {path}: kappa and stderr must be equal-length non-empty lists")
+    return k
+
+
+def fit_report(fit: Any, figures: Any, grid_width: int, kappa_source: str | None) -> dict[str, Any]:
+    """The world file's ``[fit]`` table: sources and samples, then every figure and kappa beside the
+    model's."""
+    table: dict[str, Any] = {
+        "sources": figures.sources, "vocab_size": figures.vocab_size, "sequences": figures.sequences,
+        "positions": figures.positions, "drafter_roots": figures.roots, "deep_nodes": figures.deep_nodes,
+        "greedy": figures.greedy, "grid_width": grid_width, "fitted": list(fit.fitted),
+        "figures": {name: {"model": g, "world": w, "fitted": f,
+                           **({"model_stderr": figures.stderr[name]} if name in figures.stderr else {})}
+                    for name, g, w, f in fit.rows() if not name.startswith("kappa_")}}
+    if fit.kappa_goal is not None:
+        table["kappa"] = {"source": kappa_source, "lags": [int(m) for m in fit.kappa_goal.lags],
+                          "model": [float(v) for v in fit.kappa_goal.kappa],
+                          "model_stderr": [float(v) for v in fit.kappa_goal.stderr],
+                          "model_units": fit.kappa_goal.units,
+                          "world": [float(v) for v in fit.kappa.kappa],
+                          "world_stderr": [float(v) for v in fit.kappa.stderr],
+                          "world_units": fit.kappa.units}
+    return table
+
+
+def run(args: argparse.Namespace) -> int:
+    """Fit, write the world file, print the figures beside their goals."""
+    from relaxspec.core.trace import read_trace
+    from relaxspec.simulate.fit_kappa import fit_world_model
+    from relaxspec.simulate.fit_traces import trace_figures
+    from relaxspec.simulate.world_file import world_params, write_world_file
+
+    _check(args)
+    base = world_params(args.base)
+    figures = trace_figures(args.traces)
+    kappa, kappa_source, width = None, None, None
+    if args.model is not None:
+        sha = read_trace(args.traces[0]).header.checkpoint_sha256
+        kappa, width = model_kappa(args.model, sha, args.kappa_images, args.seed)
+        kappa_source = f"{args.model} (teacher-forced, {args.kappa_images} AR samples)"
+    elif args.kappa is not None:
+        kappa, kappa_source = read_kappa(args.kappa), str(args.kappa)
+    grid = args.grid_width if args.grid_width is not None else (
+        width if width is not None else _grid_width(args, figures.grid, figures.positions))
+    base = replace(base, vocab_size=figures.vocab_size)
+    fit = fit_world_model(figures.figures, base, kappa, grid_width=grid, rounds=args.rounds, iters=args.iters,
+                          n_sequences=args.n_sequences, seq_len=args.seq_len, greedy=figures.greedy)
+    table = fit_report(fit, figures, grid, kappa_source)
+    comment = (f"relaxspec world fitted by `relaxspec fit` to {len(figures.sources)} trace(s) of one model\n"
+               "(V {0}); [fit] lists each figure: the model's, the world's, whether fitted.\n"
+               "Use it by path: worlds = [\"{1}\"] in a sweep config, relaxspec.simulate(\"{1}\", ...)."
+               ).format(figures.vocab_size, args.out)
+    write_world_file(args.out, fit.params, table, comment)
+    print(f"wrote {args.out}")
+    print(f"{'figure':<22} {'model':>9} {'world':>9}  fitted")
+    for name, g, w, f in fit.rows():
+        print(f"{name:<22} {g:9.4f} {w:9.4f}  {'yes' if f else 'no'}")
+    return 0

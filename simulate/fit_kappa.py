@@ -1,0 +1,124 @@
+"""Fitting a world's context sensitivity kappa_1..kappa_M (SPEC 11) to a model's, and the whole fit.
+
+:func:`fit_kappa` chooses the knobs of SPEC 11's parameterisation, ``prefix_noise`` (the share of the
+transition noise keyed by the whole prefix: the level kappa keeps at long lags) and, on a grid,
+``grid_above`` and ``grid_diagonal`` (the bumps at lags W and W +- 1), by Nelder-Mead on the squared
+error of kappa_1..kappa_M measured in the world (:func:`simulate.context.world_context_sensitivity`,
+its sequences keyed by one seed, so that the objective is a deterministic function of the knobs).
+:func:`fit_world_model` is the whole fit: the figures of :func:`simulate.fit.fit_world`, then kappa's
+knobs, then the figures again (a kappa knob moves top-1's persistence a little, the figures' knobs move
+kappa a little), and reports every figure and kappa beside its goal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+from scipy.optimize import minimize
+
+from relaxspec.simulate.context import ContextSensitivity, world_context_sensitivity
+from relaxspec.simulate.fit import fit_world, fitted_figures
+from relaxspec.simulate.world_params import MAX_GRID_WIDTH, LatentParams
+from relaxspec.simulate.worlds import LatentWorld
+
+KAPPA_SEQUENCES = 16  # the world's kappa during the fit: 16 sequences of 64 tokens (a few ms a call)
+KAPPA_LEN = 64
+KAPPA_EVALS = 120  # Nelder-Mead's budget of kappa measurements
+
+
+def kappa_knobs(grid_width: int) -> tuple[str, ...]:
+    """The parameters :func:`fit_kappa` chooses: ``prefix_noise``, and the grid's weights on a grid."""
+    return ("prefix_noise", "grid_above", "grid_diagonal") if grid_width > 0 else ("prefix_noise",)
+
+
+def world_kappa(params: LatentParams, n_lags: int, n_sequences: int = KAPPA_SEQUENCES,
+                seq_len: int = KAPPA_LEN, seed: int = 0) -> ContextSensitivity:
+    """kappa_1..kappa_{n_lags} of the world with ``params`` (``seq_len`` at least ``n_lags + 1``)."""
+    return world_context_sensitivity(LatentWorld(params), n_lags, n_sequences=n_sequences,
+                                     seq_len=max(seq_len, n_lags + 1), seed=seed)
+
+
+def fit_kappa(goal: np.ndarray, params: LatentParams, n_sequences: int = KAPPA_SEQUENCES,
+              seq_len: int = KAPPA_LEN, max_evals: int = KAPPA_EVALS, seed: int = 0
+              ) -> tuple[LatentParams, ContextSensitivity]:
+    """``params`` with :func:`kappa_knobs` chosen so that the world's kappa_1..kappa_M comes near
+    ``goal`` (M = its length; least squares); also the world's kappa then."""
+    goal = np.asarray(goal, dtype=np.float64)
+    if goal.ndim != 1 or goal.size < 1 or not np.isfinite(goal).all() or (goal < 0).any() or (goal > 1).any():
+        raise ValueError(f"kappa goals must be a non-empty list of TVs in [0, 1], got {goal.tolist()}")
+    knobs = kappa_knobs(params.grid_width)
+
+    # unbounded coordinates (a bounded simplex collapses onto a bound): x[0] = logit of sqrt(prefix_noise),
+    # the prefix-keyed share of the noise's std (kappa's far level moves with it about linearly; with the
+    # variance share it jumps from 0 within the first 1%), the grid's weights as logs
+    def make(x: np.ndarray) -> LatentParams:
+        v = [(1.0 / (1.0 + np.exp(-x[0]))) ** 2] + [float(np.exp(a)) for a in x[1:]]
+        return replace(params, **{k: round(float(a), 4) for k, a in zip(knobs, v, strict=True)})
+
+    def loss(x: np.ndarray) -> float:
+        k = world_kappa(make(x), goal.size, n_sequences, seq_len, seed).kappa
+        return float(((k - goal) ** 2).sum())
+
+    share = float(np.clip(np.sqrt(min(params.prefix_noise, 0.1)), 0.01, 0.99))  # prefix-keyed: kappa is flat
+    x0 = np.array([np.log(share / (1 - share))] + [np.log(max(getattr(params, k), 0.05)) for k in knobs[1:]])
+    simplex = np.vstack([x0] + [x0 + np.eye(len(knobs))[i] for i in range(len(knobs))])
+    best = minimize(loss, x0, method="Nelder-Mead",
+                    options={"maxfev": max_evals, "xatol": 1e-2, "fatol": 1e-7, "initial_simplex": simplex})
+    fitted = make(best.x)
+    return fitted, world_kappa(fitted, goal.size, n_sequences, seq_len, seed)
+
+
+@dataclass(frozen=True)
+class WorldFit:
+    """A fitted world and how well it matches.
+
+    Attributes
+    ----------
+    params : the world's parameters.
+    goals, figures : the model's figures and the fitted world's (:mod:`simulate.fit`'s names).
+    fitted : the figures the fit matched (the others are reported only).
+    kappa_goal, kappa : the model's kappa_1..kappa_M and the world's (None without a kappa goal).
+    """
+
+    params: LatentParams
+    goals: dict[str, float]
+    figures: dict[str, float]
+    fitted: tuple[str, ...]
+    kappa_goal: ContextSensitivity | None = None
+    kappa: ContextSensitivity | None = None
+
+    def rows(self) -> list[tuple[str, float, float, bool]]:
+        """(figure, model's, world's, fitted) for every figure the model has, then kappa by lag."""
+        out = [(name, self.goals[name], self.figures.get(name, float("nan")), name in self.fitted)
+               for name in self.goals]
+        if self.kappa_goal is not None and self.kappa is not None:
+            pairs = zip(self.kappa_goal.lags, self.kappa_goal.kappa, self.kappa.kappa, strict=True)
+            out += [(f"kappa_{m}", float(g), float(w), True) for m, g, w in pairs]
+        return out
+
+
+def fit_world_model(goals: dict[str, float], base: LatentParams, kappa_goal: ContextSensitivity | None = None,
+                    *, grid_width: int = 0, rounds: int = 3, iters: int = 12, n_sequences: int = 32,
+                    seq_len: int = 64, greedy: bool = False, kappa_evals: int = KAPPA_EVALS,
+                    progress: Callable[[str], None] | None = None) -> WorldFit:
+    """The whole fit (module docstring): ``base`` (at the model's V) gives every parameter not fitted;
+    ``grid_width`` the world's token grid (0: none); without ``kappa_goal`` the figures only (the base's
+    noise keys and grid are kept)."""
+    bad = isinstance(grid_width, bool) or not isinstance(grid_width, int)
+    if bad or not 0 <= grid_width <= MAX_GRID_WIDTH:
+        raise ValueError(f"grid width must be an integer in [0, {MAX_GRID_WIDTH}] (0: no grid), got "
+                         f"{grid_width!r}")
+    fit_args = {"rounds": rounds, "iters": iters, "n_sequences": n_sequences, "seq_len": seq_len,
+                "greedy": greedy, "progress": progress}
+    if kappa_goal is None:
+        params, figures = fit_world(goals, base, **fit_args)
+        return WorldFit(params, dict(goals), figures, fitted_figures(goals))
+    zero = {"grid_above": 0.0, "grid_diagonal": 0.0} if grid_width == 0 else {}
+    params = replace(base, grid_width=grid_width, **zero)
+    params, _ = fit_world(goals, params, **fit_args)
+    params, _ = fit_kappa(kappa_goal.kappa, params, max_evals=kappa_evals)
+    params, figures = fit_world(goals, params, **fit_args)
+    kappa = world_kappa(params, kappa_goal.kappa.size)
+    return WorldFit(params, dict(goals), figures, fitted_figures(goals), kappa_goal, kappa)
