@@ -333,7 +333,7 @@ def parse(text: str | Verification) -> Verification:
         rule, method = METHOD_RULES[name], body
     try:
         relax, boost = _method_parts(method, text) if method.strip() else (Relax.none(), NO_BOOST)
-        return Verification(rule, relax, variant, boost)
+        return Verification(as_rule(rule), relax, as_variant(variant), boost)
     except ValueError as err:
         prefix = f"verification {text!r}: "
         raise ValueError(str(err) if str(err).startswith(prefix) else prefix + str(err)) from None
