@@ -54,6 +54,9 @@ SUBCOMMANDS: list[Subcommand] = [
                "relaxspec.simulate_cli:add_world_stats_arguments"),
     Subcommand("fit", "fit a world (a world file, *.toml) to captured traces of any model, with its context "
                "sensitivity when the model or a kappa file is at hand", "relaxspec.fit_cli:add_arguments"),
+    Subcommand("advise", "which method to decode with in a world within a TV budget per token: every method "
+               "simulated, ranked by tokens per target forward and SPEC 8's speed-up (table, Pareto figure)",
+               "relaxspec.advise_cli:add_arguments"),
     Subcommand("trace-acceptance", "Sequoia's positional acceptance vector measured exactly on a trace "
                "(JSON, for generate --tree sequoia|costaware)",
                "relaxspec.simulate_cli:add_trace_acceptance_arguments"),

@@ -117,6 +117,12 @@ METHODS: dict[str, MethodStyle] = {
     "budget": MethodStyle("R2 + budget (ours)", PALETTE["cyan"], "d", "--"),
     "budget-r4": MethodStyle("R4 + budget (ours)", PALETTE["cyan"], "D"),
     "budget-jacobi": MethodStyle("SJD + R4 + budget (ours)", PALETTE["sand"], "v", "-."),
+    # LANTERN++ verified as LANTERN verifies (R1 on EAGLE-2); the 2026 frontier (SPEC 10): SCD's coupled
+    # and SJD-PAC's windows, VVS's skipped verification
+    "lantern++-r1": MethodStyle("LANTERN++ (R1, EAGLE-2)", PALETTE["purple"], "s", "--"),
+    "scd": MethodStyle("SCD", PALETTE["olive"], "p", "--"),
+    "pac": MethodStyle("SJD-PAC", PALETTE["green"], ">", "-."),
+    "vvs": MethodStyle("VVS", _OI["blue"], "<", ":"),
 }
 # Colours not yet taken by a family, in the order :func:`register_method` hands them out.
 RESERVED_COLOURS = [_OI["yellow"]]

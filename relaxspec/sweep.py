@@ -366,8 +366,23 @@ def run_job(cfg: SweepConfig, job: Job, world: LatentWorld, vectors: dict | None
     needs one, memoised in ``vectors`` across jobs when given), warm up, then time the decoding.
 
     ``threads`` (default: the config's) sets Numba's threads; it changes no number but ``seconds``."""
-    vectors = {} if vectors is None else vectors
     threads = cfg.threads if threads is None else threads
+    tree = job_tree(cfg, job, world, vectors, threads)
+    settings = {"temperature": job.temperature, "seed": cfg.seed, "threads": threads}
+    # warm-up: one step of one sequence compiles (or loads) the kernels for this configuration's
+    # argument types and builds its tables, so that `seconds` times the decoding alone
+    run(world, tree, job.verification, n_sequences=1, seq_len=1, **settings)
+    t0 = time.perf_counter()
+    res = run(world, tree, job.verification, n_sequences=cfg.n_sequences, seq_len=cfg.seq_len, **settings)
+    res.seconds = time.perf_counter() - t0
+    return result_row(res, job.world, job.tree, cfg.row_settings(job.world, job.tree))
+
+
+def job_tree(cfg: SweepConfig, job: Job, world: LatentWorld, vectors: dict | None = None,
+             threads: int | None = None):
+    """The tree policy of ``job`` in ``world`` (``core.trees.spec.parse_tree``), measuring Sequoia's
+    acceptance vector as ``cfg.sequoia`` says when the tree needs one (memoised in ``vectors``)."""
+    vectors = {} if vectors is None else vectors
 
     def acceptance(selector: ChildSelector, relax: Relax) -> list[float]:
         measured = job.verification.measured_with(relax)
@@ -379,16 +394,8 @@ def run_job(cfg: SweepConfig, job: Job, world: LatentWorld, vectors: dict | None
                 temperature=job.temperature, seed=cfg.seed + 1, threads=threads, selector=selector).tolist()
         return vectors[key]
 
-    tree = parse_tree(job.tree, acceptance=acceptance, relax=job.verification.relax,
+    return parse_tree(job.tree, acceptance=acceptance, relax=job.verification.relax,
                       neighbours=world.neighbours, cost=cfg.cost_table)
-    settings = {"temperature": job.temperature, "seed": cfg.seed, "threads": threads}
-    # warm-up: one step of one sequence compiles (or loads) the kernels for this configuration's
-    # argument types and builds its tables, so that `seconds` times the decoding alone
-    run(world, tree, job.verification, n_sequences=1, seq_len=1, **settings)
-    t0 = time.perf_counter()
-    res = run(world, tree, job.verification, n_sequences=cfg.n_sequences, seq_len=cfg.seq_len, **settings)
-    res.seconds = time.perf_counter() - t0
-    return result_row(res, job.world, job.tree, cfg.row_settings(job.world, job.tree))
 
 
 def run_sweep(cfg: SweepConfig, out: str | Path, *, progress: bool = True, scheduler: str = "none",

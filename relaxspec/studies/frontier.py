@@ -66,8 +66,9 @@ class Method:
         return Verification.parse(self.verification.format(k=k))
 
 
-def methods() -> list[Method]:
-    """The comparison's rows, in table order."""
+def methods(every: bool = False) -> list[Method]:
+    """The comparison's rows, in table order; ``every``: also :func:`later_methods` (what ``relaxspec
+    advise`` ranks: every method and setting the suite implements)."""
     rows = [
         Method("AR", "ar", "ar"),
         Method("exact EAGLE-2", "eagle2", EAGLE2),
@@ -94,7 +95,35 @@ def methods() -> list[Method]:
                  f"r4+budget:tv={d:g},k={{k}}",
                  lossy=True) for d in BUDGETS],
     ]
-    return rows
+    return rows + later_methods() if every else rows
+
+
+DDD = "ddd:10,11,5/7/9,-0.3,60"
+SEQUOIA = "sequoia:57,8"
+VVS_TREE = "10,4,58"  # VVS skips verification of EAGLE-2's trees (EAGLE2's settings)
+
+
+def later_methods() -> list[Method]:
+    """The methods the frontier study leaves out (its figure and claims predate them) and ``relaxspec
+    advise`` ranks too: LANTERN++ on EAGLE-2 (R1), DDD and Sequoia trees, SCD's coupled and SJD-PAC's
+    windows (SPEC 10.1-10.2) and VVS's skipped verification (SPEC 10.3), a small grid of settings each."""
+    return [
+        *[Method(f"LANTERN++ λ={lam} (R1, EAGLE-2)", "lantern++-r1", EAGLE2, f"r1+lantern++:k={{k}},lam={lam}",
+                 lossy=True) for lam in (2, 5)],
+        Method("exact DDD", "ddd", DDD),
+        Method("DDD + LANTERN δ=0.2", "ddd", DDD, "r1+lantern:k={k},delta=0.2", lossy=True),
+        Method("exact Sequoia", "sequoia", SEQUOIA),
+        Method("Sequoia + LANTERN δ=0.2", "sequoia", SEQUOIA, "r1+lantern:k={k},delta=0.2", lossy=True),
+        *[Method(f"SCD, {c} coupling", "scd", f"jacobi:{WINDOW},coupled={c}", "r2", lossy=c == "official")
+          for c in ("principled", "gumbel", "official")],
+        Method("SJD-PAC", "pac", f"pac:{WINDOW}", "r2"),
+        Method("SJD-PAC, width 2", "pac", f"pac:{WINDOW},width=2", "r2"),
+        Method("SJD-PAC, official siblings", "pac", f"pac:{WINDOW},siblings=official", "r2", lossy=True),
+        *[Method(f"VVS, verify every {i}", "vvs", f"vvs:{VVS_TREE},uniform={i}", lossy=True) for i in (2, 3)],
+        Method("VVS, dynamic", "vvs", f"vvs:{VVS_TREE},dynamic", lossy=True),
+        Method("VVS + LANTERN δ=0.1, dynamic", "vvs", f"vvs:{VVS_TREE},dynamic",
+               "r1+lantern:k={k},delta=0.1", lossy=True),
+    ]
 
 
 # issue 15's anchors: SJD, GSD, Cool-SD, LANTERN++
