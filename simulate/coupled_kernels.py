@@ -151,7 +151,7 @@ def _sequence(s, W, L, copy, coupling, store_official, K, depth, siblings, exact
     zp, zt = np.zeros(d), np.zeros(d)
     hp = np.uint64(0)
     if latent:
-        hs[0] = initial_state(W[1], W[5][0], key, zs[0])
+        hs[0] = initial_state(W[1], W[4], W[5][0], key, zs[0])
     cand, cand2 = np.zeros((L, K), dtype=np.int64), np.zeros((L, K), dtype=np.int64)
     ncand, ncand2 = np.zeros(L, dtype=np.int64), np.zeros(L, dtype=np.int64)
     qcol, q2 = np.zeros((L, V)), np.zeros((L, V))

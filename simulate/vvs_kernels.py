@@ -202,7 +202,7 @@ def _sequence(s, W, ps, rs, bs, sc, emb, exact, seq_len, seed, o, skipped, n_ste
     epoch = 0
     key = stream_key(seed, s)
     if W[0] == 0:
-        hs[0] = initial_state(W[1], W[5][0], key, zs[0])
+        hs[0] = initial_state(W[1], W[4], W[5][0], key, zs[0])
     have[0] = True
     pos = 0
     step = 0

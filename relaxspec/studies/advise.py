@@ -89,7 +89,8 @@ class Run:
         tokens_ar = self.tokens * cost.ar_step_ms
         return {"tokens_per_forward": ratio(self.tokens, self.forwards),
                 "se_tokens_per_forward": ratio_se(self.tokens, self.forwards),
-                "tv_per_token": ratio(self.tv, self.tokens), "se_tv_per_token": ratio_se(self.tv, self.tokens),
+                "tv_per_token": ratio(self.tv, self.tokens),
+                "se_tv_per_token": ratio_se(self.tv, self.tokens),
                 "speedup": ratio(tokens_ar, time), "se_speedup": ratio_se(tokens_ar, time),
                 "verified_per_forward": ratio(sum(n * c for n, c in self.sizes.items()), self.forwards),
                 "draft_calls_per_forward": ratio(self.calls, self.forwards)}
@@ -158,7 +159,8 @@ def from_result(method: Method, res, kind: str) -> Run:
     if not np.all(np.isfinite(tv)):
         kind = TV_UNKNOWN
     return Run(method.label, method.family, method.tree, str(res.verification), kind,
-               per(res.tokens.astype(np.float64)), per(fw), tv, per(res.draft_calls.astype(np.float64)), sizes)
+               per(res.tokens.astype(np.float64)), per(fw), tv, per(res.draft_calls.astype(np.float64)),
+               sizes)
 
 
 def run_key(world: str, overrides: dict, method: Method, verification: str, n_sequences: int, seq_len: int,
@@ -280,7 +282,7 @@ def rank(runs: list[Run], cost, budget: float) -> list[dict]:
 
 
 def bests(rows: list[dict], col: str) -> dict[str, dict | None]:
-    """The lossless and the lossy row with the largest ``col`` within the budget (None where there is none)."""
+    """The lossless and the lossy row with the largest ``col`` within the budget (None: there is none)."""
     ok = [r for r in rows if r["within"]]
     pick = {"lossless": [r for r in ok if r["tv_kind"] == TV_LOSSLESS],
             "lossy": [r for r in ok if r["tv_kind"] != TV_LOSSLESS]}

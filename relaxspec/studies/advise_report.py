@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from relaxspec.studies.advise import TV_LOSSLESS, TV_MEASURED, TV_UNKNOWN, bests
+from relaxspec.studies.advise import TV_MEASURED, TV_UNKNOWN, bests
 
 CSV_COLUMNS = ("method", "family", "tree", "verification", "tv_kind", "tokens_per_forward",
                "se_tokens_per_forward", "speedup", "se_speedup", "tv_per_token", "se_tv_per_token",
@@ -57,7 +57,8 @@ def markdown(rows: list[dict], *, world: str, budget: float, cost: str, sizes: s
         lines += [f"Best by {what}:", "", f"- {_pick('lossless', b['lossless'], col, unit)}",
                   f"- {_pick('lossy', b['lossy'], col, unit)}", ""]
     order = sorted(rows, key=lambda r: (r["rank_speedup"] is None, r["rank_speedup"] or 0))
-    lines += ["| rank (speed-up) | rank (tokens) | method | tree | verification | tokens per target forward | "
+    lines += ["| rank (speed-up) | rank (tokens) | method | tree | verification | tokens per target forward "
+              "| "
               "speed-up (SPEC 8) | TV per token | TV | within budget |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for r in order:
@@ -101,8 +102,8 @@ def figure(rows: list[dict], budget: float, out: Path, name: str = "pareto") -> 
                         ls=st.linestyle, label=st.label, elinewidth=0.6)
         front = pareto([r for r in shown if r["within"]], col)
         if front:
-            ax.step([r["tv_per_token"] for r in front], [r[col] for r in front], where="post", color="#777777",
-                    lw=2.5, alpha=0.35, zorder=0, label="Pareto front within the budget")
+            ax.step([r["tv_per_token"] for r in front], [r[col] for r in front], where="post",
+                    color="#777777", lw=2.5, alpha=0.35, zorder=0, label="Pareto front within the budget")
         ax.axvline(budget, color="#000000", ls="--", lw=0.8, label=f"TV budget {budget:g} per token")
         ax.set_xscale("symlog", linthresh=lin)
         ax.set_xlim(left=0)

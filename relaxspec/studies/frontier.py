@@ -108,8 +108,8 @@ def later_methods() -> list[Method]:
     advise`` ranks too: LANTERN++ on EAGLE-2 (R1), DDD and Sequoia trees, SCD's coupled and SJD-PAC's
     windows (SPEC 10.1-10.2) and VVS's skipped verification (SPEC 10.3), a small grid of settings each."""
     return [
-        *[Method(f"LANTERN++ λ={lam} (R1, EAGLE-2)", "lantern++-r1", EAGLE2, f"r1+lantern++:k={{k}},lam={lam}",
-                 lossy=True) for lam in (2, 5)],
+        *[Method(f"LANTERN++ λ={lam} (R1, EAGLE-2)", "lantern++-r1", EAGLE2,
+                 f"r1+lantern++:k={{k}},lam={lam}", lossy=True) for lam in (2, 5)],
         Method("exact DDD", "ddd", DDD),
         Method("DDD + LANTERN δ=0.2", "ddd", DDD, "r1+lantern:k={k},delta=0.2", lossy=True),
         Method("exact Sequoia", "sequoia", SEQUOIA),
