@@ -73,8 +73,9 @@ def markdown(rows: list[dict], *, world: str, budget: float, cost: str, sizes: s
               "(SPEC 9.4), averaged over the run; `proved bound`, the realised terms of a proved per-node "
               f"bound (the budgeted relaxation, relaxed R4). {MARKS[TV_MEASURED]} `{TV_MEASURED}`: the "
               "simulator's exact TV of the emitted laws, with no proved bound (VVS); ranked by that "
-              f"measurement. {MARKS[TV_UNKNOWN]} `{TV_UNKNOWN}`: the distortion depends on the window's "
-              "history and is not known per step (SCD's and PAC's official variants): shown, never ranked."]
+              f"measurement. {MARKS[TV_UNKNOWN]} `{TV_UNKNOWN}`: the simulator records no TV for the run "
+              "(SCD's and PAC's official variants, whose distortion depends on the window's history; a "
+              "relaxed R2 test whose exact TV is not computed): shown, never ranked."]
     if skipped:
         lines += ["", "Not run in this world:", "", *[f"- {s}" for s in skipped]]
     return lines
@@ -102,11 +103,12 @@ def figure(rows: list[dict], budget: float, out: Path, name: str = "pareto") -> 
                         ls=st.linestyle, label=st.label, elinewidth=0.6)
         front = pareto([r for r in shown if r["within"]], col)
         if front:
-            ax.step([r["tv_per_token"] for r in front], [r[col] for r in front], where="post",
+            ax.step([r["tv_per_token"] for r in front] + [budget], [r[col] for r in front] + [front[-1][col]],
+                    where="post",
                     color="#777777", lw=2.5, alpha=0.35, zorder=0, label="Pareto front within the budget")
         ax.axvline(budget, color="#000000", ls="--", lw=0.8, label=f"TV budget {budget:g} per token")
         ax.set_xscale("symlog", linthresh=lin)
-        ax.set_xlim(left=0)
+        ax.set_xlim(left=-lin / 2)  # the lossless rows (TV 0) clear of the axis
         ax.set_xlabel("TV per token (exact, proved bound or measured)")
         ax.set_ylabel(ylabel)
         panel_label(ax, "ab"[i])
