@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# pytest-xdist workers of `make test`: 2 for the 2-core CI machine; `make test TEST_WORKERS=auto` takes every core
+TEST_WORKERS ?= 2
 
 .PHONY: setup demo test lint clean
 
@@ -21,7 +23,7 @@ demo: setup
 	$(BIN)/relaxspec demo
 
 test: setup
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
 
 lint: setup
 	$(BIN)/ruff check .
