@@ -56,16 +56,7 @@ def simulator_kernels() -> None:
     """The simulator's entry kernels compiled into Numba's cache, for tests that read a ``relaxspec simulate``
     command's stderr line by line: on a cold cache (a fresh clone, CI) the command first prints its one-line
     compile notice (``relaxspec.simulate.kernel_cache``), which those tests do not expect."""
-    from relaxspec.simulate.kernel_cache import cold_kernels
+    from relaxspec.simulate.kernel_cache import cold_kernels, warm
 
-    if not cold_kernels():
-        return
-    from relaxspec.core.trees import StaticTree
-    from relaxspec.core.trees.jacobi import JacobiWindow
-    from relaxspec.simulate.engine import run
-    from relaxspec.simulate.worlds import LatentWorld
-
-    world = LatentWorld.preset("ambiguous", vocab_size=512, n_clusters=32)
-    run(world, StaticTree.chain(2), rule="r1", n_sequences=1, seq_len=2)
-    run(world, JacobiWindow(2), rule="r2", n_sequences=1, seq_len=2)
+    warm(parallel=False)
     assert not cold_kernels(), cold_kernels()
