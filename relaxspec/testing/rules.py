@@ -310,6 +310,7 @@ class KernelRule:
     def __call__(self, p: np.ndarray, q: np.ndarray, children: np.ndarray, relax: Relax,
                  neighbours: np.ndarray, variant: str, u: np.ndarray) -> Verdict:
         from relaxspec.simulate.step_kernels import sample_step_kernel
+        from relaxspec.simulate.verify import tree_arrays
         from relaxspec.simulate.verify_kernels import (
             draw_token_kernel,
             draw_token_residual_kernel,
@@ -325,7 +326,7 @@ class KernelRule:
         if self.rule == "r4":
             tree, P, Q, ua, ud = _star(x, u)
             rs = (e.rule, e.code, e.k, e.param, e.variant, np.zeros((x.p.size, 0), dtype=np.int32))
-            path, bonus, _ = sample_step_kernel(tree.parents, tree.tokens, tree.depths, P, Q, ua, ud, rs, bs)
+            path, bonus, _ = sample_step_kernel(*tree_arrays(tree), P, Q, ua, ud, rs, bs)
             i = int(path[-1]) - 1
             return Verdict(i, int(x.kids[i])) if i >= 0 else Verdict(-1, int(bonus))
         nb = rule_table(neighbours, x.p.size, relax, variant)
