@@ -23,6 +23,8 @@ ENTRY_KERNELS: tuple[tuple[str, str], ...] = (
 )
 """(module, name) of the kernels a simulation calls from Python; compiling one compiles every kernel it
 calls, each cached on its own."""
+MODULE = "relaxspec.simulate.kernel_cache"
+"""This module's import name (run as ``python -m``, its ``__name__`` is ``__main__``)."""
 COMPILE_MINUTES = (1, 4)
 """A cold compilation's wall time in minutes: 1.5-2 on an idle 2-core machine (BENCHMARKS.md, ``relaxspec
 demo`` from a cold cache), 4 on a loaded one (issue 26)."""
@@ -81,7 +83,7 @@ def warm(kernels: Iterable[tuple[str, str]] = ENTRY_KERNELS, parallel: bool = Tr
     Numba compiles a kernel on one core, and the two entry kernels together take most of a cold start."""
     cold = cold_kernels(kernels)
     if parallel and len(cold) > 1:
-        procs = [subprocess.Popen([sys.executable, "-m", __name__, "--one", k]) for k in cold]
+        procs = [subprocess.Popen([sys.executable, "-m", MODULE, "--one", k]) for k in cold]
         failed = [k for k, p in zip(cold, procs, strict=True) if p.wait() != 0]
         if failed:
             raise RuntimeError(f"compiling {', '.join(failed)} failed (its error is printed above)")

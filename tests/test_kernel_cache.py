@@ -3,6 +3,7 @@ it appears when Numba's cache lacks them (an empty ``NUMBA_CACHE_DIR``) and not 
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -69,6 +70,7 @@ def test_warm_compiles_only_the_cold_kernels(simulator_kernels, monkeypatch, cap
     cache; the cold kernels, each in a process of its own, else; a failed one is named."""
     from relaxspec.simulate import kernel_cache
 
+    assert importlib.import_module(kernel_cache.MODULE) is kernel_cache  # what each process runs (-m)
     assert kernel_cache.warm() == []
     assert kernel_cache.main([]) == 0 and capsys.readouterr().out == "the simulator's kernels are cached\n"
     names = [f"{m}.{n}" for m, n in kernel_cache.ENTRY_KERNELS]
