@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# pytest-xdist workers of `make test`: 2 for the 2-core CI machine; `make test TEST_WORKERS=auto` takes every core
+TEST_WORKERS ?= 2
 
 .PHONY: setup demo test lint clean
 
@@ -20,8 +22,11 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/relaxspec demo
 
+# The simulator's two entry kernels are compiled first, one per core (minutes on a cold cache, nothing when
+# cached), so that the workers, and the processes their tests start, do not each compile them at once.
 test: setup
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m relaxspec.simulate.kernel_cache
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
 
 lint: setup
 	$(BIN)/ruff check .

@@ -4,12 +4,18 @@ The kernels are compiled with ``cache=True``: the first run on a machine (or wit
 ``NUMBA_CACHE_DIR``, or after a kernel's source changed) compiles them, for minutes with no output, while
 a progress bar's first estimate reads hours; every later run loads them in seconds. :func:`compile_notice`
 says so in one line before such a run (``relaxspec simulate`` and ``relaxspec demo`` print it).
+:func:`warm` compiles them ahead: ``python -m relaxspec.simulate.kernel_cache`` (``make test`` runs it
+before the tests, so that its two pytest workers, and the processes their tests start, do not each
+compile them at once).
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
-from collections.abc import Iterable
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
 
 ENTRY_KERNELS: tuple[tuple[str, str], ...] = (
     ("relaxspec.simulate.engine", "simulate_kernel"),
@@ -17,6 +23,8 @@ ENTRY_KERNELS: tuple[tuple[str, str], ...] = (
 )
 """(module, name) of the kernels a simulation calls from Python; compiling one compiles every kernel it
 calls, each cached on its own."""
+MODULE = "relaxspec.simulate.kernel_cache"
+"""This module's import name (run as ``python -m``, its ``__name__`` is ``__main__``)."""
 COMPILE_MINUTES = (1, 4)
 """A cold compilation's wall time in minutes: 1.5-2 on an idle 2-core machine (BENCHMARKS.md, ``relaxspec
 demo`` from a cold cache), 4 on a loaded one (issue 26)."""
@@ -50,3 +58,56 @@ def compile_notice() -> str | None:
     return (f"compiling the simulator's Numba kernels into Numba's cache, once: about {lo}-{hi} minutes "
             "before the first configuration finishes (more on a busy machine; the progress bar's first "
             "estimate means nothing until then); later runs load them in seconds")
+
+
+def warm_one(kernel: str) -> None:
+    """Compile the entry kernel ``kernel`` (``module.name`` of :data:`ENTRY_KERNELS`) into Numba's cache
+    with the smallest run that calls it (a compiled kernel loads in well under a second)."""
+    from relaxspec.core.trees import StaticTree
+    from relaxspec.core.trees.jacobi import JacobiWindow
+    from relaxspec.simulate.engine import run
+    from relaxspec.simulate.worlds import LatentWorld
+
+    policies = {"relaxspec.simulate.engine.simulate_kernel": (StaticTree.chain(2), "r1"),
+                "relaxspec.simulate.jacobi_kernels.jacobi_kernel": (JacobiWindow(2), "r2")}
+    if kernel not in policies:
+        raise ValueError(f"unknown entry kernel {kernel!r}; expected one of {sorted(policies)}")
+    policy, rule = policies[kernel]
+    world = LatentWorld.preset("ambiguous", vocab_size=512, n_clusters=32)
+    run(world, policy, rule, n_sequences=1, seq_len=2)
+
+
+def warm(kernels: Iterable[tuple[str, str]] = ENTRY_KERNELS, parallel: bool = True) -> list[str]:
+    """Compile each of ``kernels`` that the cache lacks, each in a process of its own at the same time
+    (``parallel``, one per core on a 2-core machine) or one after another in this one; the ones compiled.
+    Numba compiles a kernel on one core, and the two entry kernels together take most of a cold start."""
+    cold = cold_kernels(kernels)
+    if parallel and len(cold) > 1:
+        procs = [subprocess.Popen([sys.executable, "-m", MODULE, "--one", k]) for k in cold]
+        failed = [k for k, p in zip(cold, procs, strict=True) if p.wait() != 0]
+        if failed:
+            raise RuntimeError(f"compiling {', '.join(failed)} failed (its error is printed above)")
+    else:
+        for kernel in cold:
+            warm_one(kernel)
+    return cold
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m relaxspec.simulate.kernel_cache [--serial]``: compile the cold entry kernels."""
+    parser = argparse.ArgumentParser(prog="python -m relaxspec.simulate.kernel_cache",
+                                     description="compile the simulator's entry kernels into Numba's cache")
+    parser.add_argument("--serial", action="store_true",
+                        help="one kernel after another in this process (default: one process per kernel)")
+    parser.add_argument("--one", metavar="KERNEL", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        warm_one(args.one)
+        return 0
+    compiled = warm(parallel=not args.serial)
+    print(f"compiled {', '.join(compiled)}" if compiled else "the simulator's kernels are cached", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

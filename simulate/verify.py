@@ -44,6 +44,13 @@ def _uniforms(u: np.ndarray, n: int, name: str) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
+def tree_arrays(tree: Tree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``tree``'s parents, tokens and depths as writable arrays, the type the simulator compiles its step
+    kernels for: a Tree's own arrays are read-only, another type to Numba, and passing them would compile
+    every step kernel a second time (minutes on a cold cache) for the same arithmetic."""
+    return tree.parents.copy(), tree.tokens.copy(), tree.depths.copy()
+
+
 def _prepare(tree: Tree, node_dists, q_dists, rule, relax, neighbours, variant, boost, emb
              ) -> tuple[np.ndarray, np.ndarray, KernelArgs]:
     if not isinstance(tree, Tree):
@@ -96,8 +103,7 @@ def verify_step(
     p, q, spec = _prepare(tree, node_dists, q_dists, rule, relax, neighbours, variant, boost, emb)
     ua = _uniforms(u_accept, tree.size, "u_accept")
     ud = _uniforms(u_draw, tree.size, "u_draw")
-    path, bonus, tv = sample_step_kernel(tree.parents, tree.tokens, tree.depths, p, q, ua, ud, spec.rs,
-                                         spec.bs)
+    path, bonus, tv = sample_step_kernel(*tree_arrays(tree), p, q, ua, ud, spec.rs, spec.bs)
     if with_tv:
         return [int(v) for v in path], int(bonus), float(tv)
     return [int(v) for v in path], int(bonus)
@@ -125,6 +131,5 @@ def step_expectation(
     ``theory.budget.budget_r2_step_ends`` (``tv``: the expected sum of the tested stages' charges).
     """
     p, q, spec = _prepare(tree, node_dists, q_dists, rule, relax, neighbours, variant, boost, emb)
-    t, tv, edge, reach = expected_tokens_per_step_kernel(tree.parents, tree.tokens, tree.depths, p, q,
-                                                         spec.rs, spec.bs)
+    t, tv, edge, reach = expected_tokens_per_step_kernel(*tree_arrays(tree), p, q, spec.rs, spec.bs)
     return StepExpectation(float(t), float(tv), edge, reach)

@@ -4,9 +4,17 @@
 every run draws the same examples, so a test cannot fail at random; a failing example
 found locally is pinned with ``@example``. ``dev`` (the default elsewhere) keeps
 Hypothesis' random search. ``HYPOTHESIS_PROFILE`` picks one explicitly.
+
+Hypothesis also draws constants found in the local source modules imported at the time, so a derandomized
+test's examples would depend on which modules earlier tests happened to import: on the tests selected,
+their order and, under pytest-xdist (``make test`` runs two workers), on which worker ran what. A
+derandomized run therefore imports every local module before its first test (``local_modules``): a test
+draws the same examples alone or in the whole suite, on one worker or two.
 """
 
+import importlib
 import os
+import pkgutil
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -16,22 +24,39 @@ settings.register_profile("ci", derandomize=True, database=None, deadline=None, 
 settings.register_profile("dev", deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
+LAYERS = ("theory", "core", "simulate", "reference", "mini")
+
+
+def local_module_names() -> list[str]:
+    """Every module of the package, each layer's included (``relaxspec.__main__`` runs the command line)."""
+    import relaxspec
+
+    names = [m.name for m in pkgutil.walk_packages(relaxspec.__path__, "relaxspec.")]
+    for layer in LAYERS:
+        package = importlib.import_module(f"relaxspec.{layer}")
+        names += [m.name for m in pkgutil.walk_packages(package.__path__, f"relaxspec.{layer}.")]
+    return sorted(set(names) - {"relaxspec.__main__"})
+
+
+@pytest.fixture(scope="session", autouse=True)
+def local_modules() -> list[str]:
+    """In a derandomized run, every module of the package imported before the first test (module
+    docstring). Hypothesis reads the modules in ``sys.modules``; the one test that loads a script of
+    benchmarks/ does not register it there. The names imported; none in a random run."""
+    if not settings.default.derandomize:
+        return []
+    names = local_module_names()
+    for name in names:
+        importlib.import_module(name)
+    return names
+
 
 @pytest.fixture(scope="session")
 def simulator_kernels() -> None:
     """The simulator's entry kernels compiled into Numba's cache, for tests that read a ``relaxspec simulate``
     command's stderr line by line: on a cold cache (a fresh clone, CI) the command first prints its one-line
     compile notice (``relaxspec.simulate.kernel_cache``), which those tests do not expect."""
-    from relaxspec.simulate.kernel_cache import cold_kernels
+    from relaxspec.simulate.kernel_cache import cold_kernels, warm
 
-    if not cold_kernels():
-        return
-    from relaxspec.core.trees import StaticTree
-    from relaxspec.core.trees.jacobi import JacobiWindow
-    from relaxspec.simulate.engine import run
-    from relaxspec.simulate.worlds import LatentWorld
-
-    world = LatentWorld.preset("ambiguous", vocab_size=512, n_clusters=32)
-    run(world, StaticTree.chain(2), "r1", n_sequences=1, seq_len=2)
-    run(world, JacobiWindow(2), "r2", n_sequences=1, seq_len=2)
+    warm(parallel=False)
     assert not cold_kernels(), cold_kernels()

@@ -3,6 +3,7 @@ it appears when Numba's cache lacks them (an empty ``NUMBA_CACHE_DIR``) and not 
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -62,3 +63,21 @@ def test_the_simulate_command_prints_the_notice_before_running(tmp_path, monkeyp
     err = capsys.readouterr().err
     assert order == ["notice", "sweep"]
     assert err == (f"relaxspec: note: {notice}\n" if notice else "")
+
+
+def test_warm_compiles_only_the_cold_kernels(simulator_kernels, monkeypatch, capsys) -> None:
+    """``python -m relaxspec.simulate.kernel_cache`` (``make test`` runs it first): nothing to do on a warm
+    cache; the cold kernels, each in a process of its own, else; a failed one is named."""
+    from relaxspec.simulate import kernel_cache
+
+    assert importlib.import_module(kernel_cache.MODULE) is kernel_cache  # what each process runs (-m)
+    assert kernel_cache.warm() == []
+    assert kernel_cache.main([]) == 0 and capsys.readouterr().out == "the simulator's kernels are cached\n"
+    names = [f"{m}.{n}" for m, n in kernel_cache.ENTRY_KERNELS]
+    monkeypatch.setattr(kernel_cache, "cold_kernels", lambda kernels=(): names)
+    assert kernel_cache.main([]) == 0 and capsys.readouterr().out == f"compiled {', '.join(names)}\n"
+    monkeypatch.setattr(kernel_cache, "cold_kernels", lambda kernels=(): [names[0], "relaxspec.nowhere.k"])
+    with pytest.raises(RuntimeError, match=r"compiling relaxspec\.nowhere\.k failed"):
+        kernel_cache.warm()
+    with pytest.raises(ValueError, match="unknown entry kernel 'relaxspec.nowhere.k'"):
+        kernel_cache.warm_one("relaxspec.nowhere.k")

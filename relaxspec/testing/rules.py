@@ -315,6 +315,7 @@ class KernelRule:
     def __call__(self, p: np.ndarray, q: np.ndarray, children: np.ndarray, relax: Relax,
                  neighbours: np.ndarray, variant: str, u: np.ndarray) -> Verdict:
         from relaxspec.simulate.step_kernels import sample_step_kernel
+        from relaxspec.simulate.verify import tree_arrays
         from relaxspec.simulate.verify_kernels import (
             draw_token_kernel,
             draw_token_residual_kernel,
@@ -329,7 +330,7 @@ class KernelRule:
         rs, bs = enc.rs, enc.bs
         if v.is_traversal:
             tree, P, Q, ua, ud = _star(x, u)
-            path, bonus, _ = sample_step_kernel(tree.parents, tree.tokens, tree.depths, P, Q, ua, ud, rs, bs)
+            path, bonus, _ = sample_step_kernel(*tree_arrays(tree), P, Q, ua, ud, rs, bs)
             i = int(path[-1]) - 1
             return Verdict(i, int(x.kids[i])) if i >= 0 else Verdict(-1, int(bonus))
         _, code, k, param, var, nb = rs
