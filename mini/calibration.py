@@ -48,6 +48,7 @@ from relaxspec.simulate.worlds import (
     world_stats,
 )
 from relaxspec.theory.distributions import total_variation
+from relaxspec.theory.rules import Rule, as_rule
 
 # The world presets fitted to the shipped models, by the SHA-256 of the target's weights and by drafter
 # and greedy decoding (:func:`world_key`; the "calibrated world" of the simulator validation,
@@ -67,10 +68,10 @@ REPORTED_FIGURES = ("entropy", "top10_mass", "accept_sampled")
 RANKED_DRAFTS = 10
 
 
-def world_key(drafter: str, rule: str) -> str:
+def world_key(drafter: str, rule: Rule | str) -> str:
     """Which fitted world a decoding reads: the drafter's, along greedy paths for rule r3 (greedy
     decoding visits other states than sampling does)."""
-    return f"{drafter}-greedy" if rule == "r3" else drafter
+    return f"{drafter}-greedy" if as_rule(rule).is_greedy else drafter
 
 
 def fitted_preset(target_sha256: str, key: str) -> str | None:
