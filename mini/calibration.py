@@ -26,6 +26,7 @@ from relaxspec.simulate.fit import (  # re-exported: the fit moved to simulate.f
     world_figures,
 )
 from relaxspec.simulate.worlds import LatentParams, LatentWorld, world_stats
+from relaxspec.theory.rules import Rule, as_rule
 
 # The world presets fitted to the shipped models, by the SHA-256 of the target's weights and by drafter
 # and greedy decoding (:func:`world_key`; the "calibrated world" of the simulator validation,
@@ -41,20 +42,16 @@ STAT_NAMES = {"top1": "mean_top1", "entropy": "mean_entropy", "top10_mass": "mea
               "acceptance": "mean_acceptance"}
 
 
-def world_key(drafter: str, rule: str) -> str:
+def world_key(drafter: str, rule: Rule | str) -> str:
     """Which fitted world a decoding reads: the drafter's, along greedy paths for rule r3 (greedy
     decoding visits other states than sampling does)."""
-    return f"{drafter}-greedy" if rule == "r3" else drafter
+    return f"{drafter}-greedy" if as_rule(rule).is_greedy else drafter
 
 
 def fitted_preset(target_sha256: str, key: str) -> str | None:
     """The preset fitted to the target with these weights (its card's ``weights_sha256``) for
     :func:`world_key` ``key``; None when no world is fitted to it."""
     return FITTED_PRESETS.get(target_sha256, {}).get(key)
-
-
-
-
 
 
 def model_figures(p: np.ndarray, q: np.ndarray, positions: int, q_deep: np.ndarray | None = None
@@ -74,9 +71,6 @@ def model_figures(p: np.ndarray, q: np.ndarray, positions: int, q_deep: np.ndarr
                              f"{q_deep.shape}")
         out[DEEP_FIGURE] = float(np.mean([ranked_mass(a, b) for a, b in zip(later, q_deep, strict=True)]))
     return out
-
-
-
 
 
 def stats_of(params: LatentParams, n_sequences: int = 8, seq_len: int = 64) -> dict[str, float]:

@@ -37,6 +37,8 @@ from relaxspec.figures import render
 from relaxspec.mini.timing import Clock, load_average
 from relaxspec.results import load
 from relaxspec.sweep import SweepConfig, run_sweep
+from relaxspec.theory.relax import RelaxKind
+from relaxspec.theory.rules import Rule
 
 log = logging.getLogger(__name__)  # the command line shows it (relaxspec.cli.setup_logging)
 
@@ -137,9 +139,9 @@ def _fmt(r: dict | None, col: str = "mean_tokens_per_step") -> str:
 
 def relax_name(r: dict) -> str:
     """"exact", "LANTERN δ=0.1" or "LANTERN++ λ=2" for a row."""
-    if r["relax"] == "none":
+    if r["relax"] == RelaxKind.NONE:
         return "exact"
-    return f"LANTERN δ={r['delta']:g}" if r["relax"] == "additive" else f"LANTERN++ λ={r['lam']:g}"
+    return f"LANTERN δ={r['delta']:g}" if r["relax"] == RelaxKind.ADDITIVE else f"LANTERN++ λ={r['lam']:g}"
 
 
 def standard_errors_apart(a: dict, b: dict) -> float:
@@ -156,13 +158,13 @@ def non_monotone(rows: list[dict]) -> list[tuple[dict, dict, float]]:
     key = ("world", "tree", "rule", "variant", "temperature")
     out = []
     for r in rows:
-        if r["relax"] == "none":
+        if r["relax"] == RelaxKind.NONE:
             continue
-        param = "delta" if r["relax"] == "additive" else "lam"
+        param = "delta" if r["relax"] == RelaxKind.ADDITIVE else "lam"
         same = [s for s in rows if all(s[c] == r[c] for c in key)]
         weaker = [s for s in same if s["relax"] == r["relax"] and s["k"] == r["k"] and s[param] < r[param]]
         prev = max(weaker, key=lambda s: s[param], default=None) or next(
-            (s for s in same if s["relax"] == "none"), None)
+            (s for s in same if s["relax"] == RelaxKind.NONE), None)
         if prev is not None and r["mean_tokens_per_step"] < prev["mean_tokens_per_step"]:
             out.append((r, prev, standard_errors_apart(prev, r)))
     return out
@@ -225,8 +227,9 @@ def claim1_section(rows: list[dict]) -> list[str]:
     """Claim 1: ambiguity collapses exact acceptance (EAGLE-2, exact); relaxation restores it."""
     lines = ["", "## Claim 1: ambiguity collapses exact acceptance; relaxation restores it", ""]
     ce, ae = _pick(rows, "confident", EAGLE_TREE), _pick(rows, "ambiguous", EAGLE_TREE)
-    best = max((r for r in rows if r["world"] == "ambiguous" and r["tree"] == EAGLE_TREE and r["rule"] == "r1"
-                and r["relax"] != "none"), key=lambda r: r["mean_tokens_per_step"], default=None)
+    best = max((r for r in rows if r["world"] == "ambiguous" and r["tree"] == EAGLE_TREE
+                and r["rule"] == Rule.R1 and r["relax"] != RelaxKind.NONE),
+               key=lambda r: r["mean_tokens_per_step"], default=None)
     if ce and ae and best:
         collapse = ae["mean_accepted_depth"] < ce["mean_accepted_depth"]
         z = standard_errors_apart(best, ae)
@@ -251,8 +254,8 @@ def _deeper(rows: list[dict], rule: str) -> tuple[list[tuple[dict, dict]], tuple
             e = _pick(rows, "ambiguous", EAGLE_TREE, r["relax"], delta=r["delta"], lam=r["lam"])
             if e:
                 pairs.append((r, e))
-    exact = next(((r, e) for r, e in pairs if r["relax"] == "none"), None)
-    return [(r, e) for r, e in pairs if r["relax"] != "none"], exact
+    exact = next(((r, e) for r, e in pairs if r["relax"] == RelaxKind.NONE), None)
+    return [(r, e) for r, e in pairs if r["relax"] != RelaxKind.NONE], exact
 
 
 def _deeper_sentence(pairs: list[tuple[dict, dict]], how: str) -> tuple[str, bool]:
@@ -345,7 +348,7 @@ def relaxation_aware_section(rows: list[dict]) -> list[str]:
              "| relaxation | best existing | tokens/step | best relaxation-aware | tokens/step | gain |",
              "|---|---|---|---|---|---|"]
     relaxed = sorted({(r["relax"], r["delta"], r["lam"]) for r in rows if r["world"] == "ambiguous"
-                      and r["relax"] != "none"})
+                      and r["relax"] != RelaxKind.NONE})
     for relax, delta, lam in relaxed:
         sel = [r for r in rows if r["world"] == "ambiguous" and r["relax"] == relax and r["delta"] == delta
                and r["lam"] == lam]
@@ -373,7 +376,7 @@ def write_report(rows: list[dict], out: Path, run: DemoRun | None = None, cost: 
                   f"errors (sampling noise at {DEMO_CONFIG['n_sequences']} sequences), "
                   f"{len(flagged) - noise} beyond."]
     lines += claim1_section(rows) + claim2_section(rows) + speedup_section(rows, cost)
-    lines += relaxation_aware_section([r for r in rows if r["rule"] == "r1"])
+    lines += relaxation_aware_section([r for r in rows if r["rule"] == Rule.R1])
     lines += ["", "Figures: `tokens_vs_relaxation`, `depth`, `tradeoff` (PDF and PNG).", ""]
     lines += extra or []
     path = Path(out) / "report.md"

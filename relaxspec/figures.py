@@ -55,7 +55,7 @@ from relaxspec.figstyle import (
     style,
 )
 from relaxspec.results import COLUMNS, NO_SETTINGS, config_key, load, settings_label, with_views
-from relaxspec.theory.relax import Relax
+from relaxspec.theory.relax import Relax, RelaxKind, Variant
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -222,17 +222,17 @@ def line_styles(keys: Iterable[LineKey]) -> dict[LineKey, MethodStyle]:
 
 def _exact_rows(rows: list[dict]) -> dict[LineKey, dict]:
     """Exact rows by line key; official variants share the principled run (the sweep runs it once)."""
-    exact = {LineKey.of(r): r for r in rows if r["relax"] == "none"}
+    exact = {LineKey.of(r): r for r in rows if r["relax"] == RelaxKind.NONE}
     for key, r in list(exact.items()):
-        if key.variant == "principled":
-            exact.setdefault(key._replace(variant="official"), r)
+        if key.variant == Variant.PRINCIPLED:
+            exact.setdefault(key._replace(variant=Variant.OFFICIAL), r)
     return exact
 
 
 def _line_keys(rows: list[dict], k_varies: bool) -> list[LineKey]:
     """The key of every line (what :func:`line_styles` styles): relaxed runs' (with k where k varies),
     and exact runs' of trees with no relaxed run."""
-    relaxed = [LineKey.of(r, k=k_varies) for r in rows if r["relax"] != "none"]
+    relaxed = [LineKey.of(r, k=k_varies) for r in rows if r["relax"] != RelaxKind.NONE]
     series = {k._replace(k=None) for k in relaxed}
     return list(dict.fromkeys(relaxed + [k for k in map(LineKey.of, rows) if k not in series]))
 
@@ -261,7 +261,7 @@ def family_lines(rows: list[dict], family: Family, x: Callable[[dict], float],
 
 
 def _relax_of(row: dict) -> Relax:
-    if row["relax"] == "additive":
+    if row["relax"] == RelaxKind.ADDITIVE:
         return Relax.additive(int(row["k"]), row["delta"])
     return Relax.multiplicative(int(row["k"]), row["lam"])
 
@@ -297,7 +297,7 @@ class _Setting:
     def of(cls, rows: list[dict]) -> _Setting:
         facets = _facets(rows)
         several_t = len({t for _, t in facets}) > 1
-        k_varies = len({r["k"] for r in rows if r["relax"] != "none"}) > 1
+        k_varies = len({r["k"] for r in rows if r["relax"] != RelaxKind.NONE}) > 1
         return cls([[r for r in rows if (r["world"], r["temperature"]) == f] for f in facets],
                    [_facet_title(f, several_t) for f in facets],
                    [f for f in FAMILIES if any(r["relax"] == f.kind for r in rows)] or [FAMILIES[0]],

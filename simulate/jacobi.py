@@ -128,7 +128,7 @@ def _decode_rule_numpy(world, window: JacobiWindow, rule: str, boost: Boost, emb
     o_int, o_exp, o_tv, o_ttv, n_steps = out
     L, V = window.window, world.vocab_size
     latent = isinstance(world, LatentWorld)
-    nb = None if nb.shape[1] == 0 and boost.kind != "budget" else nb
+    nb = None if nb.shape[1] == 0 and not boost.uses_budget else nb
     for s in range(len(n_steps)):
         state = world.initial(np.uint64(stream_key(np.int64(seed), np.int64(s)))) if latent else ()
         kept, kept_q = np.zeros(0, dtype=np.int64), np.zeros((0, V))

@@ -18,7 +18,7 @@ from relaxspec.simulate.worlds import LatentWorld
 from relaxspec.theory.boost import NO_BOOST, Boost
 from relaxspec.theory.budget import budget_r2_given_states, check_budget
 from relaxspec.theory.rule_step import own_oracle, rule_step_expectation, sample_rule_step
-from relaxspec.theory.rules import SAMPLED_DRAFT_RULES
+from relaxspec.theory.rules import SAMPLED_DRAFT_RULES, as_rule
 from relaxspec.theory.traversal import TraversalWalk, check_traversal_inputs
 from relaxspec.theory.tree import Tree, path_tv, sample_step, step_expectation
 
@@ -79,7 +79,7 @@ def step_record_tv(tree: Tree, p: np.ndarray, q: np.ndarray, path: list[int], ru
     the tree is ``traversal_ends``' ``tv_bound``, Theorem 12.3); budgeted R2, the charges of the stages
     each node on the path tested (``theory.budget.budget_r2_given_states``; their expectation is
     ``budget_r2_step_ends``' bound). Sums run in the kernels' order."""
-    if rule == "r4":
+    if as_rule(rule).is_traversal:
         p, q, table, e = check_traversal_inputs(tree, p, q, boost, nb, emb)
         total = 0.0
         for t in TraversalWalk(tree, p, q, boost, table, e).tests():

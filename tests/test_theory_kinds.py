@@ -39,27 +39,6 @@ GRAMMAR = {
     ("core/trees/windows.py", "parse_pac"),
 }
 """The grammar code: it reads the spellings (parse) and may compare them."""
-HOLDERS = {
-    "core/trace.py",  # converted by the holders change
-    "core/trace_header.py",  # converted by the holders change
-    "mini/calibration.py",  # converted by the holders change
-    "mini/decoding.py",  # converted by the holders change
-    "reference/decode.py",  # converted by the holders change
-    "reference/generate.py",  # converted by the holders change
-    "reference/train_drafter.py",  # converted by the holders change
-    "relaxspec/demo.py",  # converted by the holders change
-    "relaxspec/figures.py",  # converted by the holders change
-    "relaxspec/results.py",  # converted by the holders change
-    "relaxspec/studies/frontier.py",  # converted by the holders change
-    "relaxspec/studies/relaxation_trees.py",  # converted by the holders change
-    "relaxspec/sweep.py",  # converted by the holders change
-    "simulate/acceptance.py",  # converted by the holders change
-    "simulate/engine.py",  # converted by the holders change
-    "simulate/jacobi.py",  # converted by the holders change
-    "simulate/oracle.py",  # converted by the holders change
-    "simulate/replay.py",  # converted by the holders change
-}
-"""Files outside this change's scope that still compare spellings (emptied after the merge)."""
 
 
 def _literals(node: ast.expr) -> set[str]:
@@ -111,9 +90,8 @@ def spelling_comparisons() -> dict[str, list[str]]:
 
 def test_no_rule_boost_or_relaxation_string_comparisons() -> None:
     found = spelling_comparisons()
-    new = {path: lines for path, lines in found.items() if path not in HOLDERS}
-    assert not new, "compare a Rule / BoostKind / RelaxKind member or a property instead:\n" + "\n".join(
-        line for lines in new.values() for line in lines)
+    assert not found, "compare a Rule / BoostKind / RelaxKind member or a property instead:\n" + "\n".join(
+        line for lines in found.values() for line in lines)
 
 
 def test_the_check_finds_what_it_looks_for(tmp_path: Path) -> None:

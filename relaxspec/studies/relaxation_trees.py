@@ -46,6 +46,8 @@ from relaxspec.simulate.worlds import LatentWorld
 from relaxspec.studies.study_options import study_parser, study_setup
 from relaxspec.sweep import SweepConfig, run_sweep
 from relaxspec.theory import Relax, node_outcome, r1_distortion
+from relaxspec.theory.relax import RelaxKind
+from relaxspec.theory.rules import Rule
 from relaxspec.theory.verification import Verification
 
 WORLDS = ["ambiguous", "confident"]
@@ -240,10 +242,10 @@ def shipped_rows(out: Path, n_images: int, n_trace: int, cost: CostModel) -> lis
 
 # ---------------------------------------------------------------- the table
 def relax_text(row: dict) -> str:
-    if row["relax"] == "none":
+    if row["relax"] == RelaxKind.NONE:
         return "none"
     k = int(row["k"])
-    return (f"additive:k={k},delta={row['delta']:g}" if row["relax"] == "additive"
+    return (f"additive:k={k},delta={row['delta']:g}" if row["relax"] == RelaxKind.ADDITIVE
             else f"multiplicative:k={k},lam={row['lam']:g}")
 
 
@@ -275,7 +277,8 @@ def world_table(rows: list[dict], cost: CostModel) -> tuple[list[str], list[dict
 
 def shipped_tv(row: dict) -> float:
     """The shipped rows' TV bound (NaN for relaxed R2: its per-step TV is not computed exactly)."""
-    return float("nan") if row["rule"] == "r2" and row["relax"] != "none" else row["tv_bound_per_sequence"]
+    relaxed_r2 = row["rule"] == Rule.R2 and row["relax"] != RelaxKind.NONE
+    return float("nan") if relaxed_r2 else row["tv_bound_per_sequence"]
 
 
 def fmt_tv(x: float) -> str:
@@ -285,7 +288,7 @@ def fmt_tv(x: float) -> str:
 def compare(world: str, text: str, rows: list[dict], col: str, se_col: str | None) -> dict:
     """Best new policy at the equal budget (cost-aware excluded) against the best existing one, both verified
     with R1 (R2's distortion is not bounded by the relaxation: docs/theory.md, Finding 3)."""
-    equal = [r for r in rows if not r["tree"].startswith("costaware") and r["rule"] == "r1"]
+    equal = [r for r in rows if not r["tree"].startswith("costaware") and r["rule"] == Rule.R1]
     old = max((r for r in equal if r["tree"] in EXISTING), key=lambda r: r[col])
     new = max((r for r in equal if r["tree"] in NEW), key=lambda r: r[col])
     gain = new[col] / old[col] - 1.0
@@ -328,13 +331,13 @@ def figure(rows: list[dict], out: Path) -> list[Path]:
     fig, axes = subplots(1, 2, width="full", height=2.8)
     for ax, w in zip(axes, WORLDS, strict=True):
         for i, tree in enumerate(LABELS):
-            for kind, marker in (("additive", "o"), ("multiplicative", "s")):
-                sel = [r for r in rows if r["world"] == w and r["tree"] == tree and r["rule"] == "r1"
-                       and r["relax"] in ("none", kind)]
+            for kind, marker in ((RelaxKind.ADDITIVE, "o"), (RelaxKind.MULTIPLICATIVE, "s")):
+                sel = [r for r in rows if r["world"] == w and r["tree"] == tree and r["rule"] == Rule.R1
+                       and r["relax"] in (RelaxKind.NONE, kind)]
                 sel.sort(key=lambda r: r["tv_bound_per_token"])
                 ax.plot([r["tv_bound_per_token"] for r in sel], [r["mean_tokens_per_step"] for r in sel],
                         marker=marker, ls="-" if tree in NEW else "--", color=f"C{i % 10}",
-                        label=LABELS[tree] if kind == "additive" else None)
+                        label=LABELS[tree] if kind is RelaxKind.ADDITIVE else None)
         ax.set_xlabel("TV bound per token (sum of exact node TVs / tokens)")
         ax.set_ylabel("tokens per step")
         ax.set_title(f"{w} world (o: LANTERN δ, □: LANTERN++ λ)")
