@@ -22,7 +22,7 @@ The names a researcher needs, at ``import relaxspec`` (README: Python quickstart
   :func:`render` (a results DataFrame or file -> figures; the caller's matplotlib backend is kept).
 
 Each name loads its layer on first use (module ``__getattr__``): ``import relaxspec`` itself imports no
-layer, no Numba and no torch (``relaxspec --help`` stays fast; ``tests/test_layers.py``).
+layer, no Numba and no torch (``relaxspec --help`` stays fast; ``tests/package/test_layers.py``).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ _EXPORTS: dict[str, str] = {
 }
 """Public name -> ``module`` (the same name there) or ``module:name``."""
 
-__all__ = [  # the names of _EXPORTS and simulate (tests/test_api.py keeps them in step)
+__all__ = [  # the names of _EXPORTS and simulate (tests/app/test_api.py keeps them in step)
     "LatentWorld",
     "SimResult",
     "StationaryWorld",

@@ -64,7 +64,7 @@ class LatentParams:
     seed : seed of the codebook, prior and noise keys.
 
     Worlds with ``prefix_noise`` 1 and no grid (every preset before SPEC 11) give the same rows bit for
-    bit as before these parameters existed (tests/test_world_grid.py).
+    bit as before these parameters existed (tests/simulate/test_world_grid.py).
     """
 
     vocab_size: int = 16384

@@ -1,4 +1,4 @@
-"""The strategies and statistical helpers the tests/test_theory_*.py files share.
+"""The strategies and statistical helpers the tests/theory/test_theory_*.py files share.
 
 They live in the installed :mod:`relaxspec.testing` (issue 20: users property-test their own
 rules with them); this module keeps the names the tests import.

@@ -15,7 +15,7 @@ import pytest
 
 import relaxspec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_public_name_resolves_to_its_home() -> None:

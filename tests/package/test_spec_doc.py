@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "docs" / "SPEC.md"
 STEERING = ROOT.parent / "shared" / "SPEC.md"
 # "SPEC 9.5", "SPEC section 8", "SPEC sections 2", "SPEC §7", "SPEC, section 3"

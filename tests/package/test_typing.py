@@ -10,7 +10,7 @@ from pathlib import Path
 
 from test_api import readme_python_blocks
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ("theory", "core", "simulate", "reference", "mini")
 
 

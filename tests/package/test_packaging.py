@@ -11,7 +11,7 @@ from pathlib import Path
 
 import relaxspec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_version_in_one_place() -> None:

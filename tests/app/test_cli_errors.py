@@ -19,7 +19,7 @@ from relaxspec.theory.relax import Relax
 # these tests read a simulate command's stderr line by line: no cold-cache compile notice
 pytestmark = pytest.mark.usefixtures("simulator_kernels")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BAD_RELAX = "additive:k=10,delta=0.1,lam=2"
 BAD_VERIFICATION = "r1+lantern:k=10,delta=0.1,lam=2"  # BAD_RELAX as a verification spec
 

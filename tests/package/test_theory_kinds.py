@@ -19,7 +19,7 @@ from relaxspec.theory.relax import Relax, RelaxKind, Variant
 from relaxspec.theory.rules import SAMPLED_DRAFT_RULES, Rule
 from relaxspec.theory.verification import Oracle, parse
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ("theory", "core", "simulate", "reference", "mini", "relaxspec", "benchmarks")
 """The folders of the relaxspec namespace (and the benchmarks that drive it)."""
 

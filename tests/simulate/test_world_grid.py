@@ -26,7 +26,7 @@ def _sha(rows) -> str:
 
 
 def test_every_preset_keeps_its_states_and_rows_bit_for_bit():
-    """tests/data/world_rows_before.json holds SHA-256s of every preset's states, prefix hashes, target rows
+    """tests/simulate/data/world_rows_before.json holds SHA-256s of every preset's states, prefix hashes, target rows
     (T = 1 and 0.7) and draft rows (depth 0 and 1) along a sampled path, computed before the grid
     parameters existed; with them off (every preset) nothing moves."""
     before = json.loads(BEFORE.read_text())

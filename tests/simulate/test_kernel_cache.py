@@ -13,7 +13,7 @@ import pytest
 
 from relaxspec.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = "from numba import njit\n\n\n@njit(cache=True)\ndef bump(x):\n    return x + 1\n"
 
 

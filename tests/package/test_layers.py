@@ -68,7 +68,7 @@ def test_the_namespace_root_is_light() -> None:
 
 
 PACKAGES = ("theory", "core", "simulate", "reference", "mini", "relaxspec")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def import_graph() -> dict[str, set[str]]:

@@ -188,7 +188,7 @@ def test_benchmark_without_cuda_says_so(capsys) -> None:
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "decoder_bench.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "decoder_bench.py"
     spec = importlib.util.spec_from_file_location("decoder_bench", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

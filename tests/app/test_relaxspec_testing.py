@@ -39,7 +39,7 @@ from relaxspec.theory.sampler import draw_token
 from relaxspec.theory.stages import r1_reject, r1_stage
 from relaxspec.theory.verify import check_node_inputs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # small runs on top of the active profile (tests/conftest.py: derandomized under CI)
 QUICK = settings(max_examples=20)
 TINY = settings(max_examples=4)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from relaxspec.cli import LOGGER, setup_logging
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("relaxspec", "theory", "core", "simulate", "reference", "mini")
 
 # The functions that may print: the commands' own (their output is what the user asked for) and the

@@ -29,7 +29,7 @@ from relaxspec.sweep import SweepConfig, jobs, run_sweep
 # these tests read a simulate command's stderr line by line: no cold-cache compile notice
 pytestmark = pytest.mark.usefixtures("simulator_kernels")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GRID = {
     "worlds": ["ambiguous", "confident"],
     "trees": ["chain:3", "eagle2:4,2,12", "sequoia:6,3"],

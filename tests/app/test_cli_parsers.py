@@ -14,7 +14,7 @@ import pytest
 from relaxspec import __version__
 from relaxspec.cli import SUBCOMMANDS, DefaultsFormatter, build_parser, main, shows_default
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "numba")
 SKIPPED = ("help", "version")  # argparse's own actions
 
