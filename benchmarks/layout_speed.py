@@ -45,10 +45,17 @@ print(json.dumps({"steps": res.n_steps, "wall": res.seconds, "cpu": res.extra["c
 
 
 def measure(checkout: Path, sequences: int) -> dict:
-    """One run of the reference workload with ``checkout``'s code (a fresh interpreter)."""
-    env = {**os.environ, "PYTHONPATH": str(checkout), "OPENBLAS_NUM_THREADS": "1"}
+    """One run of the reference workload with ``checkout``'s code (a fresh interpreter): its own
+    ``.venv`` when it has one (since the layers install as ``relaxspec.*`` through setuptools' package-dir
+    mapping, only an install of the checkout imports its code), else this interpreter with the checkout on
+    PYTHONPATH (checkouts before the mapping)."""
+    own = checkout / ".venv" / "bin" / "python"
+    python = str(own) if own.is_file() else sys.executable
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    if not own.is_file():
+        env["PYTHONPATH"] = str(checkout)
     layout = "core" if (checkout / "core" / "trees").is_dir() else "old"
-    out = subprocess.run([sys.executable, "-c", WORKER, str(sequences), layout], cwd=checkout, env=env,
+    out = subprocess.run([python, "-c", WORKER, str(sequences), layout], cwd=checkout, env=env,
                          capture_output=True, text=True, check=False)
     if out.returncode:
         raise SystemExit(f"layout_speed: error: the run in {checkout} failed:\n{out.stderr[-2000:]}")
