@@ -128,7 +128,9 @@ def render(result: dict[str, Any]) -> str:
 
 def context_table(result: dict[str, Any]) -> list[str]:
     """Markdown rows of kappa_m ± its standard error, models (teacher-forced along their samples) above
-    the world presets (along sampled sequences)."""
+    the world presets (along sampled sequences); none for a comparison measured without kappa."""
+    if not result.get("world_context") or any("context" not in m for m in result["models"].values()):
+        return []
     def cells(c: dict) -> list[str]:
         return [f"{k:.3f} ± {e:.3f}" for k, e in zip(c["kappa"], c["stderr"], strict=True)]
 

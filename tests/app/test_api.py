@@ -52,17 +52,16 @@ def test_spec_strings_decode_as_the_objects_they_name() -> None:
     from relaxspec.core.trees import Eagle2Tree
     from relaxspec.core.trees.jacobi import JacobiWindow
     from relaxspec.simulate import LatentWorld, run
-    from relaxspec.theory.relax import Relax
 
     world = LatentWorld.preset("ambiguous")
     kw = {"n_sequences": 2, "seq_len": 12, "seed": 3}
     cases = [(("eagle2:4,2,6", "r1+lantern:k=8,delta=0.1"),
-              (Eagle2Tree(4, 2, 6), {"rule": "r1", "relax": Relax.parse("additive:k=8,delta=0.1")})),
-             (("jacobi:4", "r2"), (JacobiWindow(4), {"rule": "r2"}))]
+              (Eagle2Tree(4, 2, 6), {"verification": "r1+lantern:k=8,delta=0.1"})),
+             (("jacobi:4", "r2"), (JacobiWindow(4), {"verification": "r2"}))]
     for (tree_spec, v_spec), (tree, rule) in cases:
         got = relaxspec.simulate("ambiguous", tree_spec, v_spec, **kw)
         want = run(world, tree, **rule, **kw)
-        assert got.tree == want.tree and got.relax == want.relax
+        assert got.tree == want.tree and got.verification == want.verification
         for field in ("tokens", "tree_size", "root_choice", "token_tv"):
             np.testing.assert_array_equal(getattr(got, field), getattr(want, field))
 

@@ -16,7 +16,6 @@ from relaxspec.simulate.coupled_oracle import decode_coupled, tree_size
 from relaxspec.simulate.engine import _outputs, run
 from relaxspec.simulate.jacobi import run_windows
 from relaxspec.simulate.worlds import LatentWorld, StationaryWorld
-from relaxspec.theory.boost import Boost
 from relaxspec.theory.coupled import WindowRule, coupled_sequence_law
 from relaxspec.theory.coupled_gumbel import gumbel_sequence_law
 from relaxspec.theory.verification import DraftSource, Verification
@@ -35,7 +34,8 @@ def decode(world, spec: str, *, n: int, seq_len: int, seed: int, backend: str = 
     """Per-step buffers and tokens of ``simulate.jacobi.run_windows`` (what ``simulate.run`` calls)."""
     rs = Verification.parse("r2").encode(world.vocab_size)
     out = _outputs(n, seq_len)
-    seqs = run_windows(world, parse_tree(spec), rs, Boost.none(), out, seq_len=seq_len, temperature=1.0,
+    seqs = run_windows(world, parse_tree(spec), rs, Verification.parse("r2"), out, seq_len=seq_len,
+                       temperature=1.0,
                        seed=seed, threads=threads, backend=backend, exact=exact)
     return out, seqs
 
@@ -168,7 +168,7 @@ def test_the_oracles_law_is_theorys(spec, start, trans, law) -> None:
 def test_run_decodes_coupled_windows() -> None:
     for spec, lossless in (("jacobi:6,coupled=principled", True), ("jacobi:6,coupled=official", False),
                            ("pac:6,width=2", True)):
-        res = run(AMBIGUOUS, parse_tree(spec), rule="r2", n_sequences=3, seq_len=40, seed=2,
+        res = run(AMBIGUOUS, parse_tree(spec), "r2", n_sequences=3, seq_len=40, seed=2,
                   exact_expectations=spec.startswith("jacobi"))
         out, _ = decode(AMBIGUOUS, spec, n=3, seq_len=40, seed=2)
         assert res.tree == spec and res.n_steps == out[4].sum() and res.tokens.sum() == out[0][:, :, 0].sum()
@@ -180,10 +180,11 @@ def test_run_decodes_coupled_windows() -> None:
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"rule": "r4"}, "unboosted sampled-draft test"), ({"boost": Boost.depth([2.0])}, "unboosted"),
-    ({"rule": "r1"}, "needs rule r2"),
+    ({"verification": "r4"}, "unboosted sampled-draft test"),
+    ({"verification": "r2+cool:omega=2"}, "unboosted"),
+    ({"verification": "r1"}, "needs rule r2"),
     ({"exact_expectations": True}, "chains only")])
 def test_bad_coupled_runs_are_refused(kwargs: dict, match: str) -> None:
-    args = {"rule": "r2", **kwargs}
+    args = {"verification": "r2", **kwargs}
     with pytest.raises(ValueError, match=match):
         run(STATIONARY_64, parse_tree("pac:4"), n_sequences=1, seq_len=8, **args)

@@ -13,9 +13,8 @@ from relaxspec.core.trees.spec import check_tree_spec, draft_source, parse_tree
 from relaxspec.simulate.engine import STEP_FIELDS, run
 from relaxspec.simulate.vvs_oracle import decode_vvs
 from relaxspec.simulate.worlds import LatentWorld, StationaryWorld
-from relaxspec.theory.boost import Boost
 from relaxspec.theory.relax import Relax
-from relaxspec.theory.verification import DraftSource
+from relaxspec.theory.verification import DraftSource, Verification
 from relaxspec.theory.vvs import skip_step_tv
 
 V_SMALL = 64
@@ -33,7 +32,7 @@ FLOAT_FIELDS = ("token_tv", "expected_tokens", "expected_tv")
 
 def _run(world, spec: str, relax: Relax = Relax.none(), **kw):
     kw = {"n_sequences": 3, "seq_len": 40, "seed": 11, **kw}
-    return run(world, parse_tree(spec), rule="r1", relax=relax, **kw)
+    return run(world, parse_tree(spec), Verification("r1", relax), **kw)
 
 
 def _same(a, b) -> None:
@@ -121,7 +120,8 @@ def test_tokens_per_forward_counts_skipped_tokens_without_a_forward() -> None:
     forwards = int((res.target_forwards == 1).sum())
     assert forwards < res.n_steps
     assert res.tokens_per_forward == res.tokens.sum() / forwards > res.mean_tokens_per_step
-    plain = run(AMBIGUOUS, Eagle2Tree(4, 3, 12), rule="r1", relax=LANTERN, n_sequences=3, seq_len=40, seed=11)
+    plain = run(AMBIGUOUS, Eagle2Tree(4, 3, 12), Verification("r1", LANTERN), n_sequences=3, seq_len=40,
+                seed=11)
     assert plain.target_forwards is None and plain.tokens_per_forward == plain.mean_tokens_per_step
     # the first step of each sequence is a verify step on the same tree with the same uniforms: EAGLE-2's
     first = np.flatnonzero(np.diff(np.append(-1, res.sequence)))
@@ -161,9 +161,9 @@ def test_skip_steps_token_tv_is_theory_vvs() -> None:
 
 # ------------------------------------------------------------------ refusals
 @pytest.mark.parametrize("world, kwargs, match", [
-    (AMBIGUOUS, {"rule": "r2"}, "rule r1"), (AMBIGUOUS, {"rule": "r3"}, "rule r1"),
-    (AMBIGUOUS, {"rule": "r1", "boost": Boost.parse("cool:delta=2")}, "no boost"),
-    (StationaryWorld(P_STAT, P_STAT), {"rule": "r1", "tree": "vvs:4,3,12,dynamic"}, "code vectors"),
+    (AMBIGUOUS, {"verification": "r2"}, "rule r1"), (AMBIGUOUS, {"verification": "r3"}, "rule r1"),
+    (AMBIGUOUS, {"verification": "r2+cool:delta=2"}, "rule r1"),
+    (StationaryWorld(P_STAT, P_STAT), {"verification": "r1", "tree": "vvs:4,3,12,dynamic"}, "code vectors"),
 ])
 def test_bad_vvs_runs_are_refused(world, kwargs: dict, match: str) -> None:
     tree = parse_tree(kwargs.pop("tree", "vvs:4,3,12,uniform=2"))

@@ -26,9 +26,9 @@ def _sha(rows) -> str:
 
 
 def test_every_preset_keeps_its_states_and_rows_bit_for_bit():
-    """tests/simulate/data/world_rows_before.json holds SHA-256s of every preset's states, prefix hashes, target rows
-    (T = 1 and 0.7) and draft rows (depth 0 and 1) along a sampled path, computed before the grid
-    parameters existed; with them off (every preset) nothing moves."""
+    """data/world_rows_before.json (beside this file) holds SHA-256s of every preset's states,
+    prefix hashes, target rows (T = 1 and 0.7) and draft rows (depth 0 and 1) along a sampled path,
+    computed before the grid parameters existed; with them off (every preset) nothing moves."""
     before = json.loads(BEFORE.read_text())
     assert set(before) | GRID_PRESETS == set(PRESETS)
     for name in GRID_PRESETS:
@@ -223,6 +223,6 @@ def test_the_engine_decodes_a_grid_world_as_its_numpy_oracle_does():
 
     w = LatentWorld.preset("mini-ambiguous-grid", vocab_size=256, n_clusters=32)
     for tree, rule in ((parse_tree("eagle2:4,3,16", neighbours=w.neighbours), "r1"), (JacobiWindow(8), "r2")):
-        a, b = (run(w, tree, rule=rule, n_sequences=2, seq_len=24, seed=3, threads=1, backend=backend)
+        a, b = (run(w, tree, rule, n_sequences=2, seq_len=24, seed=3, threads=1, backend=backend)
                 for backend in ("numba", "numpy"))
         assert np.array_equal(a.tokens, b.tokens) and np.array_equal(a.accepted_depth, b.accepted_depth)
