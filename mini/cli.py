@@ -58,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     val.add_argument("--fit-sequences", type=int, default=32, help="world sequences per figure of the fit")
     val.add_argument("--docs", type=Path, default=None,
                      help="write the tables into this markdown file's section for the model (its markers)")
+    val.add_argument("--advise-tv", type=float, default=0.05, metavar="PER_TOKEN",
+                     help="the TV budget per token at which relaxspec advise picks a method in the fitted "
+                          "world; its pick is decoded as one more row (a negative value: no advise)")
     val.add_argument("--report-only", action="store_true", help="run nothing: the tables of --out's rows")
     val.set_defaults(func=_validate)
     rep = msub.add_parser("report", help="markdown tables of the cards and of the analyses in --out")
@@ -194,7 +197,14 @@ def _quality(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     from relaxspec.mini.validation import VALIDATION_CONFIGS, config_key
     from relaxspec.mini.validation_report import load_worlds, render, write_section
-    from relaxspec.mini.validation_run import WORLDS, FitOptions, read_rows, run_validation
+    from relaxspec.mini.validation_run import (
+        WORLDS,
+        FitOptions,
+        pick_config,
+        read_pick,
+        read_rows,
+        run_validation,
+    )
     from relaxspec.mini.weights import WEIGHTS_DIR
 
     _at_least(args, seed=0, n_sequences=2, workers=1, kappa_images=2, fit_rounds=1, fit_iters=1,
@@ -218,13 +228,17 @@ def _validate(args: argparse.Namespace) -> int:
                               device=args.device, keep_traces=args.keep_traces, worlds=not args.no_world,
                               fit=FitOptions(args.kappa_images, args.fit_rounds, args.fit_iters,
                                              args.fit_sequences),
-                              log=(lambda m: None) if args.no_progress else print)
+                              advise_tv=args.advise_tv if args.advise_tv >= 0 else None,
+                              log=lambda m: print(m, flush=True))
     worlds = load_worlds(out / WORLDS, sorted({config_key(c) for c in configs}))
     model = "first model (weights/)" if Path(weights).resolve() == WEIGHTS_DIR.resolve() else \
         f"model {Path(weights).name} ({weights})"
     where = "" if args.weights is None else f" --weights {args.weights}"
     command = f"relaxspec mini{where} --out {args.out} validate --n-sequences {args.n_sequences}"
-    lines = render(rows, configs, worlds, model=model, command=command)
+    pick = read_pick(out)
+    extra = pick_config(pick) if pick else None
+    lines = render(rows, configs + ([extra] if extra else []), worlds, model=model, command=command,
+                   pick=pick)
     print("\n".join(lines))
     if args.docs is not None:
         write_section(args.docs, Path(weights).name, lines)

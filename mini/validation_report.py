@@ -90,8 +90,9 @@ def figures_table(worlds: dict[str, tuple[Any, dict[str, Any]]]) -> list[str]:
 
 
 def render(rows: dict[str, dict[str, Any]], configs: list[DecodeConfig], worlds: dict[str, tuple[Any, dict]],
-           *, model: str, command: str, model_grid: int = 8) -> list[str]:
-    """The section of one model: the command, the rows table, the worlds' figures, the misses."""
+           *, model: str, command: str, model_grid: int = 8, pick: dict[str, Any] | None = None) -> list[str]:
+    """The section of one model: the command, the rows table, advise's pick, the worlds' figures, the
+    misses."""
     done = [c for c in configs if c.name in rows]
     predicted = [c for c in done if "world_prediction" in rows[c.name]]
     partial = len(predicted) < len(configs)
@@ -121,6 +122,23 @@ def render(rows: dict[str, dict[str, Any]], configs: list[DecodeConfig], worlds:
     within = [c for c in predicted if rows[c.name]["world_rel_error"] <= GOAL]
     lines += ["", f"Replay: {mismatches} mismatches in {steps:,} recorded steps. The fitted world is within "
               f"{GOAL:.0%} on {len(within)} of {len(predicted)} predicted rows."]
+    if pick is not None:
+        name = "advise's pick: " + pick["method"]
+        r = rows.get(name)
+        if r:
+            decoded = (f"the decoder's row `{name}`: {r['measured_tokens_per_forward']:.4f} ± "
+                       f"{r['measured_se']:.4f} tokens per forward")
+        elif any(c.name == name for c in configs):
+            decoded = "its row is still to be decoded"
+        else:
+            decoded = "the decoder does not run its tree yet (no row)"
+        lines += ["", f"`relaxspec advise` on the fitted `eagle` world, TV per token <= {pick['budget']:g}: "
+                  f"top pick by predicted speed-up **{pick['method']}** (`{pick['tree']}`, "
+                  f"`{pick['verification']}`), {float(pick['speedup']):.3f} ± "
+                  f"{float(pick['se_speedup']):.3f}x, "
+                  f"{float(pick['tokens_per_forward']):.3f} ± {float(pick['se_tokens_per_forward']):.3f} "
+                  f"tokens per forward in the world ({pick['tv_kind']}; lossless best: "
+                  f"{pick['lossless_best']}); {decoded}."]
     if worlds:
         lines += ["", "The fitted worlds (`relaxspec fit` on this model's lossless traces, kappa measured on "
                   "the model): every figure and kappa_m as model / world (kappa ± the model's standard "

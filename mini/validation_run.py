@@ -21,6 +21,7 @@ images holds gigabytes of float32 logits.
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 import shutil
@@ -133,6 +134,60 @@ def _predict(world: str, config: DecodeConfig, measured: float, seed: int) -> di
     return world_prediction(world, config, measured, seed)
 
 
+def _advise(world: str, folder: str, budget: float, seed: int) -> dict[str, Any]:
+    """``relaxspec advise WORLD --tv BUDGET`` (its default sizes and cost table); its top pick by predicted
+    speed-up, and the lossless best, as read from the report's table."""
+    import argparse
+
+    from relaxspec.advise_cli import run
+    from relaxspec.core.cost import DEFAULT_TABLE
+
+    args = argparse.Namespace(world=world, tv=budget, cost=DEFAULT_TABLE, cost_model="GPT-B",
+                              out=Path(folder), quick=False, sequences=None, seq_len=None, seed=seed,
+                              no_progress=True)
+    run(args)
+    with open(Path(folder) / "advice.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["rank_speedup"] not in ("", "None")]
+    best = min(rows, key=lambda r: int(r["rank_speedup"]))
+    lossless = [r for r in rows if r["tv_kind"] == "lossless"]
+    keys = ("method", "tree", "verification", "speedup", "se_speedup", "tokens_per_forward",
+            "se_tokens_per_forward", "tv_per_token", "tv_kind")
+    pick: dict[str, Any] = {k: best[k] for k in keys}
+    pick["budget"] = budget
+    pick["lossless_best"] = max(lossless, key=lambda r: float(r["speedup"]))["method"] if lossless else None
+    (Path(folder) / PICK).write_text(json.dumps(pick, indent=1) + "\n")
+    return pick
+
+
+PICK = "pick.json"
+ADVISE_KEY = "eagle"  # advise ranks the methods with the EAGLE head's sampled world (its drafter and rule)
+PICK_PREFIX = "advise's pick: "
+
+
+def advise_folder(out: Path) -> Path:
+    """Where ``relaxspec advise`` writes its report on the fitted world :data:`ADVISE_KEY`."""
+    return Path(out) / f"advise-{ADVISE_KEY}"
+
+
+def read_pick(out: Path) -> dict[str, Any] | None:
+    """advise's top pick on the fitted world (None before advise ran)."""
+    path = advise_folder(out) / PICK
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def pick_config(pick: dict[str, Any]) -> DecodeConfig | None:
+    """The decoder's configuration of advise's pick (None when the decoder does not run its tree yet:
+    SCD's coupled and SJD-PAC's windows, VVS)."""
+    from relaxspec.core.trees.jacobi import JacobiWindow
+    from relaxspec.core.trees.spec import parse_tree, tree_kind
+
+    if tree_kind(pick["tree"]) in ("pac", "vvs"):
+        return None
+    if tree_kind(pick["tree"]) == "jacobi" and type(parse_tree(pick["tree"])) is not JacobiWindow:
+        return None  # a coupled (SCD) window
+    return DecodeConfig(PICK_PREFIX + pick["method"], tree=pick["tree"], verification=pick["verification"])
+
+
 class _Inline:
     """A one-worker pool: each job runs when it is submitted."""
 
@@ -161,12 +216,18 @@ def _pool(workers: int, weights: Path, device: str) -> Any:
 # ---------------------------------------------------------------- the run
 def run_validation(weights: Path, out: Path, n_sequences: int, configs: list[DecodeConfig] | None = None, *,
                    seed: int = 0, workers: int = 1, device: str = "cpu", keep_traces: bool = False,
-                   worlds: bool = True, fit: FitOptions = FitOptions(),
+                   worlds: bool = True, fit: FitOptions = FitOptions(), advise_tv: float | None = None,
                    log: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
     """Every configuration of ``configs`` (default :data:`~mini.validation.VALIDATION_CONFIGS`) on the
     model in ``weights``, resuming from ``OUT/validation.csv`` (module docstring); ``worlds=False``: no
-    fit and no world column. Returns the rows by configuration name."""
+    fit and no world column. ``advise_tv``: once the world :data:`ADVISE_KEY` is fitted, ``relaxspec
+    advise`` ranks every method in it at this TV budget per token and its top pick by predicted speed-up
+    is decoded as one more row (when the decoder runs its tree). Returns the rows by configuration name."""
     configs = list(configs or VALIDATION_CONFIGS)
+    pick = read_pick(out) if worlds and advise_tv is not None else None
+    extra = pick_config(pick) if pick else None
+    if extra is not None and extra.name not in {c.name for c in configs}:
+        configs.append(extra)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / ROWS
@@ -185,6 +246,7 @@ def run_validation(weights: Path, out: Path, n_sequences: int, configs: list[Dec
     fits = [k for k in keys if not world_file(out, k).exists()]
     running: dict[Future, tuple[str, str]] = {}
     vectors: dict[str, DecodeConfig] = {}  # Sequoia-type configurations with their measured vector
+    advised = pick is not None or ADVISE_KEY not in keys
 
     def still_read(name: str) -> bool:
         c = by_name[name]
@@ -227,6 +289,10 @@ def run_validation(weights: Path, out: Path, n_sequences: int, configs: list[Dec
             if row["world_key"] in keys and w.exists() and row["world_key"] not in fits:
                 predict.append(("predict", name, _predict, (str(w), by_name[name],
                                                             float(row["measured_tokens_per_forward"]), seed)))
+        if (advise_tv is not None and worlds and not advised and ("advise", ADVISE_KEY) not in busy
+                and world_file(out, ADVISE_KEY).exists() and ADVISE_KEY not in fits):
+            fit_jobs.append(("advise", ADVISE_KEY, _advise, (str(world_file(out, ADVISE_KEY)),
+                                                             str(advise_folder(out)), advise_tv, seed)))
         return fit_jobs + first + predict + rest
 
     with _pool(workers, weights, device) as pool:
@@ -247,6 +313,16 @@ def run_validation(weights: Path, out: Path, n_sequences: int, configs: list[Dec
                     todo[:] = [c for c in todo if c.name != name]
                 elif kind == "fit":
                     fits.remove(name)
+                elif kind == "advise":
+                    advised = True
+                    extra = pick_config(result)
+                    log(f"advise's top pick in the {name} world: {result['method']} ({result['tree']}, "
+                        f"{result['verification']})" + ("" if extra else ": the decoder does not run it yet"))
+                    if extra is not None and extra.name not in by_name:
+                        configs.append(extra)
+                        by_name[extra.name] = extra
+                        todo.append(extra)
+                    continue
                 else:
                     rows[name].update(result)
                 log(f"done {kind} {name}" + (f": {_brief(rows[name])}" if kind != "fit" else ""))

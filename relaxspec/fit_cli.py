@@ -3,7 +3,9 @@
 The figures come from the traces (:mod:`simulate.fit_traces`), the context sensitivity kappa_m (SPEC
 11), which traces cannot give (they hold laws only along the recorded prefixes), from a short
 teacher-forced measurement on the model when one is at hand (``--model``: a shipped model's weights
-folder, :mod:`mini.context_sensitivity`) or from a file (``--kappa``: a
+folder, or the LlamaGen c2i checkpoint file ``relaxspec generate --trace`` decoded the traces with, its
+shape, V, grid and guidance read from the traces' header; :mod:`mini.context_sensitivity`) or from a
+file (``--kappa``: a
 :meth:`simulate.context.ContextSensitivity.as_dict` JSON, e.g. measured on a LlamaGen checkpoint
 elsewhere). The fit is :func:`simulate.fit_kappa.fit_world_model`; the world file
 (:mod:`simulate.world_file`) holds the parameters and, under ``[fit]``, every figure and kappa beside

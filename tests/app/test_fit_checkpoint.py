@@ -35,7 +35,7 @@ Z = 5.0
 
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory):
-    """Checkpoints, two traces (AR and an EAGLE-2 tree drafted by a second random GPT) and the fitted world."""
+    """Checkpoints, two traces (AR; an EAGLE-2 tree drafted by a second random GPT), the fitted world."""
     d = tmp_path_factory.mktemp("llamagen")
     cfg = tiny_config(vocab_size=V, block_size=GRID * GRID)
     torch.save({"model": official_state(cfg, seed=0, std=0.5)}, d / "c2i.pt")
@@ -110,8 +110,9 @@ def test_fitted_world_matches_the_traces_top1(fitted) -> None:
     params, fit = read_world_file(world)
     model, se_model = _top1_along(traces)
     assert fit["figures"]["top1"]["model"] == pytest.approx(model, rel=1e-12)  # the fit read the traces so
-    top1 = np.array([[np.max(p) for p, _ in sampled_nodes(LatentWorld(params), n_sequences=1, seq_len=GRID ** 2,
-                                                          seed=s)] for s in range(100, 132)]).mean(axis=1)
+    world_seqs = [sampled_nodes(LatentWorld(params), n_sequences=1, seq_len=GRID ** 2, seed=s)
+                  for s in range(100, 132)]  # 32 sequences independent of the fit's (seeds 100..131)
+    top1 = np.array([[np.max(p) for p, _ in nodes] for nodes in world_seqs]).mean(axis=1)
     se_world = top1.std(ddof=1) / math.sqrt(top1.size)
     # the fit's bisection stops within one step of its goal on its own sequences: that residual, plus Z
     # combined standard errors of two independent samples
