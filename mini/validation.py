@@ -140,7 +140,8 @@ def ratio_and_se(num: np.ndarray, den: np.ndarray) -> tuple[float, float]:
 
 def trace_driven(path: Path, config: DecodeConfig) -> dict[str, Any]:
     """Measured and trace-driven tokens per target forward of the speculative steps in a trace, with the
-    measurement's standard error over images (AR: 1 exactly, every forward emits one token)."""
+    measurement's standard error over images (greedy decoding, rule r3: over classes, each class's one
+    path decoded as often as it recurs; AR: 1 exactly, every forward emits one token)."""
     from relaxspec.simulate import run
     from relaxspec.simulate.worlds import TraceWorld
 
@@ -151,6 +152,8 @@ def trace_driven(path: Path, config: DecodeConfig) -> dict[str, Any]:
         return {"speculative_steps": 0, "measured_tokens_per_forward": 1.0, "measured_se": 0.0,
                 "trace_driven_prediction": 1.0, "trace_driven_rel_error": 0.0}
     seq = traced.sequence[spec]
+    if config.verification.rule.is_greedy:  # image i decodes class i % 10's one greedy path: 10 units
+        seq, n = seq % NUM_CLASSES, min(n, NUM_CLASSES)
     tokens = np.bincount(seq, weights=traced.tokens[spec].astype(np.float64), minlength=n)
     steps = np.bincount(seq, minlength=n).astype(np.float64)
     measured, se = ratio_and_se(tokens, steps)

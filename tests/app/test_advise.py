@@ -87,7 +87,8 @@ def test_a_pac_forward_verifies_spec_10_2s_tree_not_the_column_product() -> None
     assert [pac_nodes(s, w) for s in sizes] == [15, 17, 25, 51]
     w2 = parse_tree("pac:6,width=2,depth=2")
     assert [pac_nodes(s, w2) for s in (6, 2 + 2 * 5, 2 + 4 + 4 * 4)] == [6, 7, 10]
-    assert pac_nodes(2 + 3 * 5, w2) == 6 + 5  # no product (a column with fewer candidates): an upper bound
+    # no such product (a column with fewer candidates): nodes past the largest product below it count fully
+    assert pac_nodes(17, w2) == 2 + 5 + (17 - 12)
 
 
 def test_advise_costs_a_pac_run_by_its_verified_tree() -> None:

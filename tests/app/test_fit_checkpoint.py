@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,7 @@ from relaxspec.reference.model import load_gpt
 from relaxspec.reference.vq import VQModel, vq_config
 from relaxspec.simulate.context import world_context_sensitivity
 from relaxspec.simulate.world_file import read_world_file
-from relaxspec.simulate.worlds import LatentWorld, sampled_nodes
+from relaxspec.simulate.worlds import PRESETS, LatentWorld, sampled_nodes
 
 V, GRID, CLASSES, PER_CLASS, CFG = 16, 4, 3, 3, 2.0
 Z = 5.0
@@ -140,11 +141,11 @@ def test_fitted_world_matches_the_models_kappa_and_simulate_runs_it(fitted) -> N
     w = world_context_sensitivity(LatentWorld(params), lags, n_sequences=32, seq_len=64, seed=7)
     assert np.all(np.abs(w.kappa - kappa) <= Z * np.hypot(se, w.stderr) + np.abs(
         np.array(fit["kappa"]["world"]) - fit_model))
-    # without the measured kappa the world keys its noise by the whole prefix: far from the model's
-    flat = world_context_sensitivity(LatentWorld(read_world_file(world)[0].__class__(
-        **{**params.__dict__, "prefix_noise": 1.0, "grid_above": 0.0, "grid_diagonal": 0.0})), lags,
-        n_sequences=32, seq_len=64, seed=7)
-    assert np.any(np.abs(flat.kappa - kappa) > Z * np.hypot(se, flat.stderr))
+    # the tolerance is no blank cheque: the world the fit started from (the ambiguous preset at this V,
+    # noise keyed by the whole prefix) is far outside it
+    base = world_context_sensitivity(LatentWorld(replace(PRESETS["ambiguous"], vocab_size=V)), lags,
+                                     n_sequences=32, seq_len=64, seed=7)
+    assert np.all(np.abs(base.kappa - kappa) > Z * np.hypot(se, base.stderr))
     cfg = d / "sweep.toml"
     cfg.write_text(f'worlds = ["{world}"]\ntrees = ["chain:2"]\nn_sequences = 2\nseq_len = 16\n')
     assert main(["simulate", str(cfg), "--results", str(d / "r.csv"), "--no-progress"]) == 0
