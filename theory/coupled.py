@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,8 +45,9 @@ from relaxspec.theory.jacobi import (
     MAX_ENUM_TOKENS,
     MAX_ENUM_VOCAB,
     MAX_ENUM_WINDOW,
+    Move,
     check_markov,
-    stationary_law,
+    long_run_reward,
 )
 
 STORE_CHOICES = ("principled", "official")
@@ -317,33 +319,13 @@ def coupled_tokens_per_forward(start: np.ndarray, trans: np.ndarray, window: int
     s, t = check_markov(start, trans)
     L = _check(window, None, rule)
     en = _Coupled(s, t, L, rule)
-    index: dict[tuple[int, Window], int] = {}
-    edges: list[dict[int, float]] = []
-    reward: list[float] = []
-    todo: list[tuple[int, Window]] = []
 
-    def state(key: tuple[int, Window]) -> int:
-        if key not in index:
-            index[key] = len(index)
-            todo.append(key)
-            edges.append(defaultdict(float))
-            reward.append(0.0)
-        return index[key]
+    def moves(state: tuple[int, Window]) -> Iterator[Move[tuple[int, Window]]]:
+        for pr, emitted, j in en.verify(*state):
+            yield pr * len(emitted), [(pr * pw, (en.row_of[emitted[-1]], w2)) for pw, w2 in
+                                      en.next_windows(state[1], j)]
 
-    for _, w in en.first_windows():
-        state((en.start, w))
-    while todo:
-        ctx, w = todo.pop()
-        i = index[(ctx, w)]
-        for pr, emitted, j in en.verify(ctx, w):
-            reward[i] += pr * len(emitted)
-            for pw, w2 in en.next_windows(w, j):
-                edges[i][state((en.row_of[emitted[-1]], w2))] += pr * pw
-    P = np.zeros((len(index), len(index)))
-    for i, row in enumerate(edges):
-        for j, pr in row.items():
-            P[i, j] = pr
-    return float((stationary_law(P) * np.array(reward)).sum())
+    return long_run_reward([(en.start, w) for _, w in en.first_windows()], moves)
 
 
 __all__ = [

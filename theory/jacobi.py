@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -75,6 +77,45 @@ def stationary_law(transition: np.ndarray) -> np.ndarray:
         raise ValueError("the window chain has several recurrent classes: tokens per forward depends "
                          "on the first window") from None
     return np.maximum(pi, 0.0) / np.maximum(pi, 0.0).sum()
+
+
+S = TypeVar("S", bound=Hashable)
+Move = tuple[float, Iterable[tuple[float, S]]]
+"""One outcome of a chain's state: (its probability times its reward, [(probability of the outcome and the
+next state, next state), ...])."""
+
+
+def long_run_reward(first: Iterable[S], moves: Callable[[S], Iterable[Move[S]]]) -> float:
+    """The stationary mean reward per move of the chain over the states reachable from ``first`` (a
+    window chain's tokens per forward): ``moves(state)`` gives each outcome's reward and next states
+    (:data:`Move`); the chain must have one recurrent class (:func:`stationary_law`)."""
+    index: dict[S, int] = {}
+    edges: list[dict[int, float]] = []
+    reward: list[float] = []
+    todo: list[S] = []
+
+    def state(key: S) -> int:
+        if key not in index:
+            index[key] = len(index)
+            todo.append(key)
+            edges.append(defaultdict(float))
+            reward.append(0.0)
+        return index[key]
+
+    for key in first:
+        state(key)
+    while todo:
+        key = todo.pop()
+        i = index[key]
+        for r, nxt in moves(key):
+            reward[i] += r
+            for pr, key2 in nxt:
+                edges[i][state(key2)] += pr
+    P = np.zeros((len(index), len(index)))
+    for i, row in enumerate(edges):
+        for j, pr in row.items():
+            P[i, j] = pr
+    return float((stationary_law(P) * np.array(reward)).sum())
 
 
 def _survival(p: np.ndarray, acc: np.ndarray, k: int, fresh: str) -> np.ndarray:
@@ -324,35 +365,14 @@ def jacobi_markov_tokens_per_forward(start: np.ndarray, trans: np.ndarray, windo
     check_fresh(fresh)
     emb = check_window_boost(boost, emb, s.size)
     en = _Enumerator(s, t, L, fresh, boost, emb)
-    index: dict[tuple[int, Window], int] = {}
-    edges: list[dict[int, float]] = []
-    reward: list[float] = []
-    todo: list[tuple[int, Window]] = []
 
-    def state(key: tuple[int, Window]) -> int:
-        if key not in index:
-            index[key] = len(index)
-            todo.append(key)
-            edges.append(defaultdict(float))
-            reward.append(0.0)
-        return index[key]
-
-    for _, w in en.fill((), None):
-        state((en.start, w))
-    while todo:
-        ctx, w = todo.pop()
-        i = index[(ctx, w)]
-        outcomes, _ = en.forward(ctx, w)
+    def moves(state: tuple[int, Window]) -> Iterator[Move[tuple[int, Window]]]:
+        outcomes, _ = en.forward(*state)
         for pr, emitted, rows in outcomes:
-            reward[i] += pr * len(emitted)
-            for pk, kept in en.kept(rows):
-                for pf, w2 in en.fill(kept, emitted[-1]):
-                    edges[i][state((en.row_of[emitted[-1]], w2))] += pr * pk * pf
-    P = np.zeros((len(index), len(index)))
-    for i, row in enumerate(edges):
-        for j, pr in row.items():
-            P[i, j] = pr
-    return float((stationary_law(P) * np.array(reward)).sum())
+            yield pr * len(emitted), [(pr * pk * pf, (en.row_of[emitted[-1]], w2))
+                                      for pk, kept in en.kept(rows) for pf, w2 in en.fill(kept, emitted[-1])]
+
+    return long_run_reward([(en.start, w) for _, w in en.fill((), None)], moves)
 
 
 __all__ = [
@@ -366,6 +386,7 @@ __all__ = [
     "jacobi_kept_chain",
     "jacobi_markov_tokens_per_forward",
     "jacobi_sequence_law",
+    "long_run_reward",
     "markov_sequence_law",
     "stationary_law",
 ]
