@@ -25,6 +25,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from relaxspec.core.trees.skips import Schedule
 from relaxspec.simulate.policy_kernels import EXPAND_BATCH, build_dynamic
 from relaxspec.simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_counter, stream_key, uniform
 from relaxspec.simulate.sequence_kernels import advance_root, buffer_scratch, node_scratch, p_row, record_step
@@ -40,7 +41,7 @@ from relaxspec.simulate.world_kernels import initial_state, row_scratch, vocab_s
 
 SCHEDULE_UNIFORM = 0
 SCHEDULE_DYNAMIC = 1
-SCHEDULE_CODES = {"uniform": SCHEDULE_UNIFORM, "dynamic": SCHEDULE_DYNAMIC}
+SCHEDULE_CODES = {Schedule.UNIFORM: SCHEDULE_UNIFORM, Schedule.DYNAMIC: SCHEDULE_DYNAMIC}
 SKIP_NODE = 0
 """The node whose uniforms a skip step spends: ``U_TREE`` picks the leaf, ``U_DRAW`` draws the bonus."""
 
