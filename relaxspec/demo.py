@@ -39,6 +39,7 @@ from relaxspec.results import load
 from relaxspec.sweep import SweepConfig, run_sweep
 from relaxspec.theory.relax import RelaxKind
 from relaxspec.theory.rules import Rule
+from relaxspec.theory.verification import Verification
 
 log = logging.getLogger(__name__)  # the command line shows it (relaxspec.cli.setup_logging)
 
@@ -120,13 +121,11 @@ def numba_cache_counts() -> tuple[int, int]:
     return compiled, cached
 
 
-def _pick(rows: list[dict], world: str, tree: str, relax: str = "none", rule: str = "r1",
-          **kw) -> dict | None:
-    for r in rows:
-        if (r["world"] == world and r["tree"] == tree and r["relax"] == relax and r["rule"] == rule
-                and all(r[k] == v for k, v in kw.items())):
-            return r
-    return None
+def _pick(rows: list[dict], world: str, tree: str, verification: Verification | str = "r1") -> dict | None:
+    """The row of ``tree`` in ``world`` verified by ``verification`` (a value or its spec), None if none."""
+    spec = str(Verification.parse(verification))
+    return next((r for r in rows if r["world"] == world and r["tree"] == tree and r["verification"] == spec),
+                None)
 
 
 def _fmt(r: dict | None, col: str = "mean_tokens_per_step") -> str:
@@ -251,7 +250,8 @@ def _deeper(rows: list[dict], rule: str) -> tuple[list[tuple[dict, dict]], tuple
     pairs = []
     for r in rows:
         if r["world"] == "ambiguous" and r["tree"] == STATIC_TREE and r["rule"] == rule:
-            e = _pick(rows, "ambiguous", EAGLE_TREE, r["relax"], delta=r["delta"], lam=r["lam"])
+            relax = Verification.parse(r["verification"]).relax
+            e = _pick(rows, "ambiguous", EAGLE_TREE, Verification(Rule.R1, relax))
             if e:
                 pairs.append((r, e))
     exact = next(((r, e) for r, e in pairs if r["relax"] == RelaxKind.NONE), None)

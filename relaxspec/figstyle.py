@@ -18,8 +18,9 @@
   ``costaware``; ``mc_sim_7b_63``) share a colour with a sibling and are
   dashed; chains are grey and dashed. The official variants keep their method's colour with dashed lines
   and open markers; rule R2 dash-dots, R3 dots (official R2: dash-dot-dot).
-  Methods added later register with :func:`register_method`. A boosted run (GSD, Cool-SD, the budget)
-  is drawn in its boost's colour and marker with its tree's line style (:func:`method_style`'s ``boost``).
+  Methods added later register with :func:`register_method`. A method is drawn as one verification
+  verifies it (:func:`method_style`'s ``verification``: its rule, variant and boost); a boosted run (GSD,
+  Cool-SD, the budget) is drawn in its boost's colour and marker with its tree's line style.
 - Legends go outside the axes (:func:`figure_legend`), so they cover no data;
   depths of a run are drawn one way (:func:`depth_bars`).
 
@@ -38,9 +39,9 @@ from typing import Any
 import numpy as np
 
 from relaxspec.core.trees.spec import tree_kind
-from relaxspec.theory.boost import Boost
-from relaxspec.theory.relax import Relax, Variant
-from relaxspec.theory.rules import Rule
+from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.relax import Relax
+from relaxspec.theory.verification import Verification
 
 COLUMN_WIDTH = 3.3  # inches: one column of a two-column paper
 FULL_WIDTH = 6.9  # inches: a figure across both columns
@@ -128,6 +129,8 @@ METHODS: dict[str, MethodStyle] = {
 RESERVED_COLOURS = [_OI["yellow"]]
 UNKNOWN = MethodStyle("?", "#BBBBBB", "*", "-")
 
+DEFAULT_VERIFICATION = Verification()
+"""What :func:`method_style` draws a method with when told nothing else: rule R1, exact."""
 RULE_LINESTYLES = {"r1": None, "r2": "-.", "r3": ":"}
 RULE_SUFFIX = {"r1": "", "r2": ", R2", "r3": ", greedy"}
 OFFICIAL_LINESTYLES = {"r1": "--", "r2": (0, (4, 1, 1, 1, 1, 1)), "r3": (0, (1, 2))}
@@ -195,13 +198,14 @@ _BOOST_KEYS = {"group": "gsd", "depth": "cool-sd", "budget": "budget"}
 _BOOST_NAMES = {"group": "GSD", "depth": "Cool-SD", "budget": "budget"}
 
 
-def boost_key(boost: Boost | str, rule: str = "r2") -> str | None:
-    """The METHODS key of a boost (``gsd``, ``cool-sd``, ``budget`` or ``budget-r4``), None for no boost."""
-    b = Boost.parse(boost) if isinstance(boost, str) else boost
-    if b.is_none:
+def boost_key(verification: Verification | str) -> str | None:
+    """The METHODS key of a verification's boost (``gsd``, ``cool-sd``, ``budget``; ``budget-r4`` under rule
+    R4), None for no boost."""
+    v = Verification.parse(verification)
+    if v.boost.is_none:
         return None
-    key = _BOOST_KEYS[b.kind]
-    return f"{key}-r4" if f"{key}-r4" in METHODS and rule == Rule.R4 else key
+    key = _BOOST_KEYS[v.boost.kind]
+    return f"{key}-r4" if f"{key}-r4" in METHODS and v.is_traversal else key
 
 
 def boost_label(boost: Boost | str) -> str:
@@ -211,22 +215,26 @@ def boost_label(boost: Boost | str) -> str:
     return "" if b.is_none else f"{_BOOST_NAMES[b.kind]} {str(b).partition(':')[2]}"
 
 
-def method_style(method: object, *, variant: str = "principled", rule: str = "r1",
-                 label: str | None = None, boost: Boost | str = "none") -> MethodStyle:
-    """The style of ``method`` (a relaxation's label carries its parameter).
+def method_style(method: object, verification: Verification | str = DEFAULT_VERIFICATION, *,
+                 label: str | None = None) -> MethodStyle:
+    """The style of ``method`` verified by ``verification`` (a :class:`theory.verification.Verification`
+    or its spec; a relaxation's label carries its parameter).
 
-    ``variant="official"`` draws dashed with open markers; ``rule`` r2 / r3
-    changes the line style and tags the label. A ``boost`` (a spec or
-    ``theory.boost.Boost``) takes its method's colour and marker (:func:`boost_key`)
-    and adds `` + `` :func:`boost_label`; the line style stays the tree's and rule's.
-    ``label`` replaces the label.
+    The verification's official variant draws dashed with open markers; its
+    rule r2 / r3 changes the line style and tags the label. Its boost takes
+    the boost's colour and marker (:func:`boost_key`) and adds `` + ``
+    :func:`boost_label`; the line style stays the tree's and rule's. Its
+    relaxation is not drawn: the method (a tree, or a relaxation) or the x
+    axis shows it. ``label`` replaces the label.
     """
-    key = boost_key(boost, rule)
+    v = Verification.parse(verification)
+    key = boost_key(v)
     if key is not None:
-        style = method_style(method, variant=variant, rule=rule)
-        style = replace(style, label=f"{style.label} + {boost_label(boost)}", color=METHODS[key].color,
+        style = method_style(method, replace(v, boost=NO_BOOST))
+        style = replace(style, label=f"{style.label} + {boost_label(v.boost)}", color=METHODS[key].color,
                         marker=METHODS[key].marker)
         return style if label is None else replace(style, label=label)
+    rule, variant = v.rule, v.variant
     key = method_key(method)
     base = METHODS.get(key, replace(UNKNOWN, label=key))
     text = base.label
@@ -243,7 +251,7 @@ def method_style(method: object, *, variant: str = "principled", rule: str = "r1
     style = replace(base, label=text)
     if RULE_LINESTYLES.get(rule):
         style = replace(style, linestyle=RULE_LINESTYLES[rule])
-    if variant == Variant.OFFICIAL:
+    if variant.is_official:
         style = replace(style, label=style.label + " (official)", fillstyle="none",
                         linestyle=OFFICIAL_LINESTYLES.get(rule, "--"))
     if label is not None:

@@ -55,7 +55,10 @@ from relaxspec.figstyle import (
     style,
 )
 from relaxspec.results import COLUMNS, NO_SETTINGS, config_key, load, settings_label, with_views
-from relaxspec.theory.relax import Relax, RelaxKind, Variant
+from relaxspec.theory.boost import Boost
+from relaxspec.theory.relax import Relax, RelaxKind, Variant, as_variant
+from relaxspec.theory.rules import Rule, as_rule
+from relaxspec.theory.verification import Verification
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -115,6 +118,13 @@ class LineKey(NamedTuple):
         """The key of ``row`` (with its k when ``k``)."""
         return cls(row["tree"], row["rule"], row["variant"], row["n_sequences"], row["seq_len"], row["seed"],
                    row["k"] if k else None, boost_of(row), row.get("settings", NO_SETTINGS))
+
+    @property
+    def verification(self) -> Verification:
+        """The line's verification but its relaxation (the x axis): rule, variant and boost, which style it
+        (:func:`relaxspec.figstyle.method_style`)."""
+        return Verification(as_rule(self.rule), variant=as_variant(self.variant),
+                            boost=Boost.parse(self.boost))
 
 
 @dataclass(frozen=True)
@@ -194,7 +204,7 @@ def _labels(keys: list[LineKey], varying: list[str]) -> dict[LineKey, str]:
         specs.setdefault((method_key(key.tree), key.rule, key.variant, key.boost), set()).add(key.tree)
     out = {}
     for key in keys:
-        label = method_style(key.tree, variant=key.variant, rule=key.rule, boost=key.boost).label
+        label = method_style(key.tree, key.verification).label
         if len(specs[method_key(key.tree), key.rule, key.variant, key.boost]) > 1:
             label += f" [{key.tree}]"
         extras = [settings_label(key.settings) if c == "settings" else f"{c}={getattr(key, c):g}"
@@ -208,8 +218,7 @@ def line_styles(keys: Iterable[LineKey]) -> dict[LineKey, MethodStyle]:
     shades of the colour (darkest first)."""
     keys = list(dict.fromkeys(keys))
     labels = _labels(keys, _varying(keys))
-    styles = {key: method_style(key.tree, variant=key.variant, rule=key.rule, boost=key.boost,
-                                label=labels[key]) for key in keys}
+    styles = {key: method_style(key.tree, key.verification, label=labels[key]) for key in keys}
     looks: dict[tuple, list[LineKey]] = {}
     for key, st in styles.items():
         looks.setdefault((st.color, st.marker, st.linestyle, st.fillstyle), []).append(key)
@@ -334,7 +343,7 @@ def _depth_figure(s: _Setting) -> FigureData:
             picked.setdefault(fam.kind, []).append([_most_relaxed(rs, fam) for rs in runs])
     styles = {"exact": METHODS["exact"]}
     for b in boosts:
-        key = boost_key(b)
+        key = boost_key(Verification(Rule.R2, boost=Boost.parse(b)))  # the family colour, whatever the rule
         assert key is not None  # boosts: the rows' boosts other than none
         styles[b] = replace(METHODS[key], label=boost_label(b))
     for fam in families:

@@ -28,6 +28,7 @@ from relaxspec.simulate.world_kernels import (
     transition,
     vocab_size,
 )
+from relaxspec.theory.coupled import Coupling, Siblings
 from relaxspec.theory.jacobi_sampler import MAX_WINDOW
 
 COUPLE_NONE, COUPLE_MAXIMAL, COUPLE_GUMBEL = 0, 1, 2
@@ -41,8 +42,10 @@ SIBLING_BASE = 2 * (MAX_WINDOW + 1)
 """``U_COUPLE`` nodes: keep tests at kk, residual redraws at ``REDRAW_BASE + kk``, siblings from
 ``SIBLING_BASE + kk * MAX_WIDTH``."""
 GUMBEL_STREAM = 0x6755_6D62  # the sequence's Gumbel noise is its own child stream (any fixed tag)
-COUPLING_CODES = {"none": COUPLE_NONE, "principled": COUPLE_MAXIMAL, "official": COUPLE_MAXIMAL,
-                  "gumbel": COUPLE_GUMBEL}
+COUPLING_CODES = {Coupling.NONE: COUPLE_NONE, Coupling.PRINCIPLED: COUPLE_MAXIMAL,
+                  Coupling.OFFICIAL: COUPLE_MAXIMAL, Coupling.GUMBEL: COUPLE_GUMBEL}
+"""The kernel's code of each coupling (``official`` is maximal coupling with ``store_official``)."""
+SIBLING_CODES = {Siblings.PRINCIPLED: SIBLINGS_PRINCIPLED, Siblings.OFFICIAL: SIBLINGS_OFFICIAL}
 
 
 @dataclass(frozen=True)
@@ -60,14 +63,13 @@ class WindowCodes:
 
 def window_codes(window: JacobiWindow) -> WindowCodes:
     """The codes of a :class:`CoupledWindow` or :class:`PacWindow`."""
-    copy = window.fresh == "copy"
+    copy = window.fresh.copies
     if isinstance(window, CoupledWindow):
         return WindowCodes(window.window, copy, COUPLING_CODES[window.coupling],
-                           window.coupling == "official", 1, 0, SIBLINGS_PRINCIPLED)
+                           window.coupling.keeps_old_law, 1, 0, SIBLINGS_PRINCIPLED)
     if isinstance(window, PacWindow):
         return WindowCodes(window.window, copy, COUPLING_CODES[window.coupling], False, window.width,
-                           window.depth, SIBLINGS_OFFICIAL if window.siblings == "official" else
-                           SIBLINGS_PRINCIPLED)
+                           window.depth, SIBLING_CODES[window.siblings])
     raise ValueError(f"expected a coupled or pac window, got {window}")
 
 

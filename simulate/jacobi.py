@@ -33,11 +33,11 @@ from relaxspec.simulate.jacobi_kernels import FRESH_COPY, FRESH_UNIFORM, jacobi_
 from relaxspec.simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_uniforms, stream_key
 from relaxspec.simulate.worlds import LatentWorld, StationaryWorld, TraceWorld, World
 from relaxspec.theory.boost import Boost
-from relaxspec.theory.jacobi_sampler import check_window, decode_jacobi, fill_window, kept_drafts
+from relaxspec.theory.jacobi_sampler import Fresh, check_window, decode_jacobi, fill_window, kept_drafts
 from relaxspec.theory.rule_step import own_oracle, sample_window_step, window_rule_expectation
 from relaxspec.theory.verification import DraftSource, KernelArgs, Verification
 
-FRESH_CODES = {"uniform": FRESH_UNIFORM, "copy": FRESH_COPY}
+FRESH_CODES = {Fresh.UNIFORM: FRESH_UNIFORM, Fresh.COPY: FRESH_COPY}
 
 
 def check_jacobi_run(world: World, window: JacobiWindow, verification: Verification) -> None:

@@ -59,7 +59,33 @@ BOOST_KINDS = tuple(BoostKind)
 SPEC_NAMES = {"none": BoostKind.NONE, "gsd": BoostKind.GROUP, "cool": BoostKind.DEPTH,
               "budget": BoostKind.BUDGET}
 """Grammar name -> kind."""
-WINDOWS = ("principled", "official")
+class GroupWindow(enum.StrEnum):
+    """The ranks GSD's group is drawn from around x (SPEC 9.2; a ``StrEnum``: ``GroupWindow.OFFICIAL ==
+    "official"``, the spelling of ``gsd:...,window=official``)."""
+
+    def __repr__(self) -> str:  # the spelling it is written and parsed with, as before it was an enum
+        return repr(self.value)
+
+    PRINCIPLED = "principled"
+    """The G ranks around x: floor(G/2) below, ceil(G/2) - 1 above (``theory.boost_law.window_extent``)."""
+    OFFICIAL = "official"
+    """GSD's published code: 7 ranks below x and 6 above whatever G, x alone near the bottom
+    (``theory.boost_law.official_window_falls_back``)."""
+
+    @property
+    def is_official(self) -> bool:
+        """True for the published code's fixed window."""
+        return self is GroupWindow.OFFICIAL
+
+
+WINDOWS = tuple(GroupWindow)
+
+
+def as_group_window(window: str | GroupWindow) -> GroupWindow:
+    """``window`` as a :class:`GroupWindow`; ``ValueError`` names an unknown one."""
+    if window not in WINDOWS:
+        raise ValueError(f"unknown group window {window!r}; expected one of {WINDOWS}")
+    return GroupWindow(window)
 EMBEDDINGS = ("token", "codebook")
 OFFICIAL_BELOW, OFFICIAL_ABOVE = 7, 6
 """GSD's published code (junhyukso/GSD ``scheduler/jacobi_iteration_lumina_mgpt.py``): the window is the
@@ -143,7 +169,7 @@ class Boost:
     group_size: int = 0
     tau: float = 0.0
     dist: float = 0.0
-    window: str = "principled"
+    window: GroupWindow = GroupWindow.PRINCIPLED
     embedding: str = "token"
     omega: tuple[float, ...] = ()
     tv: float = 0.0
@@ -165,8 +191,7 @@ class Boost:
             object.__setattr__(self, "group_size", int(G))
             object.__setattr__(self, "tau", _positive("tau", self.tau))
             object.__setattr__(self, "dist", _positive("dist", self.dist))
-            if self.window not in WINDOWS:
-                raise ValueError(f"unknown group window {self.window!r}; expected one of {WINDOWS}")
+            object.__setattr__(self, "window", as_group_window(self.window))
             if self.embedding not in EMBEDDINGS:
                 raise ValueError(f"unknown embedding {self.embedding!r}; expected one of {EMBEDDINGS}")
         if self.scales_by_depth:
@@ -200,10 +225,11 @@ class Boost:
         return cls()
 
     @classmethod
-    def group(cls, G: int, tau: float = GSD_TAU, dist: float = GSD_DIST, *, window: str = "principled",
-              embedding: str = "token") -> Boost:
+    def group(cls, G: int, tau: float = GSD_TAU, dist: float = GSD_DIST, *,
+              window: str | GroupWindow = GroupWindow.PRINCIPLED, embedding: str = "token") -> Boost:
         """GSD's group acceptance (SPEC 9.2)."""
-        return cls(BoostKind.GROUP, group_size=G, tau=tau, dist=dist, window=window, embedding=embedding)
+        return cls(BoostKind.GROUP, group_size=G, tau=tau, dist=dist, window=as_group_window(window),
+                   embedding=embedding)
 
     @classmethod
     def depth(cls, omega: Sequence[float] | float) -> Boost:
@@ -241,7 +267,7 @@ class Boost:
     @property
     def official_window(self) -> bool:
         """True for GSD's published window (6 ranks above x, 7 below, x alone near the bottom: SPEC 9.2)."""
-        return self.reads_embedding and self.window == "official"
+        return self.reads_embedding and self.window.is_official
 
     @property
     def uses_budget(self) -> bool:
@@ -258,7 +284,7 @@ class Boost:
     def __str__(self) -> str:
         if self.reads_embedding:
             s = f"gsd:G={self.group_size},tau={format_number(self.tau)},dist={format_number(self.dist)}"
-            if self.window != "principled":
+            if self.window.is_official:
                 s += f",window={self.window}"
             if self.embedding != "token":
                 s += f",embedding={self.embedding}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from relaxspec.theory.boost import OFFICIAL_ABOVE, OFFICIAL_BELOW, Boost, check_embedding
+from relaxspec.theory.boost import OFFICIAL_ABOVE, OFFICIAL_BELOW, Boost, GroupWindow, check_embedding
 from relaxspec.theory.distributions import validate_distribution
 from relaxspec.theory.relax import Relax
 from relaxspec.theory.stages import r2_stage, seqsum
@@ -80,7 +80,7 @@ def window_extent(G: int, window: str) -> tuple[int, int]:
     logit order); ``official`` a fixed 6 and 7 (G unused: the code's slice ``[r - 7, r + 7)`` of the
     ascending logit sort), so ``principled`` with G = 14 is the official window. The kernels take
     these two numbers (``theory.verification.Verification.encode``)."""
-    if window == "principled":
+    if not GroupWindow(window).is_official:
         return (G + 1) // 2 - 1, G // 2
     return OFFICIAL_ABOVE, OFFICIAL_BELOW
 
@@ -106,7 +106,7 @@ def rank_window(p: np.ndarray, x: int, G: int, window: str, order: np.ndarray | 
         order = rank_order(p)
     r = int(np.flatnonzero(order == x)[0])
     before, after = window_extent(G, window)
-    if window == "official" and official_window_falls_back(r, p.size):
+    if GroupWindow(window).is_official and official_window_falls_back(r, p.size):
         return order[r:r + 1]
     return order[max(0, r - before): min(p.size, r + after + 1)]
 

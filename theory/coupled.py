@@ -16,11 +16,12 @@ The next window, after a rejection at column j (:class:`WindowRule`):
 
 - its columns are this forward's positions k = j + 1..L + 1, each with ``P_k`` = the target after the
   *first* candidates of columns 1..k - 1 (the context the spine was drafted in; a Markov row);
-- spine draft at k <= L: ``couple`` (SCD / AC): the old first candidate x (law q_k) is kept with
-  probability ``min(1, P_k(x)/q_k(x))``, else redrawn from ``norm((P_k - q_k)^+)``; without coupling
-  (SJD) a fresh ``t_k ~ P_k``. At k = L + 1 always ``t ~ P_{L+1}``;
-- its stored law: ``P_k`` (``store="principled"``), or for a kept token its old ``q_k``
-  (``store="official"``, SCD's code);
+- spine draft at k <= L: coupled (:class:`Coupling` ``principled`` or ``official``; SCD / AC): the old
+  first candidate x (law q_k) is kept with probability ``min(1, P_k(x)/q_k(x))``, else redrawn from
+  ``norm((P_k - q_k)^+)``; without coupling (``none``, SJD) a fresh ``t_k ~ P_k``. At k = L + 1 always
+  ``t ~ P_{L+1}``;
+- its stored law: ``P_k`` (coupling ``principled``), or for a kept token its old ``q_k``
+  (coupling ``official``, SCD's code);
 - PD (``width`` K > 1): the first ``depth`` D new columns get K - 1 more candidates drawn without
   replacement from the stored law (``siblings="principled"``), or as SJD-PAC's code draws them
   (``siblings="official"``): from the coupling's residual ``norm((P_k - q_k)^+)`` (``P_k`` when nothing
@@ -34,8 +35,10 @@ long-run tokens per forward over the reachable (context, window) chain.
 
 from __future__ import annotations
 
+import enum
 import itertools
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,54 +47,118 @@ from relaxspec.theory.jacobi import (
     MAX_ENUM_TOKENS,
     MAX_ENUM_VOCAB,
     MAX_ENUM_WINDOW,
+    Move,
     check_markov,
-    stationary_law,
+    long_run_reward,
 )
 
-STORE_CHOICES = ("principled", "official")
-SIBLING_CHOICES = ("principled", "official")
+
+class Coupling(enum.StrEnum):
+    """How a window's next spine drafts are formed from this forward's p (SPEC 10.1-10.2; a ``StrEnum``:
+    ``Coupling.OFFICIAL == "official"``, the spelling of ``jacobi:L,coupled=...``)."""
+
+    def __repr__(self) -> str:  # the spelling it is written and parsed with, as before it was an enum
+        return repr(self.value)
+
+    NONE = "none"
+    """No coupling: the tokens the forward samples become the next drafts (SJD; SJD-PAC without AC)."""
+    PRINCIPLED = "principled"
+    """Maximal coupling: the old draft kept with probability min(1, P/q), else redrawn from
+    norm((P - q)^+); stored with P (SCD, SJD-PAC's AC)."""
+    OFFICIAL = "official"
+    """Maximal coupling as SCD's code stores it: a kept draft keeps its old q (not lossless)."""
+    GUMBEL = "gumbel"
+    """Every sampled token is a Gumbel-max with noise fixed per absolute position (SCD's ``gumbel``;
+    its law: :mod:`theory.coupled_gumbel`)."""
+
+    @property
+    def couples(self) -> bool:
+        """True when the next drafts depend on the old ones (maximal coupling or Gumbel-max)."""
+        return self is not Coupling.NONE
+
+    @property
+    def keeps_old_law(self) -> bool:
+        """True when a kept draft is stored with its old q (SCD's code)."""
+        return self is Coupling.OFFICIAL
+
+    @property
+    def redraws_with_gumbel(self) -> bool:
+        """True when tokens are sampled by Gumbel-max with per-position noise instead of keep-or-redraw."""
+        return self is Coupling.GUMBEL
+
+    @property
+    def is_lossless(self) -> bool:
+        """Whether the window emits the target's law (docs/theory.md 15.1-15.3: not ``official``)."""
+        return not self.keeps_old_law
+
+
+class Siblings(enum.StrEnum):
+    """The law SJD-PAC's extra candidates (PD's siblings) are drawn from (SPEC 10.2; docs/theory.md 15.2)."""
+
+    def __repr__(self) -> str:  # the spelling it is written and parsed with, as before it was an enum
+        return repr(self.value)
+
+    PRINCIPLED = "principled"
+    """Without replacement from the spine's stored law: lossless."""
+    OFFICIAL = "official"
+    """As SJD-PAC's code draws them: from the coupling's residual, a kept spine not excluded."""
+
+    @property
+    def from_stored_law(self) -> bool:
+        """True when the siblings come from the stored law (``principled``)."""
+        return self is Siblings.PRINCIPLED
+
+    @property
+    def is_lossless(self) -> bool:
+        """Whether a PD tree with these siblings emits the target's law."""
+        return self.from_stored_law
+
+
+COUPLINGS = tuple(Coupling)
+SIBLING_LAWS = tuple(Siblings)
 MAX_ENUM_WIDTH = 3
 """PD trees in the exact enumeration: at most 3 candidates per column."""
 ONE_HOT = -1
 """The stored law of a fresh candidate: the point mass on the (single) candidate itself."""
 
 
+def as_coupling(coupling: str | Coupling) -> Coupling:
+    """``coupling`` as a :class:`Coupling`; ``ValueError`` names an unknown one."""
+    if coupling not in COUPLINGS:
+        raise ValueError(f"the coupling must be one of {COUPLINGS}, got {coupling!r}")
+    return Coupling(coupling)
+
+
+def as_siblings(siblings: str | Siblings) -> Siblings:
+    """``siblings`` as a :class:`Siblings`; ``ValueError`` names an unknown one."""
+    if siblings not in SIBLING_LAWS:
+        raise ValueError(f"siblings must be one of {SIBLING_LAWS}, got {siblings!r}")
+    return Siblings(siblings)
+
+
 @dataclass(frozen=True)
 class WindowRule:
     """How a Jacobi window's next drafts are formed (module docstring).
 
-    ``couple``: keep-or-redraw the old drafts (SCD, SJD-PAC's AC) instead of sampling afresh (SJD);
-    ``store``: the law a kept draft is stored with; ``width``, ``depth``: PD's K candidates at the first
-    D columns (width 1: a chain); ``siblings``: the law PD's extra candidates are drawn from."""
+    ``coupling``: keep-or-redraw the old drafts (:class:`Coupling` ``principled`` or ``official``: SCD,
+    SJD-PAC's AC) instead of sampling afresh (``none``: SJD); ``width``, ``depth``: PD's K candidates at the
+    first D columns (width 1: a chain); ``siblings``: the law PD's extra candidates are drawn from."""
 
-    couple: bool = False
-    store: str = "principled"
+    coupling: Coupling = Coupling.NONE
     width: int = 1
     depth: int = 0
-    siblings: str = "principled"
+    siblings: Siblings = Siblings.PRINCIPLED
 
     def __post_init__(self) -> None:
-        if self.store not in STORE_CHOICES:
-            raise ValueError(f"store must be one of {STORE_CHOICES}, got {self.store!r}")
-        if self.siblings not in SIBLING_CHOICES:
-            raise ValueError(f"siblings must be one of {SIBLING_CHOICES}, got {self.siblings!r}")
+        object.__setattr__(self, "coupling", as_coupling(self.coupling))
+        object.__setattr__(self, "siblings", as_siblings(self.siblings))
+        if self.coupling.redraws_with_gumbel:
+            raise ValueError("the gumbel coupling's law is theory.coupled_gumbel.gumbel_sequence_law")
         for name, v, lo in (("width", self.width, 1), ("depth", self.depth, 0)):
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
         if self.width > MAX_ENUM_WIDTH:
             raise ValueError(f"exact enumeration is limited to width <= {MAX_ENUM_WIDTH}, got {self.width}")
-        if self.keeps_old_law and not self.couple:
-            raise ValueError("store='official' (a kept draft keeps its old q) needs couple=True")
-
-    @property
-    def keeps_old_law(self) -> bool:
-        """A kept draft is stored with its old q (SCD's code, ``store="official"``)."""
-        return self.store == STORE_CHOICES[1]
-
-    @property
-    def siblings_from_stored_law(self) -> bool:
-        """PD's extra candidates come from the stored law (``siblings="principled"``)."""
-        return self.siblings == SIBLING_CHOICES[0]
 
     @classmethod
     def sjd(cls) -> WindowRule:
@@ -99,15 +166,16 @@ class WindowRule:
         return cls()
 
     @classmethod
-    def scd(cls, variant: str = "principled") -> WindowRule:
+    def scd(cls, coupling: str | Coupling = Coupling.PRINCIPLED) -> WindowRule:
         """SCD (SPEC 10.1): maximal coupling; ``official`` stores a kept draft with its old q."""
-        return cls(couple=True, store=variant)
+        return cls(coupling=coupling)
 
     @classmethod
     def pac(cls, *, ac: bool = True, width: int = 3, depth: int = 3,
-            siblings: str = "principled") -> WindowRule:
+            siblings: str | Siblings = Siblings.PRINCIPLED) -> WindowRule:
         """SJD-PAC (SPEC 10.2): AC (``ac``) and a PD tree of ``width`` candidates at ``depth`` columns."""
-        return cls(couple=ac, width=width, depth=depth, siblings=siblings)
+        return cls(coupling=Coupling.PRINCIPLED if ac else Coupling.NONE, width=width, depth=depth,
+                   siblings=siblings)
 
 
 Column = tuple[tuple[int, ...], int]
@@ -217,12 +285,12 @@ class _Coupled:
         rule, Pl = self.rule, self.rows[P]
         # (prob, spine token, stored qid, kept?, the law official siblings are drawn from)
         spines: list[tuple[float, int, int, bool, np.ndarray]] = []
-        if rule.couple and old is not None:
+        if rule.coupling.couples and old is not None:
             x, q = old[0][0], self.law(old[1], old[0])
             a = min(1.0, Pl[x] / q[x])
             res = _residual(Pl, q)
             if a > 0.0:
-                kept_q = old[1] if rule.keeps_old_law else P
+                kept_q = old[1] if rule.coupling.keeps_old_law else P
                 spines.append((a, x, kept_q, True, res if res is not None else Pl))
             if a < 1.0 and res is not None:
                 spines.extend(((1.0 - a) * res[y], int(y), P, False, res) for y in np.flatnonzero(res > 0))
@@ -233,7 +301,7 @@ class _Coupled:
         for pr, y, qid, kept, res in spines:
             if more == 0 or qid == ONE_HOT:
                 out.append((pr, ((y,), qid)))
-            elif rule.siblings_from_stored_law:
+            elif rule.siblings.from_stored_law:
                 out.extend((pr * pw, (c, qid)) for pw, c in _wor(self.law(qid, (y,)), (y,), more))
             elif kept:  # SJD-PAC's code: the kept draft, then K - 1 draws from the residual (y not excluded)
                 out.extend((pr * pw, ((y,) + c, qid)) for pw, c in _wor(res, (), more))
@@ -317,43 +385,27 @@ def coupled_tokens_per_forward(start: np.ndarray, trans: np.ndarray, window: int
     s, t = check_markov(start, trans)
     L = _check(window, None, rule)
     en = _Coupled(s, t, L, rule)
-    index: dict[tuple[int, Window], int] = {}
-    edges: list[dict[int, float]] = []
-    reward: list[float] = []
-    todo: list[tuple[int, Window]] = []
 
-    def state(key: tuple[int, Window]) -> int:
-        if key not in index:
-            index[key] = len(index)
-            todo.append(key)
-            edges.append(defaultdict(float))
-            reward.append(0.0)
-        return index[key]
+    def moves(state: tuple[int, Window]) -> Iterator[Move[tuple[int, Window]]]:
+        for pr, emitted, j in en.verify(*state):
+            yield pr * len(emitted), [(pr * pw, (en.row_of[emitted[-1]], w2)) for pw, w2 in
+                                      en.next_windows(state[1], j)]
 
-    for _, w in en.first_windows():
-        state((en.start, w))
-    while todo:
-        ctx, w = todo.pop()
-        i = index[(ctx, w)]
-        for pr, emitted, j in en.verify(ctx, w):
-            reward[i] += pr * len(emitted)
-            for pw, w2 in en.next_windows(w, j):
-                edges[i][state((en.row_of[emitted[-1]], w2))] += pr * pw
-    P = np.zeros((len(index), len(index)))
-    for i, row in enumerate(edges):
-        for j, pr in row.items():
-            P[i, j] = pr
-    return float((stationary_law(P) * np.array(reward)).sum())
+    return long_run_reward([(en.start, w) for _, w in en.first_windows()], moves)
 
 
 __all__ = [
+    "COUPLINGS",
     "MAX_ENUM_TOKENS",
     "MAX_ENUM_VOCAB",
     "MAX_ENUM_WIDTH",
     "ONE_HOT",
-    "SIBLING_CHOICES",
-    "STORE_CHOICES",
+    "SIBLING_LAWS",
+    "Coupling",
+    "Siblings",
     "WindowRule",
+    "as_coupling",
+    "as_siblings",
     "coupled_sequence_law",
     "coupled_tokens_per_forward",
 ]

@@ -32,14 +32,22 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
 from relaxspec.theory.boost import NO_BOOST, Boost
 from relaxspec.theory.boost_law import boosted_acceptance, onehot_acceptance, stage_tv, standard_residual
 from relaxspec.theory.distributions import validate_distribution
-from relaxspec.theory.jacobi_sampler import check_fresh, check_window_boost, check_window_size
+from relaxspec.theory.jacobi_sampler import (
+    DEFAULT_FRESH,
+    Fresh,
+    check_fresh,
+    check_window_boost,
+    check_window_size,
+)
 
 MAX_ENUM_VOCAB, MAX_ENUM_WINDOW, MAX_ENUM_TOKENS = 4, 3, 5
 """Limits of the exact enumerations (b): V <= 4 tokens, windows L <= 3, sequences n <= 5."""
@@ -77,12 +85,51 @@ def stationary_law(transition: np.ndarray) -> np.ndarray:
     return np.maximum(pi, 0.0) / np.maximum(pi, 0.0).sum()
 
 
-def _survival(p: np.ndarray, acc: np.ndarray, k: int, fresh: str) -> np.ndarray:
+S = TypeVar("S", bound=Hashable)
+Move = tuple[float, Iterable[tuple[float, S]]]
+"""One outcome of a chain's state: (its probability times its reward, [(probability of the outcome and the
+next state, next state), ...])."""
+
+
+def long_run_reward(first: Iterable[S], moves: Callable[[S], Iterable[Move[S]]]) -> float:
+    """The stationary mean reward per move of the chain over the states reachable from ``first`` (a
+    window chain's tokens per forward): ``moves(state)`` gives each outcome's reward and next states
+    (:data:`Move`); the chain must have one recurrent class (:func:`stationary_law`)."""
+    index: dict[S, int] = {}
+    edges: list[dict[int, float]] = []
+    reward: list[float] = []
+    todo: list[S] = []
+
+    def state(key: S) -> int:
+        if key not in index:
+            index[key] = len(index)
+            todo.append(key)
+            edges.append(defaultdict(float))
+            reward.append(0.0)
+        return index[key]
+
+    for key in first:
+        state(key)
+    while todo:
+        key = todo.pop()
+        i = index[key]
+        for r, nxt in moves(key):
+            reward[i] += r
+            for pr, key2 in nxt:
+                edges[i][state(key2)] += pr
+    P = np.zeros((len(index), len(index)))
+    for i, row in enumerate(edges):
+        for j, pr in row.items():
+            P[i, j] = pr
+    return float((stationary_law(P) * np.array(reward)).sum())
+
+
+def _survival(p: np.ndarray, acc: np.ndarray, k: int, fresh: Fresh) -> np.ndarray:
     """s[i] = P(the first i fresh tokens of a window with k kept tokens are all accepted), i = 0..L-k;
     ``acc[m - 1]`` is the one-hot acceptance vector at depth m."""
     L = acc.shape[0]
     s = np.ones(L - k + 1)
-    if fresh == "uniform":
+    if not fresh.copies:
         for i in range(1, L - k + 1):
             s[i] = s[i - 1] * float(acc[k + i - 1].mean())
         return s
@@ -95,13 +142,13 @@ def _survival(p: np.ndarray, acc: np.ndarray, k: int, fresh: str) -> np.ndarray:
     return s
 
 
-def jacobi_kept_chain(p: np.ndarray, window: int, *, fresh: str = "uniform", boost: Boost = NO_BOOST,
+def jacobi_kept_chain(p: np.ndarray, window: int, *, fresh: str = DEFAULT_FRESH, boost: Boost = NO_BOOST,
                       emb: np.ndarray | None = None) -> KeptChain:
     """The exact chain of SJD windows of ``window`` drafts in a stationary world with target ``p``
     (module docstring, (a)); ``boost`` none, GSD (``emb`` its embedding table) or Cool-SD."""
     p = validate_distribution(p, name="p")
     L = check_window_size(window)
-    check_fresh(fresh)
+    fresh = check_fresh(fresh)
     emb = check_window_boost(boost, emb, p.size)
     if boost.scales_by_depth:
         acc = np.array([onehot_acceptance(p, boost, depth=m) for m in range(1, L + 1)])
@@ -119,7 +166,7 @@ def jacobi_kept_chain(p: np.ndarray, window: int, *, fresh: str = "uniform", boo
     return KeptChain(T, tokens, stationary_law(T))
 
 
-def jacobi_expected_tokens(p: np.ndarray, window: int, *, fresh: str = "uniform", boost: Boost = NO_BOOST,
+def jacobi_expected_tokens(p: np.ndarray, window: int, *, fresh: str = DEFAULT_FRESH, boost: Boost = NO_BOOST,
                            emb: np.ndarray | None = None) -> float:
     """Exact long-run tokens per target forward of SJD with a window of ``window`` drafts in a stationary
     world with target ``p`` (every position, any context), fresh tokens ``uniform`` or ``copy``, the
@@ -171,7 +218,7 @@ class _Enumerator:
     Distributions are numbered once (identical rows share an id, so a stationary world has a single
     one); ``ctx`` is the row id of the current context (the last committed token's row, or start's)."""
 
-    def __init__(self, start: np.ndarray, trans: np.ndarray, L: int, fresh: str, boost: Boost,
+    def __init__(self, start: np.ndarray, trans: np.ndarray, L: int, fresh: Fresh, boost: Boost,
                  emb: np.ndarray | None) -> None:
         self.V, self.L, self.fresh, self.boost, self.emb = start.size, L, fresh, boost, emb
         self.rows: list[np.ndarray] = []
@@ -219,7 +266,7 @@ class _Enumerator:
         """Complete a window after ``kept`` with fresh one-hot tokens; ``last`` = the last committed token
         (a copy's left neighbour when nothing is kept; ``None``: nothing committed yet)."""
         n = self.L - len(kept)
-        if self.fresh == "uniform":
+        if not self.fresh.copies:
             return [(self.V ** -n, kept + tuple((x, ONE_HOT) for x in xs))
                     for xs in itertools.product(range(self.V), repeat=n)]
         left = kept[-1][0] if kept else last
@@ -277,13 +324,13 @@ class SequenceLaw:
 
 
 def jacobi_sequence_law(start: np.ndarray, trans: np.ndarray, window: int, n_tokens: int, *,
-                        fresh: str = "uniform", boost: Boost = NO_BOOST,
+                        fresh: str = DEFAULT_FRESH, boost: Boost = NO_BOOST,
                         emb: np.ndarray | None = None) -> SequenceLaw:
     """Enumerate SJD on the Markov target (``start``, ``trans``) from an empty prefix and an all-fresh
     window until ``n_tokens`` tokens are emitted; V <= 4, L <= 3, n <= 5 (module docstring, (b))."""
     s, t = check_markov(start, trans)
     L = _check_enum(window, n_tokens)
-    check_fresh(fresh)
+    fresh = check_fresh(fresh)
     emb = check_window_boost(boost, emb, s.size)
     n = int(n_tokens)
     en = _Enumerator(s, t, L, fresh, boost, emb)
@@ -314,45 +361,24 @@ def jacobi_sequence_law(start: np.ndarray, trans: np.ndarray, window: int, n_tok
 
 
 def jacobi_markov_tokens_per_forward(start: np.ndarray, trans: np.ndarray, window: int, *,
-                                     fresh: str = "uniform", boost: Boost = NO_BOOST,
+                                     fresh: str = DEFAULT_FRESH, boost: Boost = NO_BOOST,
                                      emb: np.ndarray | None = None) -> float:
     """Long-run tokens per target forward of SJD on a Markov target, exact from the chain over the
     (context, window) states reachable from the first window; with every row of ``trans`` equal to p it
     is the brute-force check of :func:`jacobi_expected_tokens` (V <= 4, L <= 3)."""
     s, t = check_markov(start, trans)
     L = _check_enum(window, None)
-    check_fresh(fresh)
+    fresh = check_fresh(fresh)
     emb = check_window_boost(boost, emb, s.size)
     en = _Enumerator(s, t, L, fresh, boost, emb)
-    index: dict[tuple[int, Window], int] = {}
-    edges: list[dict[int, float]] = []
-    reward: list[float] = []
-    todo: list[tuple[int, Window]] = []
 
-    def state(key: tuple[int, Window]) -> int:
-        if key not in index:
-            index[key] = len(index)
-            todo.append(key)
-            edges.append(defaultdict(float))
-            reward.append(0.0)
-        return index[key]
-
-    for _, w in en.fill((), None):
-        state((en.start, w))
-    while todo:
-        ctx, w = todo.pop()
-        i = index[(ctx, w)]
-        outcomes, _ = en.forward(ctx, w)
+    def moves(state: tuple[int, Window]) -> Iterator[Move[tuple[int, Window]]]:
+        outcomes, _ = en.forward(*state)
         for pr, emitted, rows in outcomes:
-            reward[i] += pr * len(emitted)
-            for pk, kept in en.kept(rows):
-                for pf, w2 in en.fill(kept, emitted[-1]):
-                    edges[i][state((en.row_of[emitted[-1]], w2))] += pr * pk * pf
-    P = np.zeros((len(index), len(index)))
-    for i, row in enumerate(edges):
-        for j, pr in row.items():
-            P[i, j] = pr
-    return float((stationary_law(P) * np.array(reward)).sum())
+            yield pr * len(emitted), [(pr * pk * pf, (en.row_of[emitted[-1]], w2))
+                                      for pk, kept in en.kept(rows) for pf, w2 in en.fill(kept, emitted[-1])]
+
+    return long_run_reward([(en.start, w) for _, w in en.fill((), None)], moves)
 
 
 __all__ = [
@@ -366,6 +392,7 @@ __all__ = [
     "jacobi_kept_chain",
     "jacobi_markov_tokens_per_forward",
     "jacobi_sequence_law",
+    "long_run_reward",
     "markov_sequence_law",
     "stationary_law",
 ]

@@ -38,6 +38,7 @@ first tokens autoregressively; here every step is a window step).
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -50,8 +51,26 @@ from relaxspec.theory.rules import boost_embedding, check_boost, neighbour_rows
 from relaxspec.theory.sampler import draw_token
 from relaxspec.theory.tree import Tree, path_tv, sample_step, step_expectation
 
-FRESH_CHOICES = ("uniform", "copy")
-DEFAULT_FRESH = "uniform"
+
+class Fresh(enum.StrEnum):
+    """How a window's new slots are filled (SPEC 9.1; a ``StrEnum``: ``Fresh.COPY == "copy"``)."""
+
+    def __repr__(self) -> str:  # the spelling it is written and parsed with, as before it was an enum
+        return repr(self.value)
+
+    UNIFORM = "uniform"
+    """A uniform random token (SJD's code: ``multi_token_init_scheme='random'``)."""
+    COPY = "copy"
+    """A copy of the slot's left neighbour (the last kept draft or committed token; uniform without one)."""
+
+    @property
+    def copies(self) -> bool:
+        """True when a fresh slot copies its left neighbour instead of drawing a uniform token."""
+        return self is Fresh.COPY
+
+
+FRESH_CHOICES = tuple(Fresh)
+DEFAULT_FRESH = Fresh.UNIFORM
 """SJD's code fills new window slots with uniform random image tokens
 (``multi_token_init_scheme='random'``)."""
 MAX_WINDOW = 64
@@ -69,11 +88,11 @@ def check_window_size(window: object) -> int:
     return int(window)  # type: ignore[call-overload]
 
 
-def check_fresh(fresh: str) -> str:
-    """``fresh`` if it is one of :data:`FRESH_CHOICES`, else a ``ValueError``."""
+def check_fresh(fresh: str | Fresh) -> Fresh:
+    """``fresh`` as a :class:`Fresh`, else a ``ValueError`` naming the choices."""
     if fresh not in FRESH_CHOICES:
         raise ValueError(f"fresh must be one of {FRESH_CHOICES}, got {fresh!r}")
-    return fresh
+    return Fresh(fresh)
 
 
 def check_window_boost(boost: Boost, emb: np.ndarray | None, vocab_size: int) -> np.ndarray | None:
@@ -211,7 +230,7 @@ def fill_window(kept: np.ndarray, kept_q: np.ndarray, window: int, vocab_size: i
     ``len(kept)..L-1`` (``uniform``: ``floor(u_fresh[k] V)``; ``copy``: the left neighbour, the last
     kept token or else ``last``, the last committed token; with neither, slot k draws uniformly)."""
     L = check_window_size(window)
-    check_fresh(fresh)
+    copies = check_fresh(fresh).copies
     kept = np.asarray(kept, dtype=np.int64)
     if kept.size > L:
         raise ValueError(f"{kept.size} kept drafts do not fit a window of {L}")
@@ -222,7 +241,7 @@ def fill_window(kept: np.ndarray, kept_q: np.ndarray, window: int, vocab_size: i
     q[:kept.size] = kept_q
     left = int(kept[-1]) if kept.size else (None if last is None else int(last))
     for k in range(kept.size, L):
-        if fresh == "copy" and left is not None:
+        if copies and left is not None:
             tok = left
         else:
             tok = min(int(uf[k] * vocab_size), vocab_size - 1)
@@ -287,6 +306,7 @@ def decode_jacobi(target: Callable[[object], np.ndarray], advance: Callable[[obj
 __all__ = [
     "DEFAULT_FRESH",
     "FRESH_CHOICES",
+    "Fresh",
     "JacobiStep",
     "MAX_WINDOW",
     "WindowInputs",

@@ -30,13 +30,40 @@ The canonical spec drops the dynamic schedule's defaults: ``vvs:10,4,59,dynamic`
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from relaxspec.core.trees.numbers import spec_float, spec_int
 from relaxspec.core.trees.policies import Eagle2Tree
 from relaxspec.theory.boost import format_number
 
-SCHEDULES = ("uniform", "dynamic")
+
+class Schedule(enum.StrEnum):
+    """VVS's skip schedules (SPEC 10.3; a ``StrEnum``: ``Schedule.DYNAMIC == "dynamic"``, its spelling in
+    ``vvs:K,D,M,dynamic``)."""
+
+    def __repr__(self) -> str:  # the spelling it is written and parsed with, as before it was an enum
+        return repr(self.value)
+
+    UNIFORM = "uniform"
+    """Every I-th step is a skip step."""
+    DYNAMIC = "dynamic"
+    """A step skips when the step before did not and its tree's paths are alike (cosine similarity of
+    their code vectors)."""
+
+    @property
+    def is_periodic(self) -> bool:
+        """True when the skip steps are every ``interval``-th step (``uniform``)."""
+        return self is Schedule.UNIFORM
+
+    @property
+    def reads_similarity(self) -> bool:
+        """True when a skip is decided by the tree's path similarity (``dynamic``: reads the world's code
+        vectors)."""
+        return self is Schedule.DYNAMIC
+
+
+SCHEDULES = tuple(Schedule)
 """VVS's skip schedules (SPEC 10.3)."""
 DEFAULT_SIMILARITY, DEFAULT_ALPHA = 0.70, 0.9
 """The dynamic schedule's threshold S and depth decay alpha in VVS's code."""
@@ -50,7 +77,7 @@ class SkipSchedule:
     """When a step skips its target forward: ``uniform`` every ``interval``-th step, or ``dynamic`` when the
     tree's paths' similarity is >= ``similarity`` (depth weights ``alpha ** l``)."""
 
-    kind: str
+    kind: Schedule
     interval: int = 0
     similarity: float = DEFAULT_SIMILARITY
     alpha: float = DEFAULT_ALPHA
@@ -58,7 +85,8 @@ class SkipSchedule:
     def __post_init__(self) -> None:
         if self.kind not in SCHEDULES:
             raise ValueError(f"the skip schedule must be one of {SCHEDULES}, got {self.kind!r}")
-        if self.kind == "uniform":
+        object.__setattr__(self, "kind", Schedule(self.kind))
+        if self.kind.is_periodic:
             i = self.interval
             if isinstance(i, bool) or not isinstance(i, int) or not 2 <= i <= MAX_INTERVAL:
                 raise ValueError(f"uniform's interval I must be an integer in [2, {MAX_INTERVAL}] (I = 1 "
@@ -72,10 +100,10 @@ class SkipSchedule:
                 raise ValueError(f"dynamic's depth decay alpha must be a number in (0, 1], got {a!r}")
 
     def __str__(self) -> str:
-        if self.kind == "uniform":
-            return f"uniform={self.interval}"
+        if self.kind.is_periodic:
+            return f"{self.kind}={self.interval}"
         s = self.similarity
-        out = "dynamic" if s == DEFAULT_SIMILARITY else f"dynamic={format_number(s)}"
+        out = str(self.kind) if s == DEFAULT_SIMILARITY else f"{self.kind}={format_number(s)}"
         return out + ("" if self.alpha == DEFAULT_ALPHA else f",alpha={format_number(self.alpha)}")
 
 
@@ -83,13 +111,14 @@ def parse_schedule(parts: list[str]) -> SkipSchedule:
     """The schedule of a ``vvs`` spec's arguments after K,D,M (:data:`VVS_FORM`)."""
     if not parts:
         raise ValueError(f"needs a skip schedule after K,D,M ({VVS_FORM})")
-    kind, eq, value = (s.strip() for s in parts[0].partition("="))
-    if kind == "uniform":
+    name, eq, value = (s.strip() for s in parts[0].partition("="))
+    if name not in SCHEDULES:
+        raise ValueError(f"the skip schedule must be one of {SCHEDULES}, got {name!r} ({VVS_FORM})")
+    kind = Schedule(name)
+    if kind.is_periodic:
         if not eq or len(parts) > 1:
             raise ValueError(f"uniform takes its interval and nothing else: uniform=I ({VVS_FORM})")
-        return SkipSchedule("uniform", interval=spec_int(value, VVS_FORM))
-    if kind != "dynamic":
-        raise ValueError(f"the skip schedule must be one of {SCHEDULES}, got {kind!r} ({VVS_FORM})")
+        return SkipSchedule(kind, interval=spec_int(value, VVS_FORM))
     similarity = spec_float(value, f"S ({VVS_FORM})") if eq else DEFAULT_SIMILARITY
     alpha = DEFAULT_ALPHA
     for n, extra in enumerate(parts[1:]):
@@ -99,7 +128,7 @@ def parse_schedule(parts: list[str]) -> SkipSchedule:
         if n > 0:
             raise ValueError(f"alpha is given twice ({VVS_FORM})")
         alpha = spec_float(value, f"alpha ({VVS_FORM})")
-    return SkipSchedule("dynamic", similarity=similarity, alpha=alpha)
+    return SkipSchedule(kind, similarity=similarity, alpha=alpha)
 
 
 class VvsTree(Eagle2Tree):
@@ -138,5 +167,5 @@ class VvsTree(Eagle2Tree):
         return f"VvsTree({self.top_k}, {self.depth}, {self.total_tokens}, schedule={self.schedule!r})"
 
 
-__all__ = ["DEFAULT_ALPHA", "DEFAULT_SIMILARITY", "SCHEDULES", "VVS_FORM", "SkipSchedule", "VvsTree",
-           "parse_schedule"]
+__all__ = ["DEFAULT_ALPHA", "DEFAULT_SIMILARITY", "SCHEDULES", "VVS_FORM", "Schedule", "SkipSchedule",
+           "VvsTree", "parse_schedule"]

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 from relaxspec.core.trees.jacobi import JacobiWindow
 from relaxspec.core.trees.numbers import spec_int
-from relaxspec.theory.jacobi_sampler import DEFAULT_FRESH, FRESH_CHOICES
+from relaxspec.theory.coupled import SIBLING_LAWS, Coupling, Siblings
+from relaxspec.theory.jacobi_sampler import DEFAULT_FRESH, FRESH_CHOICES, Fresh
 
-COUPLINGS = ("principled", "official", "gumbel")
-"""SCD's couplings (SPEC 10.1): ``principled`` stores a redrawn or kept draft with this forward's p,
-``official`` (SCD's code) a kept draft with its old q, ``gumbel`` samples by Gumbel-max."""
-SIBLING_LAWS = ("principled", "official")
-"""How PD's extra candidates are drawn (SPEC 10.2; docs/theory.md 15.2)."""
+COUPLINGS = tuple(c for c in Coupling if c.couples)
+"""SCD's couplings (SPEC 10.1; :class:`theory.coupled.Coupling`): ``principled`` stores a redrawn or kept
+draft with this forward's p, ``official`` (SCD's code) a kept draft with its old q, ``gumbel`` samples by
+Gumbel-max. ``coupled=none`` is plain SJD (a :class:`JacobiWindow`)."""
 SWITCHES = {"on": True, "off": False}
 DEFAULT_WIDTH, DEFAULT_DEPTH = 3, 3
 MAX_PAC_WIDTH, MAX_PAC_DEPTH = 8, 8
@@ -60,14 +60,12 @@ def _split(args: str, form: str) -> tuple[list[str], dict[str, str]]:
     return positional, keyed
 
 
-def _fresh(positional: list[str], form: str) -> tuple[int, str]:
+def _fresh(positional: list[str], form: str) -> tuple[int, Fresh]:
     if len(positional) not in (1, 2):
         raise ValueError(f"needs 1 or 2 comma-separated values before any key=value ({form})")
     L = spec_int(positional[0], form)
     fresh = positional[1].strip() if len(positional) == 2 else DEFAULT_FRESH
-    if fresh not in FRESH_CHOICES:
-        raise ValueError(f"fresh must be one of {FRESH_CHOICES}, got {fresh!r}")
-    return L, fresh
+    return L, Fresh(_choice(fresh, FRESH_CHOICES, "fresh"))
 
 
 def _choice(value: str, choices: tuple[str, ...], what: str) -> str:
@@ -84,10 +82,8 @@ def parse_jacobi(args: str) -> JacobiWindow:
     if unknown:
         raise ValueError(f"unknown setting {sorted(unknown)[0]!r} ({JACOBI_COUPLED_FORM})")
     L, fresh = _fresh(positional, JACOBI_COUPLED_FORM)
-    coupling = keyed.get("coupled", "none")
-    if coupling == "none":
-        return JacobiWindow(L, fresh)
-    return CoupledWindow(L, fresh, _choice(coupling, COUPLINGS, "coupled"))
+    coupling = Coupling(_choice(keyed.get("coupled", Coupling.NONE), tuple(Coupling), "coupled"))
+    return CoupledWindow(L, fresh, coupling) if coupling.couples else JacobiWindow(L, fresh)
 
 
 def parse_pac(args: str) -> PacWindow:
@@ -100,22 +96,23 @@ def parse_pac(args: str) -> PacWindow:
     width = spec_int(keyed["width"], PAC_FORM) if "width" in keyed else DEFAULT_WIDTH
     depth = spec_int(keyed["depth"], PAC_FORM) if "depth" in keyed else DEFAULT_DEPTH
     ac = SWITCHES[_choice(keyed.get("ac", "on"), tuple(SWITCHES), "ac")]
-    siblings = _choice(keyed.get("siblings", "principled"), SIBLING_LAWS, "siblings")
+    siblings = Siblings(_choice(keyed.get("siblings", Siblings.PRINCIPLED), SIBLING_LAWS, "siblings"))
     return PacWindow(L, fresh, width=width, depth=depth, ac=ac, siblings=siblings)
 
 
 class CoupledWindow(JacobiWindow):
     """SCD's coupled window (SPEC 10.1): L drafts, ``fresh`` tokens, the ``coupling`` of :data:`COUPLINGS`."""
 
-    def __init__(self, window: int, fresh: str = DEFAULT_FRESH, coupling: str = "principled") -> None:
+    def __init__(self, window: int, fresh: str = DEFAULT_FRESH,
+                 coupling: str | Coupling = Coupling.PRINCIPLED) -> None:
         super().__init__(window, fresh)
-        self.coupling = _choice(coupling, COUPLINGS, "coupled")
+        self.coupling = Coupling(_choice(coupling, COUPLINGS, "coupled"))
         self.name = f"{self.name},coupled={self.coupling}"
 
     @property
     def lossless(self) -> bool:
         """Whether the emitted law is the target's (docs/theory.md 15.2-15.3: not for ``official``)."""
-        return self.coupling != "official"
+        return self.coupling.is_lossless
 
     def __eq__(self, other: object) -> bool:
         return type(other) is CoupledWindow and str(self) == str(other)
@@ -132,7 +129,8 @@ class PacWindow(JacobiWindow):
     columns after a rejection (PD), the spine coupled when ``ac`` (AC), siblings drawn as ``siblings``."""
 
     def __init__(self, window: int, fresh: str = DEFAULT_FRESH, *, width: int = DEFAULT_WIDTH,
-                 depth: int = DEFAULT_DEPTH, ac: bool = True, siblings: str = "principled") -> None:
+                 depth: int = DEFAULT_DEPTH, ac: bool = True,
+                 siblings: str | Siblings = Siblings.PRINCIPLED) -> None:
         super().__init__(window, fresh)
         for what, v, hi in (("width", width, MAX_PAC_WIDTH), ("depth", depth, MAX_PAC_DEPTH)):
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
@@ -140,23 +138,23 @@ class PacWindow(JacobiWindow):
         if not isinstance(ac, bool):
             raise ValueError(f"pac's ac must be True or False, got {ac!r}")
         self.width, self.depth, self.ac = width, depth, ac
-        self.siblings = _choice(siblings, SIBLING_LAWS, "siblings")
+        self.siblings = Siblings(_choice(siblings, SIBLING_LAWS, "siblings"))
         parts = [f"pac:{self.window}"] + ([] if self.fresh == DEFAULT_FRESH else [self.fresh])
         parts += [f"width={width}"] if width != DEFAULT_WIDTH else []
         parts += [f"depth={depth}"] if depth != DEFAULT_DEPTH else []
         parts += [] if ac else ["ac=off"]
-        parts += [] if siblings == "principled" else [f"siblings={siblings}"]
+        parts += [] if self.siblings.from_stored_law else [f"siblings={self.siblings}"]
         self.name = ",".join(parts)
 
     @property
-    def coupling(self) -> str:
+    def coupling(self) -> Coupling:
         """The spine's coupling: SCD's ``principled`` one with AC, none (SJD's sampling) without."""
-        return "principled" if self.ac else "none"
+        return Coupling.PRINCIPLED if self.ac else Coupling.NONE
 
     @property
     def lossless(self) -> bool:
         """Whether the emitted law is the target's (docs/theory.md 15.2: not for ``official`` siblings)."""
-        return self.siblings == "principled" or self.width == 1
+        return self.siblings.is_lossless or self.width == 1
 
     def __eq__(self, other: object) -> bool:
         return type(other) is PacWindow and str(self) == str(other)

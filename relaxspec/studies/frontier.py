@@ -36,6 +36,7 @@ from relaxspec.studies.optimality import (
 from relaxspec.studies.study_options import study_parser, study_setup
 from relaxspec.sweep import SweepConfig, jobs, run_sweep
 from relaxspec.theory.boost import Boost
+from relaxspec.theory.coupled import Coupling
 from relaxspec.theory.verification import Verification
 
 WORLDS = ["ambiguous", "confident"]
@@ -114,8 +115,8 @@ def later_methods() -> list[Method]:
         Method("DDD + LANTERN δ=0.2", "ddd", DDD, "r1+lantern:k={k},delta=0.2", lossy=True),
         Method("exact Sequoia", "sequoia", SEQUOIA),
         Method("Sequoia + LANTERN δ=0.2", "sequoia", SEQUOIA, "r1+lantern:k={k},delta=0.2", lossy=True),
-        *[Method(f"SCD, {c} coupling", "scd", f"jacobi:{WINDOW},coupled={c}", "r2", lossy=c == "official")
-          for c in ("principled", "gumbel", "official")],
+        *[Method(f"SCD, {c} coupling", "scd", f"jacobi:{WINDOW},coupled={c}", "r2", lossy=not c.is_lossless)
+          for c in (Coupling.PRINCIPLED, Coupling.GUMBEL, Coupling.OFFICIAL)],
         Method("SJD-PAC", "pac", f"pac:{WINDOW}", "r2"),
         Method("SJD-PAC, width 2", "pac", f"pac:{WINDOW},width=2", "r2"),
         Method("SJD-PAC, official siblings", "pac", f"pac:{WINDOW},siblings=official", "r2", lossy=True),

@@ -207,21 +207,22 @@ def shipped_rows(out: Path, n_images: int, n_trace: int, cost: CostModel) -> lis
                 vectors[key] = tuple(round(float(x), 6) for x in a)
             return vectors[key]
 
-        # (spec, rule, how its Sequoia vector is measured: selection mode and the rule's relaxation)
-        specs = [(eagle, "r1", None), ("static:naive_extend_57", "r1", None),
-                 ("static:naive_extend_57", "r2", None), (f"ddd:10,11,5/7/9,-0.3,{NODES + 1}", "r1", None),
-                 ("sequoia-lossless:57,8", "r1", ("q", Relax.none())), ("sequoia:57,8", "r1", ("q", relax)),
-                 (f"latent:10,4,{NODES + 1}", "r1", None), (f"latent-diverse:10,4,{NODES + 1}", "r1", None),
-                 (f"latent-walk:10,4,{NODES + 1}", "r1", None), (f"latent-walk:10,8,{NODES + 1}", "r1", None),
-                 ("sequoia-diverse:57,8", "r1", ("diverse", relax)),
-                 ("sequoia-walk:57,8", "r1", ("walk", relax)),
-                 ("costaware:57,8,walk", "r1", ("walk", relax))]
-        for spec, rule, measured in specs:
+        # (spec, verification, how its Sequoia vector is measured: selection mode and the rule's relaxation)
+        r1, r2 = Verification(Rule.R1, relax), Verification(Rule.R2, relax)
+        specs = [(eagle, r1, None), ("static:naive_extend_57", r1, None),
+                 ("static:naive_extend_57", r2, None), (f"ddd:10,11,5/7/9,-0.3,{NODES + 1}", r1, None),
+                 ("sequoia-lossless:57,8", r1, ("q", Relax.none())), ("sequoia:57,8", r1, ("q", relax)),
+                 (f"latent:10,4,{NODES + 1}", r1, None), (f"latent-diverse:10,4,{NODES + 1}", r1, None),
+                 (f"latent-walk:10,4,{NODES + 1}", r1, None), (f"latent-walk:10,8,{NODES + 1}", r1, None),
+                 ("sequoia-diverse:57,8", r1, ("diverse", relax)),
+                 ("sequoia-walk:57,8", r1, ("walk", relax)),
+                 ("costaware:57,8,walk", r1, ("walk", relax))]
+        for spec, verification, measured in specs:
             lossless_ok = spec in (eagle, "static:naive_extend_57")
             if spec not in SHIPPED_TREES or (relax.is_exact and not lossless_ok):
                 continue
-            configs.append(DecodeConfig(f"{spec} {rule} {text}", tree=spec,
-                                        verification=Verification(rule, Relax.parse(text)),
+            configs.append(DecodeConfig(f"{spec} {verification.rule} {text}", tree=spec,
+                                        verification=verification,
                                         acceptance=vector(*measured) if measured else None,
                                         cost_table=str(cost.path), cost_model=cost.model))
     rows = []
@@ -231,8 +232,7 @@ def shipped_rows(out: Path, n_images: int, n_trace: int, cost: CostModel) -> lis
         spec = c.name.split(" ")[0] if not c.is_ar else "ar"
         depths = [d for r in records for d in r.get("tree_depths", [])]
         steps = [len(r["emitted"]) for r in records]
-        row.update({"world": "shipped", "tree": spec, "rule": c.verification.rule,
-                    "relax": str(c.verification.relax),
+        row.update({"world": "shipped", "tree": spec, "verification": str(c.verification),
                     "mean_tree_depth": float(np.mean(depths)) if depths else 0.0,
                     "mean_accepted_depth": row["tokens_per_step"] - 1.0,
                     "speculative_steps": int(np.sum(steps))})
@@ -241,12 +241,9 @@ def shipped_rows(out: Path, n_images: int, n_trace: int, cost: CostModel) -> lis
 
 
 # ---------------------------------------------------------------- the table
-def relax_text(row: dict) -> str:
-    if row["relax"] == RelaxKind.NONE:
-        return "none"
-    k = int(row["k"])
-    return (f"additive:k={k},delta={row['delta']:g}" if row["relax"] == RelaxKind.ADDITIVE
-            else f"multiplicative:k={k},lam={row['lam']:g}")
+def verification_of(row: dict) -> Verification:
+    """What a row (a sweep's or :func:`shipped_rows`') was verified with: its ``verification`` column."""
+    return Verification.parse(row["verification"])
 
 
 def world_table(rows: list[dict], cost: CostModel) -> tuple[list[str], list[dict]]:
@@ -257,15 +254,15 @@ def world_table(rows: list[dict], cost: CostModel) -> tuple[list[str], list[dict
     verdicts = []
     for w in WORLDS:
         for text in RELAXATIONS:
-            sel = [r for r in rows if r["world"] == w and relax_text(r) == text]
+            sel = [r for r in rows if r["world"] == w and verification_of(r).relax == Relax.parse(text)]
             order = list(LABELS)
-            sel.sort(key=lambda r: (order.index(r["tree"]), r["rule"]))
+            sel.sort(key=lambda r: (order.index(r["tree"]), verification_of(r).rule))
             for r in sel:
                 s = cost.speedup(r["mean_tokens_per_step"], r["mean_tree_size"] + 1,
                                  r["draft_calls_per_step"])
                 new = "**" if r["tree"] in NEW else ""
                 lines.append(
-                    f"| {w} | {relax_label(text)} | {new}{LABELS[r['tree']]}{new} | {r['rule'].upper()} | "
+                    f"| {w} | {relax_label(text)} | {new}{LABELS[r['tree']]}{new} | {_rule(r)} | "
                     f"{r['mean_tokens_per_step']:.3f} ± {r['se_tokens_per_step']:.3f} | "
                     f"{r['mean_accepted_depth']:.3f} | {r['mean_tree_depth']:.2f} | "
                     f"{r['mean_tree_size']:.1f} | "
@@ -275,10 +272,15 @@ def world_table(rows: list[dict], cost: CostModel) -> tuple[list[str], list[dict
     return lines, verdicts
 
 
+def _rule(row: dict) -> str:
+    """A row's rule as the tables write it (``R1``)."""
+    return verification_of(row).rule.upper()
+
+
 def shipped_tv(row: dict) -> float:
     """The shipped rows' TV bound (NaN for relaxed R2: its per-step TV is not computed exactly)."""
-    relaxed_r2 = row["rule"] == Rule.R2 and row["relax"] != RelaxKind.NONE
-    return float("nan") if relaxed_r2 else row["tv_bound_per_sequence"]
+    v = verification_of(row)
+    return float("nan") if v.samples_drafts and not v.relax.is_exact else row["tv_bound_per_sequence"]
 
 
 def fmt_tv(x: float) -> str:
@@ -288,14 +290,15 @@ def fmt_tv(x: float) -> str:
 def compare(world: str, text: str, rows: list[dict], col: str, se_col: str | None) -> dict:
     """Best new policy at the equal budget (cost-aware excluded) against the best existing one, both verified
     with R1 (R2's distortion is not bounded by the relaxation: docs/theory.md, Finding 3)."""
-    equal = [r for r in rows if not r["tree"].startswith("costaware") and r["rule"] == Rule.R1]
+    equal = [r for r in rows
+             if not r["tree"].startswith("costaware") and verification_of(r).rule.is_point_mass]
     old = max((r for r in equal if r["tree"] in EXISTING), key=lambda r: r[col])
     new = max((r for r in equal if r["tree"] in NEW), key=lambda r: r[col])
     gain = new[col] / old[col] - 1.0
     se = None
     if se_col:
         se = (new[col] / old[col]) * np.hypot(new[se_col] / new[col], old[se_col] / old[col])
-    return {"world": world, "relax": text, "best_existing": f"{LABELS[old['tree']]} {old['rule'].upper()}",
+    return {"world": world, "relax": text, "best_existing": f"{LABELS[old['tree']]} {_rule(old)}",
             "existing": old[col], "best_new": LABELS[new["tree"]], "new": new[col], "gain": gain,
             "gain_se": se, "new_row": new, "old_row": old}
 
@@ -306,13 +309,13 @@ def shipped_table(rows: list[dict]) -> tuple[list[str], list[dict]]:
              "|---|---|---|---|---|---|---|---|---|---|"]
     verdicts = []
     for text in ["none"] + SHIPPED_RELAX[1:]:
-        sel = [r for r in rows if r["relax"] == text and r["tree"] != "ar"]
+        sel = [r for r in rows if verification_of(r).relax == Relax.parse(text) and r["tree"] != "ar"]
         if text == "none":
             sel = [r for r in rows if r["tree"] == "ar"] + sel
         for r in sel:
             name = "AR sampling" if r["tree"] == "ar" else LABELS[r["tree"]]
             new = "**" if r["tree"] in NEW else ""
-            lines.append(f"| {relax_label(text)} | {new}{name}{new} | {r['rule'].upper()} | "
+            lines.append(f"| {relax_label(text)} | {new}{name}{new} | {_rule(r)} | "
                          f"{r['tokens_per_step']:.3f} | {r['mean_accepted_depth']:.3f} | "
                          f"{r['mean_tree_depth']:.2f} | "
                          f"{r['target_forwards_per_image']:.1f} | {fmt_tv(shipped_tv(r))} | "
@@ -332,8 +335,9 @@ def figure(rows: list[dict], out: Path) -> list[Path]:
     for ax, w in zip(axes, WORLDS, strict=True):
         for i, tree in enumerate(LABELS):
             for kind, marker in ((RelaxKind.ADDITIVE, "o"), (RelaxKind.MULTIPLICATIVE, "s")):
-                sel = [r for r in rows if r["world"] == w and r["tree"] == tree and r["rule"] == Rule.R1
-                       and r["relax"] in (RelaxKind.NONE, kind)]
+                sel = [r for r in rows if r["world"] == w and r["tree"] == tree
+                       and verification_of(r).rule.is_point_mass
+                       and verification_of(r).relax.kind in (RelaxKind.NONE, kind)]
                 sel.sort(key=lambda r: r["tv_bound_per_token"])
                 ax.plot([r["tv_bound_per_token"] for r in sel], [r["mean_tokens_per_step"] for r in sel],
                         marker=marker, ls="-" if tree in NEW else "--", color=f"C{i % 10}",

@@ -11,7 +11,10 @@ import pytest
 from relaxspec import figstyle, nbenv
 from relaxspec.core.trees.policies import DDDTree, Eagle2Tree, StaticTree
 from relaxspec.demo import DEMO_CONFIG
-from relaxspec.theory.relax import Relax
+from relaxspec.theory.boost import Boost
+from relaxspec.theory.relax import Relax, Variant
+from relaxspec.theory.rules import Rule
+from relaxspec.theory.verification import Verification
 
 FAMILIES = {
     "ar": "AR", "exact": "exact", "eagle2": "EAGLE-2", "ddd": "DDD",
@@ -79,12 +82,35 @@ def test_labels_carry_the_relaxation_parameter_variant_and_rule() -> None:
     assert figstyle.method_style(Relax.additive(1000, 0.1)).label == "LANTERN δ=0.1"
     assert figstyle.method_style("multiplicative:k=1000,lam=2").label == "LANTERN++ λ=2"
     assert figstyle.relax_label(Relax.additive(50, 0.2), show_k=True) == "LANTERN δ=0.2, k=50"
-    official = figstyle.method_style(Relax.additive(10, 0.2), variant="official")
+    official = figstyle.method_style(Relax.additive(10, 0.2), "r1/official")
     assert official.label.endswith("(official)")
     assert official.linestyle == "--" and official.fillstyle == "none"
-    r2 = figstyle.method_style("static:naive_extend_57", rule="r2")
+    r2 = figstyle.method_style("static:naive_extend_57", "r2")
     assert r2.label == "static naive_extend_57, R2" and r2.linestyle == "-."
     assert figstyle.method_style("eagle2", label="mine").label == "mine"
+
+
+def test_a_method_is_styled_by_one_verification() -> None:
+    """``method_style`` and ``boost_key`` take one Verification (or its spec), not its rule, variant and
+    boost apart: the rule and variant set the line, the boost the colour and marker, the relaxation
+    nothing (the method or the x axis shows it)."""
+    tree = "static:naive_extend_57"
+    v = Verification(Rule.R2, variant=Variant.OFFICIAL, boost=Boost.parse("gsd:G=4"))
+    assert figstyle.method_style(tree, v) == figstyle.method_style(tree, str(v))
+    style = figstyle.method_style(tree, v)
+    plain = figstyle.method_style(tree, "r2/official")
+    assert style.label == "static naive_extend_57, R2 (official) + GSD G=4,tau=0.15,dist=0.5"
+    assert (style.color, style.marker) == (figstyle.METHODS["gsd"].color, figstyle.METHODS["gsd"].marker)
+    assert (style.linestyle, style.fillstyle) == (plain.linestyle, plain.fillstyle) == (
+        figstyle.OFFICIAL_LINESTYLES["r2"], "none")
+    assert figstyle.method_style("eagle2", "r1+lantern:k=8,delta=0.1") == figstyle.method_style("eagle2")
+    r4 = figstyle.method_style(tree, "r4+budget:tv=0.1,k=8", label="mine")
+    assert r4.label == "mine" and r4.color == figstyle.METHODS["budget-r4"].color
+    assert [figstyle.boost_key(s) for s in ("r2+budget:tv=0.1,k=8", "r4+budget:tv=0.1,k=8", "r2+cool:delta=2",
+                                            "r2+gsd:G=4", "r1+lantern:k=8,delta=0.1")] == [
+        "budget", "budget-r4", "cool-sd", "gsd", None]
+    with pytest.raises(TypeError):
+        figstyle.method_style(tree, rule="r2")  # type: ignore[call-arg]
 
 
 @pytest.mark.parametrize("method, label", [

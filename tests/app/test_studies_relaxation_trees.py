@@ -23,7 +23,8 @@ def _rows(bench) -> list[dict]:
         for i, tree in enumerate(bench.LABELS):
             for text in bench.RELAXATIONS:
                 r = bench.Relax.parse(text)
-                rows.append({"world": w, "tree": tree, "rule": "r1", "relax": r.kind, "k": r.k,
+                rows.append({"world": w, "tree": tree, "verification": str(bench.Verification("r1", r)),
+                             "rule": "r1", "relax": r.kind, "k": r.k,
                              "delta": r.delta if r.kind == "additive" else 0.0,
                              "lam": r.lam if r.kind == "multiplicative" else 1.0,
                              "mean_tokens_per_step": 2.0 + 0.01 * i, "se_tokens_per_step": 0.01,
@@ -50,15 +51,36 @@ def test_world_table_compares_best_new_with_best_existing(bench, tmp_path):
     assert sorted(p.name for p in paths) == ["tradeoff.pdf", "tradeoff.png"]
 
 
+def test_shipped_table_reads_each_rows_verification(bench):
+    """The shipped rows hold one ``verification`` column (no rule or relax columns): the table's rule, its
+    relaxation and the NaN TV of relaxed R2 all come from it."""
+    def row(tree: str, verification: str, tokens: float) -> dict:
+        return {"world": "shipped", "tree": tree, "verification": verification, "tokens_per_step": tokens,
+                "mean_accepted_depth": tokens - 1.0, "mean_tree_depth": 3.0,
+                "target_forwards_per_image": 50.0, "tv_bound_per_sequence": 0.25, "fd": 1.0,
+                "class_accuracy": 0.9}
+
+    rows = [row("ar", "r1", 1.0), row("eagle2:10,4,58", "r1", 2.0),
+            row("eagle2:10,4,58", "r1+lantern:k=50,delta=0.2", 2.5),
+            row("static:naive_extend_57", "r2+lantern:k=50,delta=0.2", 3.0),
+            row("latent-walk:10,4,58", "r1+lantern:k=50,delta=0.2", 2.75)]
+    lines, verdicts = bench.shipped_table(rows)
+    assert [line.split(" | ")[2] for line in lines[2:]] == ["R1", "R1", "R1", "R2", "R1"]
+    assert lines[5].split(" | ")[7] == "n/a (R2)" and lines[4].split(" | ")[7] == "0.250"
+    eagle, walk = bench.LABELS["eagle2:10,4,58"], bench.LABELS["latent-walk:10,4,58"]
+    assert [(v["relax"], v["best_existing"], v["best_new"]) for v in verdicts] == [
+        ("additive:k=50,delta=0.2", f"{eagle} R1", walk)]
+
+
 def test_shipped_rows_decode_every_policy(bench, tmp_path, monkeypatch):
     trees = {"eagle2:10,4,58", "latent-walk:10,4,58", "costaware:57,8,walk"}
     monkeypatch.setattr(bench, "SHIPPED_TREES", trees)
     cost = bench.CostModel.from_table(bench.DEFAULT_TABLE, "GPT-S")
     rows = bench.shipped_rows(tmp_path, n_images=2, n_trace=1, cost=cost)
-    trees = [(r["tree"], r["relax"]) for r in rows]
-    assert trees[0] == ("ar", "none") and ("eagle2:10,4,58", "none") in trees
-    assert ("latent-walk:10,4,58", "multiplicative:k=50,lam=5") in trees
-    assert ("costaware:57,8,walk", "additive:k=50,delta=0.2") in trees
+    trees = [(r["tree"], r["verification"]) for r in rows]
+    assert trees[0] == ("ar", "r1") and ("eagle2:10,4,58", "r1") in trees
+    assert ("latent-walk:10,4,58", "r1+lantern++:k=50,lam=5") in trees
+    assert ("costaware:57,8,walk", "r1+lantern:k=50,delta=0.2") in trees
     assert len(rows) == 1 + 1 + 2 * 3
     assert all(r["n_images"] == 2 and np.isfinite(r["fd"]) for r in rows)
     lines, verdicts = bench.shipped_table(rows)

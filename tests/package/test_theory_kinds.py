@@ -2,9 +2,13 @@
 
 ``Rule``, ``Variant``, ``BoostKind`` and ``RelaxKind`` are ``StrEnum`` s (a member equals its spelling), and
 ``Verification`` / ``Boost`` / ``Relax`` answer the questions the code asks (``samples_drafts``,
-``is_traversal``, ``uses_budget``, ``reads_embedding``, ...). The AST check below keeps the package free
-of comparisons against the spellings (``rule == "r2"``, ``boost.kind == "budget"``, ``relax.kind in
-("additive", ...)``) outside the grammar code that reads and writes them.
+``is_traversal``, ``uses_budget``, ``reads_embedding``, ...). So are the windows' and trees' options:
+SCD's ``Coupling`` and SJD-PAC's ``Siblings`` (``theory.coupled``), a window's ``Fresh`` tokens
+(``theory.jacobi_sampler``), VVS's skip ``Schedule`` (``core.trees.skips``) and GSD's ``GroupWindow``
+(``theory.boost``), with ``is_lossless``, ``redraws_with_gumbel``, ``copies``, ``reads_similarity``, ... The
+AST check below keeps the package free of comparisons against the spellings (``rule == "r2"``,
+``boost.kind == "budget"``, ``relax.kind in ("additive", ...)``, ``window.coupling == "official"``,
+``sched.kind == "dynamic"``) outside the grammar code that reads and writes them.
 """
 
 from __future__ import annotations
@@ -30,6 +34,11 @@ CONTEXT_SPELLINGS = {"none", "official", "principled", "pointmass", "sampled", "
 """Spellings other concepts share (``fresh`` may be ``none``, drafts ``sampled``): a violation
 only when the other side names a rule, variant, boost or relaxation."""
 CONTEXT_WORDS = ("rule", "variant", "kind", "boost", "relax")
+OPTION_SPELLINGS = {"none", "principled", "official", "gumbel", "uniform", "copy", "dynamic"}
+"""The spellings of a window's or tree's options (``coupled=``, ``siblings=``, fresh tokens, VVS's schedule,
+GSD's ``window=``): a violation when the other side names one of :data:`OPTION_WORDS` (``kind``: a
+schedule's)."""
+OPTION_WORDS = ("coupl", "sibling", "fresh", "sched", "store", "window", "kind")
 
 GRAMMAR = {
     ("theory/relax.py", "Relax.parse"),
@@ -39,6 +48,14 @@ GRAMMAR = {
     ("core/trees/windows.py", "parse_pac"),
 }
 """The grammar code: it reads the spellings (parse) and may compare them."""
+PENDING = {
+    ("simulate/vvs.py", 'tree.schedule.kind == "dynamic"'),
+    ("simulate/vvs.py", 'sched.kind == "dynamic"'),
+    ("simulate/vvs_oracle.py", 'sched.kind == "uniform"'),
+}
+"""Comparisons in modules whose signatures another change of issue 27 rewrites at the same time (they work:
+``SkipSchedule.kind`` is a ``Schedule``): they become ``kind.reads_similarity`` / ``kind.is_periodic``
+when the two meet; the set is emptied then (:func:`test_pending_comparisons_are_still_there`)."""
 
 
 def _literals(node: ast.expr) -> set[str]:
@@ -64,13 +81,20 @@ class _Finder(ast.NodeVisitor):
         operands = [node.left, *node.comparators]
         for i, op in enumerate(operands):
             words = _literals(op)
-            others = " ".join(ast.get_source_segment(self.source, o) or "" for j, o in enumerate(operands)
-                              if j != i).lower()
+            if not words:
+                continue
+            # ast.unparse, not the source segment: that re-splits the file's lines at each call
+            others = " ".join(ast.unparse(o) for j, o in enumerate(operands) if j != i).lower()
             bad = words & SPELLINGS
             if any(w in others for w in CONTEXT_WORDS):
                 bad |= words & CONTEXT_SPELLINGS
-            if bad and (self.path, ".".join(self.scope)) not in GRAMMAR:
-                self.found.append(f"{self.path}:{node.lineno}: {ast.get_source_segment(self.source, node)}")
+            if any(w in others for w in OPTION_WORDS):
+                bad |= words & OPTION_SPELLINGS
+            if not bad or (self.path, ".".join(self.scope)) in GRAMMAR:
+                continue
+            segment = ast.get_source_segment(self.source, node)
+            if (self.path, segment) not in PENDING:
+                self.found.append(f"{self.path}:{node.lineno}: {segment}")
         self.generic_visit(node)
 
 
@@ -98,10 +122,57 @@ def test_the_check_finds_what_it_looks_for(tmp_path: Path) -> None:
     source = ('def f(rule, boost, relax, window):\n'
               '    a = rule == "r2"\n    b = boost.kind != "budget"\n'
               '    c = relax.kind in ("additive", "x")\n    d = variant == "official"\n'
-              '    e = window == "official"\n    g = rule is Rule.R2\n')
+              '    e = window == "official"\n    g = rule is Rule.R2\n'
+              '    h = window.coupling != "gumbel"\n    i = sched.kind == "dynamic"\n'
+              '    j = "copy" == self.fresh\n    k = pac.siblings in ("principled",)\n'
+              '    m = backend == "uniform"\n    n = window.coupling.is_lossless\n')
     finder = _Finder("x.py", source)
     finder.visit(ast.parse(source))
-    assert [line.split(":")[1] for line in finder.found] == ["2", "3", "4", "5"]
+    assert [line.split(":")[1] for line in finder.found] == ["2", "3", "4", "5", "6", "8", "9", "10", "11"]
+
+
+def test_pending_comparisons_are_still_there() -> None:
+    """Each :data:`PENDING` comparison still stands where it is named (else it is taken out of the set, so
+    that the check refuses it again)."""
+    for path, segment in PENDING:
+        assert segment in (ROOT / path).read_text(), f"{path} no longer compares {segment!r}: drop it"
+
+
+def test_window_and_tree_options_are_named_values() -> None:
+    """The options of coupled, PAC, Jacobi and VVS specs parse to enum members that equal their spelling,
+    answer the code's questions, and the specs round-trip."""
+    from relaxspec.core.trees.skips import Schedule
+    from relaxspec.core.trees.spec import parse_tree
+    from relaxspec.theory.boost import GroupWindow
+    from relaxspec.theory.coupled import Coupling, Siblings, WindowRule
+    from relaxspec.theory.jacobi_sampler import Fresh
+
+    for spec in ("jacobi:4,coupled=official", "jacobi:4,copy,coupled=gumbel", "jacobi:3,copy",
+                 "pac:4,ac=off,siblings=official", "vvs:10,4,59,uniform=3",
+                 "vvs:10,4,59,dynamic=0.5,alpha=0.8"):
+        assert str(parse_tree(spec)) == spec and parse_tree(str(parse_tree(spec))) == parse_tree(spec)
+    scd = parse_tree("jacobi:4,copy,coupled=official")
+    assert scd.coupling is Coupling.OFFICIAL and scd.fresh is Fresh.COPY and scd.fresh.copies
+    assert not scd.lossless and not scd.coupling.is_lossless and scd.coupling.keeps_old_law
+    assert [c for c in Coupling if c.is_lossless] == [Coupling.NONE, Coupling.PRINCIPLED, Coupling.GUMBEL]
+    assert [c for c in Coupling if c.redraws_with_gumbel] == [Coupling.GUMBEL] and not Coupling.NONE.couples
+    assert parse_tree("jacobi:4,coupled=none") == parse_tree("jacobi:4")
+    pac = parse_tree("pac:4,ac=off,siblings=official")
+    assert pac.siblings is Siblings.OFFICIAL and not pac.siblings.from_stored_law and not pac.lossless
+    assert pac.coupling is Coupling.NONE and parse_tree("pac:4").coupling is Coupling.PRINCIPLED
+    assert parse_tree("pac:4,width=1,siblings=official").lossless
+    assert repr(Coupling.GUMBEL) == "'gumbel'" and f"{Siblings.OFFICIAL}" == "official"
+    vvs = parse_tree("vvs:10,4,59,dynamic").schedule
+    assert vvs.kind is Schedule.DYNAMIC and vvs.kind.reads_similarity and not vvs.kind.is_periodic
+    assert parse_tree("vvs:10,4,59,uniform=2").schedule.kind.is_periodic
+    assert WindowRule.scd("official").coupling is Coupling.OFFICIAL
+    assert WindowRule.pac(ac=False).coupling is Coupling.NONE
+    assert WindowRule.pac().siblings is Siblings.PRINCIPLED
+    gsd = Boost.parse("gsd:G=4,window=official")
+    assert gsd.window is GroupWindow.OFFICIAL and gsd.official_window and str(gsd).endswith("window=official")
+    gsd = Boost.parse("gsd:G=4")
+    assert gsd.window is GroupWindow.PRINCIPLED and not gsd.official_window
+    assert str(gsd) == "gsd:G=4,tau=0.15,dist=0.5"
 
 
 def test_members_equal_their_spellings_and_answer_the_questions() -> None:

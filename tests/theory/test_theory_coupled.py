@@ -185,10 +185,12 @@ def test_theory_vvs_skip_step_is_exact_when_the_paths_are_the_target():
 
 # ----------------------------------------------------------------------------------- bad input
 def test_theory_coupled_bad_input():
-    with pytest.raises(ValueError, match="store must be one of"):
-        WindowRule(couple=True, store="paper")
-    with pytest.raises(ValueError, match="needs couple=True"):
-        WindowRule(store="official")
+    with pytest.raises(ValueError, match="coupling must be one of"):
+        WindowRule.scd("paper")
+    with pytest.raises(ValueError, match="siblings must be one of"):
+        WindowRule.pac(siblings="residual")
+    with pytest.raises(ValueError, match="theory.coupled_gumbel"):
+        WindowRule.scd("gumbel")
     with pytest.raises(ValueError, match="width <= 3"):
         WindowRule.pac(width=4)
     with pytest.raises(ValueError, match="depth must be an integer"):
