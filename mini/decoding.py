@@ -34,7 +34,6 @@ from relaxspec.reference.decode import Decoder, DecodeSettings, gsd_embedding
 from relaxspec.reference.drafter import EagleDraftSession, GPTDraftSession
 from relaxspec.simulate.verify import step_expectation
 from relaxspec.theory.rule_step import (
-    own_oracle,
     rule_step_expectation,
     step_neighbours,
 )
@@ -125,7 +124,7 @@ class StepScorer:
         self.writer = writer
         v = config.verification
         table = mini.neighbours() if v.neighbour_k else None
-        self.neighbours = step_neighbours(table, mini.vocab_size, v.relax, v.variant, v.boost)
+        self.neighbours = step_neighbours(table, mini.vocab_size, v)
         self.boost = v.boost
         self.embedding = config_embedding(mini, config)
         self.sampling = Sampling()
@@ -146,7 +145,7 @@ class StepScorer:
             if v.samples_drafts:
                 q = self.sampling.probs(np.asarray(step.draft_logits, dtype=np.float64))
             boost = {} if self.boost.is_none else {"boost": self.boost, "emb": self.embedding}
-            own = own_oracle(v.rule, self.boost)
+            own = v.walks_own_step
             expectation = rule_step_expectation if own else step_expectation
             e = expectation(step.tree, p, rule=v.rule, relax=v.relax, neighbours=self.neighbours, q_dists=q,
                             variant=v.variant, **boost)

@@ -210,7 +210,7 @@ class Decoder:
         self.target, self.settings, self.drafter, self.policy = target, settings, drafter, policy
         self.vocab = target.cfg.vocab_size
         v = settings.verification
-        self.neighbours = step_neighbours(neighbours, self.vocab, v.relax, v.variant, v.boost)
+        self.neighbours = step_neighbours(neighbours, self.vocab, v)
         self.device = next(target.parameters()).device
         if embedding is not None and not v.reads_embedding:
             raise ValueError(f"an embedding table is read only by the gsd boost, not by {v}")
@@ -220,7 +220,7 @@ class Decoder:
             raise ValueError("the GSD embedding table must hold float32 values (a trace stores float32): "
                              "build it with reference.decode.gsd_embedding")
         self.verifier = None if settings.verifier == "theory" else DeviceVerifier(
-            rule=v.rule, relax=v.relax, variant=v.variant, boost=v.boost, vocab_size=self.vocab,
+            v, vocab_size=self.vocab,
             neighbours=neighbours, embedding=self.embedding, device=self.device,
             dtype=VERIFY_DTYPES[settings.verify_dtype])
         batch = 2 if settings.guided else 1

@@ -34,9 +34,7 @@ import numpy as np
 from relaxspec.core.trace import Trace, TraceStep, read_trace, trace_neighbours
 from relaxspec.core.trees.jacobi import JacobiWindow
 from relaxspec.reference.jacobi import Kept
-from relaxspec.theory.boost import NO_BOOST
 from relaxspec.theory.rule_step import (
-    check_step_rule,
     rule_step_expectation,
     sample_rule_step,
     sample_window_step,
@@ -106,7 +104,7 @@ def replay(path: str | Path, *, require_simulate: bool = False) -> ReplayReport:
     if window is not None:
         return replay_windows(trace, window, engines, missing)
     v = h.verification
-    nb = step_neighbours(trace.neighbours, h.vocab_size, v.relax, v.variant, v.boost)
+    nb = step_neighbours(trace.neighbours, h.vocab_size, v)
     boost = {} if v.boost.is_none else {"boost": v.boost, "emb": trace.embedding}
     report = ReplayReport(engines=list(engines), missing_engines=missing)
     for step in trace.steps():
@@ -132,7 +130,7 @@ def replay_windows(trace: Trace, window: JacobiWindow, engines: dict[str, Verifi
     others = {k: e for k, e in (engines or {}).items() if k != "theory"}
     report = ReplayReport(engines=["theory", *others], missing_engines=list(missing or []))
     boost = {} if v.boost.is_none else {"boost": v.boost, "emb": trace.embedding}
-    nb = step_neighbours(trace.neighbours, h.vocab_size, v.relax, v.variant, v.boost)
+    nb = step_neighbours(trace.neighbours, h.vocab_size, v)
     kept, sequence = Kept.nothing(h.vocab_size, h.logits_dtype), None
     for step in trace.steps():
         if step.sequence != sequence:
@@ -210,11 +208,10 @@ def rescore_steps(trace: Trace, verification: Verification | str,
     if not verification.boost.is_none:
         raise ValueError(f"rescore scores unboosted rules, got {verification}")
     rule, relax, variant = verification.rule, verification.relax, verification.variant
-    check_step_rule(rule, relax, variant, NO_BOOST)
     h = trace.header
     if verification.samples_drafts:
         check_rescore_r2(trace, rule)
-    nb = step_neighbours(trace_neighbours(trace, relax, neighbours), h.vocab_size, relax, variant, NO_BOOST)
+    nb = step_neighbours(trace_neighbours(trace, relax, neighbours), h.vocab_size, verification)
     for step in trace.steps():
         p, q = step_distributions(trace, step)
         yield step, rule_step_expectation(step.tree, p, rule=rule, relax=relax, neighbours=nb, q_dists=q,
