@@ -289,6 +289,31 @@ class DeviceVerifier(NodeWalk):
             path, token = self._walk_step(tree, P, Q, ua, ud, NO_RELAX, "principled", flags, drafts=d)
         return len(path) - 1, int(token)
 
+    def columns(self, p: torch.Tensor, q: torch.Tensor, columns: np.ndarray, u_accept: np.ndarray,
+                u_draw: np.ndarray) -> tuple[list[int], int]:
+        """Verify a coupled or SJD-PAC window (SPEC 10.1-10.2): ``theory.window_walk.walk_columns(p, q,
+        columns, u_accept, u_draw)`` (``reference.verify_columns``), unboosted R2 as SCD and SJD-PAC
+        verify. ``p`` (n, V) the rows of ``theory.window_walk.column_tree``'s nodes, ``q`` (L', V) the
+        columns' laws, ``columns`` (L', W) their candidates padded with -1, uniforms (n,)."""
+        from relaxspec.reference.verify_columns import walk_columns_device
+
+        v = self.verification
+        if self.rule != Rule.R2 or not self.relax.is_exact or not self.boost.is_none:
+            raise ValueError(f"a coupled or pac window is verified by the unboosted sampled-draft test (rule "
+                             f"r2, as SCD and SJD-PAC verify), got {v}")
+        cols = np.asarray(columns)
+        n, L = int(p.shape[0]), int(cols.shape[0]) if cols.ndim == 2 else -1
+        P, Q = self._rows(p, n, "p"), self._rows(q, L, "q")
+        if cols.size and (cols.max() >= self.vocab_size):
+            raise ValueError(f"columns hold tokens outside [0, {self.vocab_size})")
+        ua, ud = (np.asarray(u, dtype=np.float64) for u in (u_accept, u_draw))
+        for name, u in (("u_accept", ua), ("u_draw", ud)):
+            if u.shape != (n,) or not ((u >= 0.0) & (u < 1.0)).all():
+                raise ValueError(f"{name} must hold {n} uniforms in [0, 1)")
+        dev = self.device
+        return walk_columns_device(P, Q, cols, torch.as_tensor(ua, device=dev),
+                                   torch.as_tensor(ud, device=dev), self.link)
+
     def verify_nodes(self, p: torch.Tensor, children: np.ndarray, u_accept: np.ndarray | torch.Tensor,
                      u_draw: np.ndarray | torch.Tensor, q: torch.Tensor | None = None,
                      depth: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
