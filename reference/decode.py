@@ -57,6 +57,11 @@ R4 ``u_accept[j]`` is d_j's eta and ``u_draw[j]`` draws the bonus from P_j when
 the step ends at node j, else t_{j+1}). A
 trace records the window as a chain whose node j - 1 holds the stored logits
 of q_j (``core.trace``), with ``u_fresh``.
+
+SPEC 10's methods run their own loops with this decoder's forward, verifiers and drafting: SCD's coupled
+windows and SJD-PAC's windows (``jacobi:L,coupled=..``, ``pac:..``; no drafter, rule r2) in
+``reference.decode_columns``, VVS's skipped verification (``vvs:..``; a drafter, rule r1; the dynamic
+schedule reads ``codes``, the VQ codebook) in ``reference.decode_vvs``.
 """
 
 from __future__ import annotations
