@@ -33,7 +33,6 @@ from relaxspec.core.trees.windows import CoupledWindow, PacWindow
 from relaxspec.mini.shipped import MiniModel
 from relaxspec.reference.coupled import WindowPlan
 from relaxspec.reference.decode import Decoder, DecodeSettings, gsd_embedding
-from relaxspec.reference.decode_columns import has_repeats
 from relaxspec.reference.drafter import EagleDraftSession, GPTDraftSession
 from relaxspec.reference.frontier import reads_codes, tree_slots
 from relaxspec.reference.vvs import skip_token_tvs
@@ -44,7 +43,7 @@ from relaxspec.theory.rule_step import (
 )
 from relaxspec.theory.verification import DraftSource, Verification
 from relaxspec.theory.vvs import skip_laws
-from relaxspec.theory.window_walk import column_candidates
+from relaxspec.theory.window_walk import has_repeats
 
 DRAFTERS = ("eagle", "draft_gpt")
 CFG_SCALE = 2.0
@@ -173,7 +172,7 @@ class StepScorer:
             tokens, tv = e.tokens, e.tv
             if self.window is not None:
                 cols = step.columns.reshape(-1, self.window.width)
-                tokens = np.nan if has_repeats([tuple(c) for c in column_candidates(cols)]) else tokens
+                tokens = np.nan if has_repeats(cols) else tokens
                 tv = tv if self.window.lossless else np.nan
             self.expected.append(tokens)
             self.tv.append(tv)

@@ -80,9 +80,10 @@ from relaxspec.core.trees.skips import VvsTree
 from relaxspec.core.trees.spec import draft_source
 from relaxspec.core.trees.windows import CoupledWindow, PacWindow
 from relaxspec.reference.coupled import WindowPlan
-from relaxspec.reference.decode_columns import generate_columns
-from relaxspec.reference.decode_vvs import generate_vvs
-from relaxspec.reference.draft_tree import draft_tree
+from relaxspec.reference.decode_columns import ColumnsDecoding
+from relaxspec.reference.decode_stats import DecodeResult, StepStats
+from relaxspec.reference.decode_vvs import VvsDecoding
+from relaxspec.reference.draft_tree import TreeDrafting
 from relaxspec.reference.drafter import DraftSession
 from relaxspec.reference.frontier import DEFAULT_TREE_NODES, check_frontier, tree_nodes_needed
 from relaxspec.reference.jacobi import Kept
@@ -172,43 +173,7 @@ class DecodeSettings:
         return self.cfg_scale > 1.0
 
 
-@dataclass(frozen=True)
-class StepStats:
-    """One decoding step."""
-
-    sequence: int
-    step: int
-    position: int
-    nodes: int
-    depth: int
-    draft_calls: int
-    accepted: int
-    tokens: int
-    t_draft_s: float
-    t_target_s: float
-    t_verify_s: float
-    host_bytes: int = 0
-    skipped: bool = False
-
-
-@dataclass
-class DecodeResult:
-    """Generated image tokens (grid^2,) and per-step statistics."""
-
-    tokens: np.ndarray
-    steps: list[StepStats]
-
-    @property
-    def tokens_per_step(self) -> float:
-        return float(np.mean([s.tokens for s in self.steps]))
-
-    @property
-    def tokens_per_forward(self) -> float:
-        """Tokens per target forward: a VVS skip step emits its tokens with none."""
-        return float(sum(s.tokens for s in self.steps) / sum(not s.skipped for s in self.steps))
-
-
-class Decoder:
+class Decoder(TreeDrafting, ColumnsDecoding, VvsDecoding):
     """Generate images token by token (``drafter=None``), speculatively with a drafter and a tree
     ``policy``, or with Jacobi windows (``policy`` a :class:`~core.trees.jacobi.JacobiWindow`, no
     drafter). ``embedding`` is GSD's table (:func:`gsd_embedding`) when the settings' boost is ``gsd``."""
@@ -311,9 +276,9 @@ class Decoder:
                  ) -> DecodeResult:
         """Generate the grid^2 image tokens of class ``label``; ``sequence`` keys the uniforms."""
         if self.columns_plan is not None:
-            return generate_columns(self, label, seed, sequence, trace)
+            return self._generate_columns(label, seed, sequence, trace)
         if self.vvs is not None:
-            return generate_vvs(self, label, seed, sequence, trace)
+            return self._generate_vvs(label, seed, sequence, trace)
         st, tgt = self.settings, self.target
         N, V = tgt.cfg.block_size, self.vocab
         rng = np.random.default_rng(np.random.SeedSequence([seed, sequence]))
@@ -447,9 +412,9 @@ class Decoder:
 
     def _draft_tree(self, root: int, chain: list[int], chain_features: torch.Tensor, max_depth: int,
                     rng: np.random.Generator) -> tuple[Tree, int, Callable, dict[int, np.ndarray]]:
-        """Run the policy with the drafter (``reference.draft_tree.draft_tree``, its last partial tree
-        dropped)."""
-        return draft_tree(self, root, chain, chain_features, max_depth, rng)[:4]
+        """Run the policy with the drafter (``reference.draft_tree.TreeDrafting._draft``, its last partial
+        tree dropped)."""
+        return self._draft(root, chain, chain_features, max_depth, rng)[:4]
 
 
 def _check_jacobi(policy: JacobiWindow, settings: DecodeSettings, drafter: DraftSession | None) -> None:

@@ -18,7 +18,7 @@ accepted length, its path ``theory.vvs.skip_path`` of its leaf uniform and its b
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
@@ -26,19 +26,17 @@ from relaxspec.core.trace import Trace, TraceStep
 from relaxspec.core.trees.skips import VvsTree
 from relaxspec.core.trees.windows import CoupledWindow, PacWindow
 from relaxspec.reference.coupled import Columns, WindowPlan, column_array, gumbel_max, gumbel_uniforms
-from relaxspec.reference.decode_columns import has_repeats
 from relaxspec.reference.frontier import schedule_skips
 from relaxspec.theory.relax import NO_RELAX
 from relaxspec.theory.rule_step import step_neighbours
 from relaxspec.theory.rules import Rule
 from relaxspec.theory.sampler import draw_token
 from relaxspec.theory.vvs import skip_path, unit_rows
-from relaxspec.theory.window_walk import column_candidates, column_tree, level_starts, walk_columns
-
-if TYPE_CHECKING:
-    from relaxspec.reference.replay import ReplayReport
+from relaxspec.theory.window_walk import column_tree, has_repeats, level_starts, walk_columns
 
 Verifier = Callable[..., tuple]
+Report = Any
+"""A ``reference.replay.ReplayReport`` (not imported: replay imports this module)."""
 
 
 def _outcome(name: str, where: str, step: TraceStep, path: list[int], bonus: int | None) -> str | None:
@@ -70,8 +68,9 @@ def _window_problem(step: TraceStep, cands: list[tuple[int, ...]], q_logits: np.
 
 
 def replay_columns(trace: Trace, policy: CoupledWindow | PacWindow, engines: dict[str, Verifier],
-                   report: ReplayReport) -> None:
-    """Replay a coupled or PAC trace into ``report`` (module docstring)."""
+                   report: Report) -> None:
+    """Replay a coupled or PAC trace into ``report`` (``reference.replay.ReplayReport``: its ``steps``,
+    ``mismatches`` and ``engines``; module docstring)."""
     h = trace.header
     plan, V = WindowPlan.of(policy), h.vocab_size
     others = {k: e for k, e in engines.items() if k != "theory"}
@@ -104,7 +103,7 @@ def replay_columns(trace: Trace, policy: CoupledWindow | PacWindow, engines: dic
             token = (gumbel_max(p[end], gumbel_uniforms(step.noise_key, step.position + m, V)) if plan.gumbel
                      else draw_token(p[end], float(step.u_draw[end])))
         problems = [_outcome("theory", where, step, path, token)]
-        if not (m and has_repeats([tuple(c) for c in column_candidates(cols)])):  # R2 on the tree
+        if not (m and has_repeats(cols)):  # the walk is R2 on the tree
             tree = step.tree
             for name, verify in engines.items():
                 got_path, got_bonus = verify(tree, p, step.u_accept, step.u_draw, rule=Rule.R2,
@@ -120,8 +119,8 @@ def replay_columns(trace: Trace, policy: CoupledWindow | PacWindow, engines: dic
     report.engines = ["theory", *others]
 
 
-def replay_vvs(trace: Trace, policy: VvsTree, engines: dict[str, Verifier], report: ReplayReport) -> None:
-    """Replay a VVS trace into ``report`` (module docstring)."""
+def replay_vvs(trace: Trace, policy: VvsTree, engines: dict[str, Verifier], report: Report) -> None:
+    """Replay a VVS trace into ``report`` (as :func:`replay_columns`; module docstring)."""
     h = trace.header
     v, schedule = h.verification, policy.schedule
     nb = step_neighbours(trace.neighbours, h.vocab_size, v)

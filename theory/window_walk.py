@@ -47,6 +47,12 @@ def distinct(cands: list[int]) -> list[int]:
     return list(dict.fromkeys(cands))
 
 
+def has_repeats(columns: np.ndarray) -> bool:
+    """Whether a column lists a candidate twice (SJD-PAC's official siblings may; then the walk is not R2
+    on the column tree)."""
+    return any(len(distinct(c)) < len(c) for c in column_candidates(columns))
+
+
 def column_tree(root: int, columns: np.ndarray) -> Tree:
     """The column product the target runs: root ``root``, then level c + 1 = every node of level c
     times column c's distinct candidates (parents in order)."""
@@ -129,4 +135,5 @@ def walk_columns(p: np.ndarray, q: np.ndarray, columns: np.ndarray, u_accept: np
     return path, -1
 
 
-__all__ = ["child_node", "column_candidates", "column_tree", "distinct", "level_starts", "walk_columns"]
+__all__ = ["child_node", "column_candidates", "column_tree", "distinct", "has_repeats", "level_starts",
+           "walk_columns"]
