@@ -57,12 +57,12 @@ from relaxspec.reference.model import Transformer  # noqa: E402
 from relaxspec.reference.model_config import gpt_config  # noqa: E402
 from relaxspec.reference.tree_attention import TreeExecution, run_layers, tree_inputs  # noqa: E402
 from relaxspec.reference.verify_ops import HostLink  # noqa: E402
-from relaxspec.theory.boost import NO_BOOST  # noqa: E402
 from relaxspec.theory.relax import Relax  # noqa: E402
 from relaxspec.theory.rule_step import sample_rule_step, step_neighbours  # noqa: E402
 from relaxspec.theory.rules import Rule  # noqa: E402
 from relaxspec.theory.sampler import draw_without_replacement  # noqa: E402
 from relaxspec.theory.tree import Tree  # noqa: E402
+from relaxspec.theory.verification import Verification  # noqa: E402
 
 FIELDS = ["device", "device_name", "model", "role", "dtype", "batch", "prefix", "n_tokens", "mode",
           "latency_ms", "weight_bytes", "floor_ms"]
@@ -302,7 +302,8 @@ def verify_rows(dev: torch.device, dtype: torch.dtype, label: str, rules: list[t
     rows = []
     for rule, relax_text in rules:
         relax = Relax.parse(relax_text)
-        neighbours = step_neighbours(table, V, relax, "principled", NO_BOOST)
+        verification = Verification(rule, relax)
+        neighbours = step_neighbours(table, V, verification)
         for top_k in VERIFY_TOP_K:
             sampling = Sampling(1.0, top_k, 1.0)
             tree = draft_tree(tree_parents(n), sampling.probs(q_logits.cpu().numpy().astype(np.float64)), rng)
@@ -314,8 +315,8 @@ def verify_rows(dev: torch.device, dtype: torch.dtype, label: str, rules: list[t
                    "relax": relax_text, "top_k": top_k, "host_ms": timed(step, dev, reps, np.median),
                    "host_bytes": link.bytes // calls, "device_ms": None, "device_bytes": None, "agree": None}
             if DeviceVerifier is not None:
-                verifier = DeviceVerifier(rule=rule, relax=relax, variant="principled", boost=NO_BOOST,
-                                          vocab_size=V, neighbours=table, device=dev, dtype=torch.float64)
+                verifier = DeviceVerifier(verification, vocab_size=V, neighbours=table, device=dev,
+                                          dtype=torch.float64)
                 verifier.link.reset()
                 device_out: list = []
                 step = device_verification(verifier, raw, q_logits, tree, sampling, uniforms, device_out)

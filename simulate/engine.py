@@ -360,8 +360,8 @@ def _run_numpy(world, tree, spec, verification: Verification, n_seq, seq_len, te
     v = verification
     nb = spec.budget_table if v.uses_budget else spec.neighbours  # the table the rule merges
     for s in range(n_seq):
-        n_steps[s] = oracle_sequence(world, tree, v.rule, v.relax, v.variant, nb, seq_len, temperature, seed,
-                                     s, exact, o_int[s], o_exp[s], o_tv[s], o_ttv[s], v.boost, emb)
+        n_steps[s] = oracle_sequence(world, tree, v, nb, seq_len, temperature, seed, s, exact, o_int[s],
+                                     o_exp[s], o_tv[s], o_ttv[s], emb)
     return out
 
 

@@ -17,6 +17,7 @@ from relaxspec.simulate.oracle import States, world_draft
 from relaxspec.simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_counter, stream_key, uniform
 from relaxspec.simulate.vvs_kernels import SKIP_NODE
 from relaxspec.simulate.worlds import LatentWorld
+from relaxspec.theory import vvs
 from relaxspec.theory.relax import Relax
 from relaxspec.theory.sampler import draw_token
 from relaxspec.theory.tree import Tree, path_tv, sample_step, step_expectation
@@ -39,16 +40,13 @@ class VvsStep:
 
 
 def leaves(tree: Tree) -> list[int]:
-    """The tree's leaves in node order."""
-    return [v for v in range(tree.size) if tree.children(v).size == 0]
+    """The tree's leaves in node order (``theory.vvs.leaves``)."""
+    return [int(v) for v in vvs.leaves(tree.parents)]
 
 
 def root_path(tree: Tree, v: int) -> list[int]:
-    """The nodes from the root to ``v``."""
-    out = [v]
-    while out[-1] != 0:
-        out.append(int(tree.parents[out[-1]]))
-    return out[::-1]
+    """The nodes from the root to ``v`` (``theory.vvs.root_path``)."""
+    return vvs.root_path(tree.parents, v)
 
 
 def prefix_of(tree: Tree, v: int) -> tuple[int, ...]:
@@ -57,20 +55,8 @@ def prefix_of(tree: Tree, v: int) -> tuple[int, ...]:
 
 
 def path_similarity(tree: Tree, emb: np.ndarray, alpha: float) -> float:
-    """The dynamic schedule's score: at each depth l >= 1 where at least two root-to-leaf paths have a node,
-    the mean cosine of the code vectors (``emb``: unit rows) of those nodes' tokens over pairs of paths;
-    averaged over those depths with weights alpha^(l-1); NaN when no depth has two paths."""
-    paths = [root_path(tree, leaf) for leaf in leaves(tree)]
-    num = den = 0.0
-    weight = 1.0
-    for lev in range(1, max(len(p) for p in paths)):
-        x = np.array([tree.tokens[p[lev]] for p in paths if len(p) > lev], dtype=np.int64)
-        if x.size >= 2:
-            gram = emb[x] @ emb[x].T
-            num += weight * float(gram[np.triu_indices(x.size, 1)].mean())
-            den += weight
-        weight *= alpha
-    return num / den if den > 0.0 else float("nan")
+    """The dynamic schedule's score (``theory.vvs.path_similarity``, the reference decoder's too)."""
+    return vvs.path_similarity(tree.parents, tree.tokens, emb, alpha)
 
 
 def decode_vvs(world, tree: VvsTree, relax: Relax, variant: str, nb: np.ndarray, emb: np.ndarray | None,
@@ -101,11 +87,8 @@ def decode_vvs(world, tree: VvsTree, relax: Relax, variant: str, nb: np.ndarray,
             else:
                 skip = bool(path_similarity(t, emb, sched.alpha) >= sched.similarity)
         if skip:
-            chosen = leaves(t)
             u_leaf = uniform(key, step_counter(step, SKIP_NODE, U_TREE))
-            leaf = chosen[min(int(u_leaf * len(chosen)), len(chosen) - 1)]
-            cap = accepted // verified
-            path = root_path(t, leaf)[:cap + 1]
+            path = vvs.skip_path(t.parents, u_leaf, accepted // verified)
             bonus = draw_token(stale, uniform(key, step_counter(step, SKIP_NODE, U_DRAW)))
             r = skip_step_tv(t.parents, t.tokens, target, stale, accepted / verified)
             emitted = prefix_of(t, path[-1])

@@ -39,30 +39,34 @@ from relaxspec.theory.rules import SAMPLED_DRAFT_RULES, Rule, check_rule, check_
 from relaxspec.theory.sampled_trees import StepEnd, expected_tokens
 from relaxspec.theory.traversal import sample_traversal_step, traversal_ends
 from relaxspec.theory.tree import StepExpectation, Tree, sample_step, step_expectation
+from relaxspec.theory.verification import Verification, parse
 
 
-def own_oracle(rule: str, boost: Boost) -> bool:
-    """True when the step is not ``theory.tree``'s: rule r4 or the budget boost."""
+def _own_oracle(rule: str, boost: Boost) -> bool:
+    """True when the step is not ``theory.tree``'s: rule r4 or the budget boost
+    (``Verification.walks_own_step`` of the verification these parts make)."""
     return rule == Rule.R4 or getattr(boost, "uses_budget", False)
 
 
-def check_step_rule(rule: str, relax: Relax, variant: str, boost: Boost) -> None:
-    """Raise ``ValueError`` unless (rule, relax, variant, boost) verifies a step: ``theory.rules.check_rule``
-    and ``theory.rules.check_step_boost`` (rule r4 and the budget boost included)."""
+def _check_step_rule(rule: str, relax: Relax, variant: str, boost: Boost) -> None:
+    """Raise ``ValueError`` unless (rule, relax, variant, boost) verifies a step (what building a
+    ``Verification`` of them checks: ``theory.rules.check_rule`` and ``theory.rules.check_step_boost``)."""
     check_rule(rule, variant)
     check_step_boost(rule, relax, boost)
 
 
-def step_neighbours(neighbours: np.ndarray | None, vocab_size: int, relax: Relax, variant: str,
-                    boost: Boost) -> np.ndarray:
-    """The int64 neighbour table a step reads: the budget's (validated, at least k columns), else
-    ``theory.rules.neighbour_rows`` (empty when the rule merges nothing)."""
-    if boost.uses_budget:
-        if neighbours is None and boost.k > 0:  # k = 0 merges nothing: R2, with no table to read
-            raise ValueError(f"boost {boost} merges the mass of latent neighbours: it needs a neighbour "
+def step_neighbours(neighbours: np.ndarray | None, vocab_size: int, verification: Verification | str
+                    ) -> np.ndarray:
+    """The int64 neighbour table a step under ``verification`` (a value or its spec) reads: the budget's
+    (validated, at least k columns), else ``theory.rules.neighbour_rows`` (empty when the rule merges
+    nothing)."""
+    v = parse(verification)
+    if v.uses_budget:
+        if neighbours is None and v.boost.k > 0:  # k = 0 merges nothing: R2, with no table to read
+            raise ValueError(f"boost {v.boost} merges the mass of latent neighbours: it needs a neighbour "
                              "table")
-        return check_budget(boost, neighbours, vocab_size)
-    return neighbour_rows(neighbours, vocab_size, relax, variant)
+        return check_budget(v.boost, neighbours, vocab_size)
+    return neighbour_rows(neighbours, vocab_size, v.relax, v.variant)
 
 
 def _sampled_rows(rule: str, tree: Tree, node_dists: np.ndarray, q_dists: np.ndarray | None) -> np.ndarray:
@@ -81,10 +85,10 @@ def sample_rule_step(tree: Tree, node_dists: np.ndarray, u_accept: np.ndarray, u
                      emb: np.ndarray | None = None) -> tuple[list[int], int]:
     """One step on a drawn tree with explicit uniforms (``theory.tree.sample_step``'s signature and
     return: the accepted path from the root and the emitted token), for any rule (module docstring)."""
-    if not own_oracle(rule, boost):
+    if not _own_oracle(rule, boost):
         return sample_step(tree, node_dists, u_accept, u_draw, rule=rule, relax=relax, neighbours=neighbours,
                            q_dists=q_dists, variant=variant, boost=boost, emb=emb)
-    check_step_rule(rule, relax, variant, boost)
+    _check_step_rule(rule, relax, variant, boost)
     q = _sampled_rows(rule, tree, node_dists, q_dists)
     table = neighbours if boost.uses_budget else None
     if rule == Rule.R4:
@@ -118,10 +122,10 @@ def rule_step_expectation(tree: Tree, node_dists: np.ndarray, *, rule: str, rela
     ``tv_bound``, the expected sum of the entered stages' Deltas, 0 lossless: docs/theory.md, Theorem
     12.3); for budgeted R2 ``theory.budget.budget_r2_step_ends`` (``tv``: the expected sum of the charges
     of the nodes verified, Theorem 14.2)."""
-    if not own_oracle(rule, boost):
+    if not _own_oracle(rule, boost):
         return step_expectation(tree, node_dists, rule=rule, relax=relax, neighbours=neighbours,
                                 q_dists=q_dists, variant=variant, boost=boost, emb=emb)
-    check_step_rule(rule, relax, variant, boost)
+    _check_step_rule(rule, relax, variant, boost)
     q = _sampled_rows(rule, tree, node_dists, q_dists)
     table = neighbours if boost.uses_budget else None
     if rule == Rule.R4:
@@ -153,7 +157,7 @@ def sample_window_step(p_rows: np.ndarray, drafts: np.ndarray, q_rows: np.ndarra
     if rule not in SAMPLED_DRAFT_RULES:
         raise ValueError(f"a Jacobi window verifies sampled drafts (SPEC 9.1): it needs rule r2 or r4, got "
                          f"rule {rule!r}")
-    if not own_oracle(rule, boost):
+    if not _own_oracle(rule, boost):
         return verify_window(p_rows, drafts, q_rows, boost, emb, u_accept, u_draw)
     tree, p, q = _window_chain(p_rows, drafts, q_rows, u_accept, u_draw)
     path, token = sample_rule_step(tree, p, node_uniforms(np.asarray(u_accept, dtype=np.float64)),
@@ -171,7 +175,7 @@ def window_rule_expectation(p_rows: np.ndarray, drafts: np.ndarray, q_rows: np.n
     if rule not in SAMPLED_DRAFT_RULES:
         raise ValueError(f"a Jacobi window verifies sampled drafts (SPEC 9.1): it needs rule r2 or r4, got "
                          f"rule {rule!r}")
-    if not own_oracle(rule, boost):
+    if not _own_oracle(rule, boost):
         return window_expectation(p_rows, drafts, q_rows, boost, emb)
     tree, p, q = _window_chain(p_rows, drafts, q_rows)
     e = rule_step_expectation(tree, p, rule=rule, relax=NO_RELAX, neighbours=neighbours, q_dists=q,
@@ -180,9 +184,7 @@ def window_rule_expectation(p_rows: np.ndarray, drafts: np.ndarray, q_rows: np.n
 
 
 __all__ = [
-    "check_step_rule",
     "expectation_from_ends",
-    "own_oracle",
     "rule_step_expectation",
     "sample_rule_step",
     "sample_window_step",

@@ -28,6 +28,7 @@ from relaxspec.theory.rule_step import sample_rule_step, sample_window_step
 from relaxspec.theory.sampler import draw_token, sample_node
 from relaxspec.theory.stages import r1_reject, r1_stage
 from relaxspec.theory.tree import Tree
+from relaxspec.theory.verification import Verification
 from relaxspec.theory.verify import BoostAt, r1_walk, r2_given_states
 
 BOOSTS = (NO_BOOST, Boost.group(3, 0.3, 2.0), Boost.group(5, 1.0, 50.0),
@@ -53,7 +54,7 @@ def verifier(rule: str, relax: Relax = Relax.none(), variant: str = "principled"
              ) -> DeviceVerifier:
     """The verifier under test; ``mode="device"`` by default: the GPU's torch kernels and batched walk, whose
     one read per step the tests count (``auto`` would pick ``host`` on this CPU)."""
-    return DeviceVerifier(rule=rule, relax=relax, variant=variant, boost=boost, vocab_size=V, neighbours=nb,
+    return DeviceVerifier(Verification(rule, relax, variant, boost), vocab_size=V, neighbours=nb,
                           embedding=emb, device=device, dtype=dtype, mode=mode)
 
 
@@ -580,7 +581,7 @@ def test_host_mode_is_theory_on_the_tensors_memory():
     from relaxspec.theory.distributions import logits_to_probs
 
     z = np.random.default_rng(3).normal(size=(4, 32)).astype(np.float32)
-    ver = DeviceVerifier(rule="r1", relax=Relax.none(), variant="principled", boost=NO_BOOST, vocab_size=32)
+    ver = DeviceVerifier("r1", vocab_size=32)
     assert ver.mode == "host"
     for sampling in (Sampling(1.0, 0, 1.0), Sampling(0.7, 5, 0.9), Sampling(0.0, 0, 1.0)):
         expected = logits_to_probs(z.astype(np.float64), temperature=sampling.temperature,
@@ -590,5 +591,4 @@ def test_host_mode_is_theory_on_the_tensors_memory():
     with pytest.raises(ValueError, match="NaN"):
         ver.probs(torch.from_numpy(z), Sampling())
     with pytest.raises(ValueError, match="mode 'host'.*needs a CPU"):
-        DeviceVerifier(rule="r1", relax=Relax.none(), variant="principled", boost=NO_BOOST, vocab_size=32,
-                       device="meta", mode="host")
+        DeviceVerifier("r1", vocab_size=32, device="meta", mode="host")

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from relaxspec.testing.strategies import relaxations
 from relaxspec.theory.boost import NO_BOOST, Boost, BoostKind
 from relaxspec.theory.relax import Relax
-from relaxspec.theory.rule_step import own_oracle, step_neighbours
+from relaxspec.theory.rule_step import _own_oracle, step_neighbours
 from relaxspec.theory.rules import RULES, VARIANTS
 from relaxspec.theory.verification import DraftSource, Oracle, Verification, parse
 
@@ -102,13 +102,13 @@ def test_not_a_string() -> None:
 
 @given(verifications())
 def test_oracle_and_columns_agree_with_the_step_dispatch(v: Verification) -> None:
-    assert (v.oracle is not Oracle.TREE) == own_oracle(v.rule, v.boost)
+    assert v.walks_own_step == _own_oracle(v.rule, v.boost)  # the dispatch inside theory.rule_step
     assert (v.oracle is Oracle.TRAVERSAL) == (v.rule == "r4")
     V = 70
     table = np.array([[(i + j) % V for j in range(1, 66)] for i in range(V)])
-    assert step_neighbours(table, V, v.relax, v.variant, v.boost).shape[1] >= v.neighbour_columns
+    assert step_neighbours(table, V, v).shape[1] >= v.neighbour_columns
     if v.neighbour_columns == 0:
-        assert step_neighbours(None, V, v.relax, v.variant, v.boost).shape[1] == 0
+        assert step_neighbours(None, V, str(v)).shape[1] == 0
     assert v.reads_embedding == (v.boost.kind == "group")
     assert v.is_exact == (v.relax.is_exact and v.boost.is_none)
 
