@@ -164,11 +164,8 @@ class StepScorer:
             q = None
             if v.samples_drafts:
                 q = self.sampling.probs(np.asarray(step.draft_logits, dtype=np.float64))
-            boost = {} if self.boost.is_none else {"boost": self.boost, "emb": self.embedding}
-            own = v.walks_own_step
-            expectation = rule_step_expectation if own else step_expectation
-            e = expectation(step.tree, p, rule=v.rule, relax=v.relax, neighbours=self.neighbours, q_dists=q,
-                            variant=v.variant, **boost)
+            expectation = rule_step_expectation if v.walks_own_step else step_expectation
+            e = expectation(step.tree, p, v, neighbours=self.neighbours, q_dists=q, emb=self.embedding)
             tokens, tv = e.tokens, e.tv
             if self.window is not None:
                 cols = step.columns.reshape(-1, self.window.width)

@@ -364,13 +364,11 @@ class Decoder(TreeDrafting, ColumnsDecoding, VvsDecoding):
             for v in draft_rows:
                 q[v] = self._probs(draft_stored[v], st.draft_sampling, "draft")
         if self.jacobi is not None and tree.size > 1:
-            accepted, bonus = sample_window_step(p, tree.tokens[1:], q[:-1], u_accept[1:], u_draw,
-                                                 rule=ver.rule, boost=ver.boost, neighbours=self.neighbours,
-                                                 emb=self.embedding)
+            accepted, bonus = sample_window_step(p, tree.tokens[1:], q[:-1], u_accept[1:], u_draw, ver,
+                                                 neighbours=self.neighbours, emb=self.embedding)
             return np.arange(accepted + 1, dtype=np.int64), int(bonus)
-        path, bonus = sample_rule_step(tree, p, u_accept, u_draw, rule=ver.rule, relax=ver.relax,
-                                       neighbours=self.neighbours, q_dists=q, variant=ver.variant,
-                                       **self._boost_args())
+        path, bonus = sample_rule_step(tree, p, u_accept, u_draw, ver, neighbours=self.neighbours, q_dists=q,
+                                       emb=self.embedding)
         return np.asarray(path, dtype=np.int64), int(bonus)
 
     def _verify_on_device(self, tree: Tree, guided: torch.Tensor, draft_stored: np.ndarray,
@@ -394,12 +392,6 @@ class Decoder(TreeDrafting, ColumnsDecoding, VvsDecoding):
             return np.arange(accepted + 1, dtype=np.int64), int(bonus)
         path, bonus = ver.step(tree, p, ua, ud, q, checked=True)  # rows made by ver.probs
         return np.asarray(path, dtype=np.int64), int(bonus)
-
-    def _boost_args(self) -> dict:
-        """The boost keywords of ``theory.rule_step.sample_rule_step`` (none without a boost: the unboosted
-        call)."""
-        boost = self.settings.verification.boost
-        return {} if boost.is_none else {"boost": boost, "emb": self.embedding}
 
     def _window(self, root: int, kept: Kept, u_fresh: np.ndarray, max_depth: int
                 ) -> tuple[Tree, dict[int, np.ndarray]]:

@@ -128,14 +128,13 @@ def replay(path: str | Path, *, require_simulate: bool = False) -> ReplayReport:
         return replay_windows(trace, window, engines, missing)
     v = h.verification
     nb = step_neighbours(trace.neighbours, h.vocab_size, v)
-    boost = {} if v.boost.is_none else {"boost": v.boost, "emb": trace.embedding}
     report = ReplayReport(engines=list(engines), missing_engines=missing)
     for step in trace.steps():
         p, q = step_distributions(trace, step)
         tree = step.tree
         for name, verify in engines.items():
-            got_path, got_bonus = verify(tree, p, step.u_accept, step.u_draw, rule=v.rule, relax=v.relax,
-                                         neighbours=nb, q_dists=q, variant=v.variant, **boost)
+            got_path, got_bonus = verify(tree, p, step.u_accept, step.u_draw, v, neighbours=nb, q_dists=q,
+                                         emb=trace.embedding)
             if list(np.asarray(got_path)) != step.path.tolist() or int(got_bonus) != step.bonus:
                 report.mismatches.append(
                     f"{name}: sequence {step.sequence} position {step.position}: recorded path "
@@ -152,7 +151,6 @@ def replay_windows(trace: Trace, window: JacobiWindow, engines: dict[str, Verifi
     h, v = trace.header, trace.header.verification  # a window's verification is unrelaxed (SPEC 9.1)
     others = {k: e for k, e in (engines or {}).items() if k != "theory"}
     report = ReplayReport(engines=["theory", *others], missing_engines=list(missing or []))
-    boost = {} if v.boost.is_none else {"boost": v.boost, "emb": trace.embedding}
     nb = step_neighbours(trace.neighbours, h.vocab_size, v)
     kept, sequence = Kept.nothing(h.vocab_size, h.logits_dtype), None
     for step in trace.steps():
@@ -164,8 +162,8 @@ def replay_windows(trace: Trace, window: JacobiWindow, engines: dict[str, Verifi
             if problem:
                 report.mismatches.append(f"theory: {where}: {problem}")
         for name, verify in others.items():
-            got_path, got_bonus = verify(step.tree, p, step.u_accept, step.u_draw, rule=v.rule,
-                                         relax=v.relax, neighbours=nb, q_dists=q, **boost)
+            got_path, got_bonus = verify(step.tree, p, step.u_accept, step.u_draw, v, neighbours=nb,
+                                         q_dists=q, emb=trace.embedding)
             if list(np.asarray(got_path)) != step.path.tolist() or int(got_bonus) != step.bonus:
                 report.mismatches.append(f"{name}: {where}: recorded path {step.path.tolist()} bonus "
                                          f"{step.bonus}, got {list(map(int, got_path))} bonus {got_bonus}")
@@ -199,9 +197,7 @@ def _outcome_problem(trace: Trace, step: TraceStep, p: np.ndarray, q: np.ndarray
     try:
         if m:
             accepted, bonus = sample_window_step(p, step.tokens[1:], q[:m], step.u_accept[1:], step.u_draw,
-                                                 rule=h.verification.rule, boost=h.verification.boost,
-                                                 neighbours=nb,
-                                                 emb=trace.embedding)
+                                                 h.verification, neighbours=nb, emb=trace.embedding)
         else:  # the last token: a lone root, as sample_step draws it
             accepted, bonus = 0, draw_token(p[0], float(step.u_draw[0]))
     except ValueError as err:
@@ -230,7 +226,7 @@ def rescore_steps(trace: Trace, verification: Verification | str,
     verification = Verification.parse(verification)
     if not verification.boost.is_none:
         raise ValueError(f"rescore scores unboosted rules, got {verification}")
-    rule, relax, variant = verification.rule, verification.relax, verification.variant
+    rule, relax = verification.rule, verification.relax
     h = trace.header
     if verification.samples_drafts:
         check_rescore_r2(trace, rule)
@@ -239,8 +235,7 @@ def rescore_steps(trace: Trace, verification: Verification | str,
         if step.skipped:  # a VVS skip step verified nothing (and holds no target rows off its path)
             continue
         p, q = step_distributions(trace, step)
-        yield step, rule_step_expectation(step.tree, p, rule=rule, relax=relax, neighbours=nb, q_dists=q,
-                                          variant=variant).tokens
+        yield step, rule_step_expectation(step.tree, p, verification, neighbours=nb, q_dists=q).tokens
 
 
 def check_rescore_r2(trace: Trace, rule: str = "r2") -> None:

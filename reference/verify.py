@@ -210,7 +210,7 @@ class DeviceVerifier(NodeWalk):
              u_draw: np.ndarray | torch.Tensor, q: torch.Tensor | None = None, *, checked: bool = False
              ) -> tuple[np.ndarray, int]:
         """One step on a drawn tree: ``theory.rule_step.sample_rule_step(tree, p, u_accept, u_draw,
-        rule=..., relax=..., neighbours=..., q_dists=q, variant=..., boost=..., emb=...)``.
+        self.verification, neighbours=..., q_dists=q, emb=...)``.
 
         ``p`` (and ``q``, needed by r2 and r4 when the tree has drafts) are (n, V) rows on the device,
         ``u_accept`` and ``u_draw`` n uniforms. Returns the accepted path from the root (int64) and the
@@ -249,7 +249,7 @@ class DeviceVerifier(NodeWalk):
     def window(self, p: torch.Tensor, drafts: np.ndarray, q: torch.Tensor,
                u_accept: np.ndarray | torch.Tensor, u_draw: np.ndarray | torch.Tensor) -> tuple[int, int]:
         """Verify one Jacobi window: ``theory.rule_step.sample_window_step(p, drafts, q, u_accept, u_draw,
-        rule=..., boost=..., neighbours=..., emb=...)``, the number of drafts accepted and the token
+        self.verification, neighbours=..., emb=...)``, the number of drafts accepted and the token
         emitted after them.
 
         ``p`` is (L + 1, V) (p_1..p_{L+1}), ``drafts`` (L,) the window's tokens, ``q`` (L, V) their draft

@@ -30,9 +30,8 @@ from relaxspec.simulate.coupled_kernels import coupled_kernel, noise_uniforms, w
 from relaxspec.simulate.coupled_oracle import decode_coupled
 from relaxspec.simulate.rng import step_counter, stream_key, uniform
 from relaxspec.simulate.worlds import LatentWorld
-from relaxspec.theory.boost import Boost
-from relaxspec.theory.relax import Relax
 from relaxspec.theory.rules import Rule
+from relaxspec.theory.verification import Verification
 
 
 def is_coupled(window: object) -> bool:
@@ -40,9 +39,11 @@ def is_coupled(window: object) -> bool:
     return isinstance(window, CoupledWindow | PacWindow)
 
 
-def check_coupled_run(window: JacobiWindow, rule: Rule | str, relax: Relax, boost: Boost,
-                      exact: bool) -> None:
-    """Raise ``ValueError`` (one line) unless this module can decode ``window`` with the rule."""
+def check_coupled_run(window: JacobiWindow, verification: Verification | str, exact: bool) -> None:
+    """Raise ``ValueError`` (one line) unless this module can decode ``window`` under ``verification`` (a
+    value or its spec)."""
+    v = Verification.parse(verification)
+    rule, relax, boost = v.rule, v.relax, v.boost
     if rule != Rule.R2 or not relax.is_exact or not boost.is_none:
         raise ValueError(f"{window} is verified by the unboosted sampled-draft test (rule r2 with no "
                          f"relaxation or boost, as SCD and SJD-PAC verify), got rule {rule}, relax {relax}, "

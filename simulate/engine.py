@@ -273,7 +273,7 @@ def run(
     if isinstance(tree, JacobiWindow):  # SJD's windows (SPEC 9.1): simulate.jacobi
         check_jacobi_run(world, tree, verification)
     elif isinstance(tree, VvsTree):  # VVS's skip steps (SPEC 10.3): simulate.vvs
-        check_vvs_run(world, tree, verification.rule, verification.boost)
+        check_vvs_run(world, tree, verification)
     if not isinstance(tree, JacobiWindow) and not isinstance(world, TraceWorld):  # a trace brings its trees
         verification.check_source(draft_source(tree), f"tree {tree}")
     exact = bool(exact_expectations)
@@ -290,7 +290,7 @@ def run(
     skipped = None
     if isinstance(tree, VvsTree):
         out = _outputs(n_sequences, seq_len)
-        skipped = run_vvs(world, tree, spec, v.relax, v.variant, out, seq_len=seq_len,
+        skipped = run_vvs(world, tree, spec, out, seq_len=seq_len,
                           temperature=temperature,
                           seed=seed, threads=threads, backend=backend, exact=exact)
     elif isinstance(tree, JacobiWindow):

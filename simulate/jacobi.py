@@ -51,7 +51,7 @@ def check_jacobi_run(world: World, window: JacobiWindow, verification: Verificat
         raise ValueError(f"{window} decodes in a LatentWorld or StationaryWorld, got {type(world).__name__}")
     verification.check_source(DraftSource.JACOBI, str(window))
     if is_coupled(window):
-        check_coupled_run(window, verification.rule, verification.relax, verification.boost, False)
+        check_coupled_run(window, verification, False)
 
 
 def run_windows(world: LatentWorld | StationaryWorld, window: JacobiWindow, spec: KernelArgs,
@@ -64,7 +64,7 @@ def run_windows(world: LatentWorld | StationaryWorld, window: JacobiWindow, spec
     (n_sequences, seq_len + L) int64 padded with -1 (the last step may overshoot seq_len).
     ``simulate.run`` and :func:`check_jacobi_run` check the arguments."""
     if is_coupled(window):  # SCD's and SJD-PAC's windows (SPEC 10.1-10.2): simulate.coupled
-        check_coupled_run(window, verification.rule, verification.relax, verification.boost, exact)
+        check_coupled_run(window, verification, exact)
         return run_coupled(world, window, out, seq_len=seq_len, temperature=temperature, seed=seed,
                            threads=threads, backend=backend, exact=exact)
     seqs = np.full((len(out[4]), int(seq_len) + window.window), -1, dtype=np.int64)
@@ -143,9 +143,10 @@ def _decode_rule_numpy(world, window: JacobiWindow, verification: Verification, 
             for x in drafts:
                 states.append(world.advance(*states[-1], int(x)) if latent else states[-1])
             p = np.array([world.target_probs(st[0] if latent else None, temperature) for st in states])
-            kw = dict(rule=verification.rule, boost=verification.boost, neighbours=nb, emb=emb)
-            a, token = sample_window_step(p, drafts, q, u_accept, u_draw, **kw)
-            e_tok, e_tv = window_rule_expectation(p, drafts, q, **kw) if exact else (np.nan, np.nan)
+            kw = dict(neighbours=nb, emb=emb)
+            a, token = sample_window_step(p, drafts, q, u_accept, u_draw, verification, **kw)
+            e_tok, e_tv = (window_rule_expectation(p, drafts, q, verification, **kw) if exact
+                           else (np.nan, np.nan))
             chain = check_window(p, drafts, q, Boost.none(), None)
             o_int[s, step] = (a + 1, L, L, a, 0, 0 if a else -1)
             o_exp[s, step], o_tv[s, step] = e_tok, e_tv

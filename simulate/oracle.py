@@ -116,7 +116,6 @@ def oracle_sequence(world, policy, verification: Verification, nb, seq_len, temp
     else:
         z, h = None, np.uint64(0)
     v = verification
-    rule, relax, variant, boost = v.rule, v.relax, v.variant, v.boost
     nb64 = nb.astype(np.int64)
     pos = step = 0
     while pos < seq_len:
@@ -138,12 +137,10 @@ def oracle_sequence(world, policy, verification: Verification, nb, seq_len, temp
             p = np.array([p[v] for v in range(n)])
         if exact:
             expect = rule_step_expectation if own else step_expectation
-            e = expect(tree, p, rule=rule, relax=relax, neighbours=nb64, q_dists=built.q, variant=variant,
-                       boost=boost, emb=emb)
+            e = expect(tree, p, v, neighbours=nb64, q_dists=built.q, emb=emb)
             o_exp[step], o_tv[step] = e.tokens, e.tv
         sample = sample_rule_step if own else sample_step
-        path, bonus = sample(tree, p, ua, ud, rule=rule, relax=relax, neighbours=nb64, q_dists=q,
-                             variant=variant, boost=boost, emb=emb)
+        path, bonus = sample(tree, p, ua, ud, v, neighbours=nb64, q_dists=q, emb=emb)
         m = len(path)
         root_kids = tree.children(0)
         o_int[step] = (m, n - 1, tree.depth, m - 1, built.draft_calls,
@@ -151,8 +148,7 @@ def oracle_sequence(world, policy, verification: Verification, nb, seq_len, temp
         if own:
             o_ttv[step] = step_record_tv(tree, p, q, path, v, nb64, emb)
         else:
-            o_ttv[step] = path_tv(tree, p, path, rule=rule, relax=relax, neighbours=nb64, q_dists=q,
-                                  variant=variant, boost=boost, emb=emb)
+            o_ttv[step] = path_tv(tree, p, path, v, neighbours=nb64, q_dists=q, emb=emb)
         z_end, h_end = states.at(_token_path(tree.parents, tree.tokens, path[-1]))
         if isinstance(world, LatentWorld):
             z, h = world.advance(z_end, h_end, bonus)

@@ -18,10 +18,20 @@ from relaxspec.simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_counter, strea
 from relaxspec.simulate.vvs_kernels import SKIP_NODE
 from relaxspec.simulate.worlds import LatentWorld
 from relaxspec.theory import vvs
-from relaxspec.theory.relax import Relax
+from relaxspec.theory.rules import Rule
 from relaxspec.theory.sampler import draw_token
 from relaxspec.theory.tree import Tree, path_tv, sample_step, step_expectation
+from relaxspec.theory.verification import Verification
 from relaxspec.theory.vvs import skip_step_tv
+
+
+def vvs_verification_problem(tree: VvsTree, verification: Verification) -> str | None:
+    """Why ``tree``'s verify steps cannot be verified with ``verification`` (None when they can): VVS
+    verifies its EAGLE-2 trees with rule r1 (LANTERN's relaxation or none) and no boost."""
+    if verification.rule != Rule.R1 or not verification.boost.is_none:
+        return (f"{tree}: VVS verifies its EAGLE-2 trees with rule r1 (LANTERN's relaxation or none) and no "
+                f"boost, got rule {verification.rule}, boost {verification.boost}")
+    return None
 
 
 @dataclass(frozen=True)
@@ -59,10 +69,14 @@ def path_similarity(tree: Tree, emb: np.ndarray, alpha: float) -> float:
     return vvs.path_similarity(tree.parents, tree.tokens, emb, alpha)
 
 
-def decode_vvs(world, tree: VvsTree, relax: Relax, variant: str, nb: np.ndarray, emb: np.ndarray | None,
+def decode_vvs(world, tree: VvsTree, verification: Verification | str, nb: np.ndarray, emb: np.ndarray | None,
                seq_len: int, temperature: float, seed: int, s: int, exact: bool) -> list[VvsStep]:
-    """Decode sequence ``s`` of a run (``nb``: R1's neighbour table, int64; ``emb``: the unit code vectors
-    the dynamic schedule reads)."""
+    """Decode sequence ``s`` of a run under ``verification`` (rule r1, relaxed or not: a value or its spec;
+    ``nb``: its neighbour table, int64; ``emb``: the unit code vectors the dynamic schedule reads)."""
+    verification = Verification.parse(verification)
+    problem = vvs_verification_problem(tree, verification)
+    if problem is not None:
+        raise ValueError(problem)
     key = np.uint64(stream_key(np.int64(seed), np.int64(s)))
     latent = isinstance(world, LatentWorld)
     z, h = world.initial(key) if latent else (None, np.uint64(0))
@@ -82,7 +96,7 @@ def decode_vvs(world, tree: VvsTree, relax: Relax, variant: str, nb: np.ndarray,
         verified = sum(not st.skipped for st in steps)
         skip = verified > 0 and not steps[-1].skipped
         if skip:
-            if sched.kind == "uniform":
+            if sched.kind.is_periodic:
                 skip = step % sched.interval == 1
             else:
                 skip = bool(path_similarity(t, emb, sched.alpha) >= sched.similarity)
@@ -98,7 +112,7 @@ def decode_vvs(world, tree: VvsTree, relax: Relax, variant: str, nb: np.ndarray,
             ua = np.array([uniform(key, step_counter(step, v, U_ACCEPT)) for v in range(t.size)])
             ud = np.array([uniform(key, step_counter(step, v, U_DRAW)) for v in range(t.size)])
             p = np.array([target(prefix_of(t, v)) for v in range(t.size)])
-            kw = dict(rule="r1", relax=relax, neighbours=nb, variant=variant)
+            kw = dict(verification=verification, neighbours=nb)
             path, bonus = sample_step(t, p, ua, ud, **kw)
             tv = path_tv(t, p, path, **kw)
             ex = step_expectation(t, p, **kw) if exact else None
@@ -113,4 +127,4 @@ def decode_vvs(world, tree: VvsTree, relax: Relax, variant: str, nb: np.ndarray,
     return steps
 
 
-__all__ = ["VvsStep", "decode_vvs", "leaves", "path_similarity", "root_path"]
+__all__ = ["VvsStep", "decode_vvs", "leaves", "path_similarity", "root_path", "vvs_verification_problem"]
