@@ -74,7 +74,7 @@ def tree_slots(policy: object) -> int:
 
 def reads_codes(policy: object) -> bool:
     """Whether ``policy`` reads the code vectors (VVS's dynamic schedule): the decoder takes ``codes=``."""
-    return isinstance(policy, VvsTree) and policy.schedule.kind == "dynamic"
+    return isinstance(policy, VvsTree) and policy.schedule.kind.reads_similarity
 
 
 def schedule_skips(schedule: SkipSchedule, step: int, tree: Tree, codes: np.ndarray | None) -> bool:
@@ -82,7 +82,7 @@ def schedule_skips(schedule: SkipSchedule, step: int, tree: Tree, codes: np.ndar
     it may (a verify step came before, and the step before was not a skip): ``uniform``: every I-th step
     (``step % I == 1``); ``dynamic``: the tree's path similarity (``theory.vvs.path_similarity`` with the
     unit ``codes``) is >= S."""
-    if schedule.kind == "uniform":
+    if schedule.kind.is_periodic:
         return step % schedule.interval == 1
     return bool(path_similarity(tree.parents, tree.tokens, codes, schedule.alpha) >= schedule.similarity)
 

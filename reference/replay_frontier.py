@@ -125,7 +125,7 @@ def replay_vvs(trace: Trace, policy: VvsTree, engines: dict[str, Verifier], repo
     v, schedule = h.verification, policy.schedule
     nb = step_neighbours(trace.neighbours, h.vocab_size, v)
     codes = None
-    if schedule.kind == "dynamic":
+    if schedule.kind.reads_similarity:
         if trace.codes is None:
             raise ValueError(f"trace {trace.path} of {policy} has no codes.npy: the dynamic schedule's code "
                              "vectors")
