@@ -62,6 +62,9 @@ VALIDATION_CONFIGS: list[DecodeConfig] = [  # one line per method; the first eig
     DecodeConfig("SJD L=15 + R4", tree=WINDOW, verification="r4"),
     DecodeConfig("static r2 budget tv=0.1", tree=STATIC, verification=f"r2+budget:tv=0.1,k={K}"),
     DecodeConfig("SJD L=15 + R4 + budget tv=0.1", tree=WINDOW, verification=f"r4+budget:tv=0.1,k={K}"),
+    DecodeConfig("SCD L=15", tree=f"{WINDOW},coupled=principled", verification="r2"),
+    DecodeConfig("SJD-PAC L=15 (+PD+AC)", tree="pac:15", verification="r2"),
+    # VVS waits for the trace readers: its skip steps would read as tree steps in the trace-driven column
 ]
 # the lossless traces the worlds are fitted to (each world takes those of its drafter and rule and those
 # with no drafter); the Sequoia rows' positional acceptance is measured on ACCEPTANCE_SOURCE's trace

@@ -27,12 +27,14 @@ from relaxspec.core.trees.skips import VvsTree
 from relaxspec.core.trees.windows import CoupledWindow, PacWindow
 from relaxspec.reference.coupled import Columns, WindowPlan, column_array, gumbel_max, gumbel_uniforms
 from relaxspec.reference.frontier import schedule_skips
-from relaxspec.theory.relax import NO_RELAX
 from relaxspec.theory.rule_step import step_neighbours
-from relaxspec.theory.rules import Rule
 from relaxspec.theory.sampler import draw_token
+from relaxspec.theory.verification import Verification
 from relaxspec.theory.vvs import skip_path, unit_rows
 from relaxspec.theory.window_walk import column_tree, has_repeats, level_starts, walk_columns
+
+R2 = Verification("r2")
+"""A window's walk where no column repeats a candidate is R2 on its tree (what the engines replay)."""
 
 Verifier = Callable[..., tuple]
 Report = Any
@@ -106,8 +108,8 @@ def replay_columns(trace: Trace, policy: CoupledWindow | PacWindow, engines: dic
         if not (m and has_repeats(cols)):  # the walk is R2 on the tree
             tree = step.tree
             for name, verify in engines.items():
-                got_path, got_bonus = verify(tree, p, step.u_accept, step.u_draw, rule=Rule.R2,
-                                             relax=NO_RELAX, neighbours=nb, q_dists=q)
+                got_path, got_bonus = verify(tree, p, step.u_accept, step.u_draw, R2, neighbours=nb,
+                                             q_dists=q)
                 problems.append(_outcome(name, where, step, list(got_path),
                                          None if gumbel_bonus else int(got_bonus)))
         report.mismatches += [x for x in problems if x]
@@ -163,8 +165,8 @@ def replay_vvs(trace: Trace, policy: VvsTree, engines: dict[str, Verifier], repo
         p = h.target_sampling.probs(step.target_logits.astype(np.float64))
         q = h.draft_sampling.probs(step.draft_logits.astype(np.float64))
         for name, verify in engines.items():
-            got_path, got_bonus = verify(step.tree, p, step.u_accept, step.u_draw, rule=v.rule, relax=v.relax,
-                                         neighbours=nb, q_dists=q, variant=v.variant)
+            got_path, got_bonus = verify(step.tree, p, step.u_accept, step.u_draw, v, neighbours=nb,
+                                         q_dists=q)
             problem = _outcome(name, where, step, list(got_path), int(got_bonus))
             report.mismatches += [problem] if problem else []
         stale = step.target_logits[step.path[-1]]

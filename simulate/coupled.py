@@ -2,7 +2,7 @@
 ``simulate.run`` runs for a :class:`core.trees.windows.CoupledWindow` or
 :class:`core.trees.windows.PacWindow` (through :mod:`simulate.jacobi`).
 
-``simulate.run(world, parse_tree("jacobi:16,coupled=principled"), rule="r2", ...)`` decodes each
+``simulate.run(world, parse_tree("jacobi:16,coupled=principled"), "r2", ...)`` decodes each
 sequence with windows of 16 drafts whose next drafts are coupled with this forward's p;
 ``pac:32,width=3,depth=3`` adds SJD-PAC's proactive candidates, verified as a tree by R2. Both are
 verified unboosted by rule R2 (the rule SCD and SJD-PAC use; boosts and R4 on them are issue 29 item 4).

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 from frontier_helpers import random_window
 
-from relaxspec.theory.relax import NO_RELAX
 from relaxspec.theory.tree import sample_step
 from relaxspec.theory.vvs import path_similarity, skip_laws, skip_path, skip_step_tv, skip_token_tvs
 from relaxspec.theory.window_walk import column_tree, level_starts, walk_columns
@@ -30,8 +29,9 @@ def test_walk_columns_is_r2_on_the_column_tree_without_repeats() -> None:
         cols, tree, p, q, ua, ud = random_window(rng, V, repeats=False)
         path, token = walk_columns(p, q, cols, ua, ud)
         q_nodes = np.array([q[d] if d < len(q) else np.full(V, 1.0 / V) for d in tree.depths])
-        want_path, want_token = sample_step(tree, p, ua, ud, rule="r2", relax=NO_RELAX,
-                                            neighbours=np.zeros((V, 0), dtype=np.int64), q_dists=q_nodes)
+        nb = np.zeros((V, 0), dtype=np.int64)
+        want_path, want_token = sample_step(tree, p, ua, ud, "r2", neighbours=nb,
+                                            q_dists=q_nodes)
         assert path == list(want_path)
         if token >= 0:
             assert token == want_token
