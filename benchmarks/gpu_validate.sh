@@ -36,12 +36,12 @@ fi
 
 # the simulator's kernels compile once into the shared cache while the decoders run (the fits need them)
 "$PY" -m relaxspec warm-up > "$OUT/warm.log" 2>&1 &
-"$PY" -m pytest -q -p no:cacheprovider -o addopts="" "${TESTS[@]}" > "$OUT/cuda_tests.log" 2>&1 &
+timeout "$LIMIT" "$PY" -m pytest -q -p no:cacheprovider -o addopts="" "${TESTS[@]}" > "$OUT/cuda_tests.log" 2>&1 &
 TESTS_PID=$!
 for model in mini ambiguous; do
     weights=weights; [ "$model" = ambiguous ] && weights=weights/ambiguous
     timeout "$LIMIT" "$PY" -m relaxspec mini --weights "$weights" --out "$PKG/$model" --no-progress validate \
-        --n-sequences "$N" --workers "$WORKERS" --device "$DEVICE" "${CONFIGS[@]}" "${FIT[@]}" \
+        --n-sequences "$N" --workers "$WORKERS" --device "$DEVICE" ${CONFIGS[@]+"${CONFIGS[@]}"} ${FIT[@]+"${FIT[@]}"} \
         > "$OUT/validate_$model.log" 2>&1 &
 done
 wait
