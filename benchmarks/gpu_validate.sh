@@ -20,15 +20,16 @@ mkdir "$PKG/relaxspec"
 for f in "$ROOT"/relaxspec/*; do ln -s "$f" "$PKG/relaxspec/"; done
 for d in theory core simulate reference mini; do ln -s "$ROOT/$d" "$PKG/relaxspec/$d"; done
 export PYTHONPATH=$PKG NUMBA_CACHE_DIR=$PKG/numba PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
-cd "$ROOT"
+# run from the mapped folder: from the checkout, `python -m` would import relaxspec/ without its layers
+cd "$PKG"
 
 if [ "${1:-}" = "--dry-run" ]; then
     DEVICE=cpu; N=2; WORKERS=2; CONFIGS=(--configs "AR,SJD L=15")
     FIT=(--kappa-images 2 --fit-rounds 1 --fit-iters 2 --fit-sequences 4 --advise-tv -1)
-    TESTS=(tests/reference/test_reference_device.py -k "not cuda")
+    TESTS=("$ROOT/tests/reference/test_reference_device.py" -k "not cuda")
 else
     DEVICE=cuda; N=40; WORKERS=7; CONFIGS=(); FIT=()
-    TESTS=(tests/reference/test_reference_device.py)
+    TESTS=("$ROOT/tests/reference/test_reference_device.py")
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$OUT/device.txt"
 fi
 "$PY" -c "import torch, numba, numpy; print('torch', torch.__version__, 'numba', numba.__version__,
@@ -39,7 +40,7 @@ fi
 timeout "$LIMIT" "$PY" -m pytest -q -p no:cacheprovider -o addopts="" "${TESTS[@]}" > "$OUT/cuda_tests.log" 2>&1 &
 TESTS_PID=$!
 for model in mini ambiguous; do
-    weights=weights; [ "$model" = ambiguous ] && weights=weights/ambiguous
+    weights=$ROOT/weights; [ "$model" = ambiguous ] && weights=$ROOT/weights/ambiguous
     timeout "$LIMIT" "$PY" -m relaxspec mini --weights "$weights" --out "$PKG/$model" --no-progress validate \
         --n-sequences "$N" --workers "$WORKERS" --device "$DEVICE" ${CONFIGS[@]+"${CONFIGS[@]}"} ${FIT[@]+"${FIT[@]}"} \
         > "$OUT/validate_$model.log" 2>&1 &
@@ -49,6 +50,6 @@ for model in mini ambiguous; do
     cp "$PKG/$model/validation/validation.csv" "$OUT/validation_$model.csv" 2>/dev/null
     tar -C "$PKG/$model/validation" -cf "$OUT/worlds_$model.tar" worlds 2>/dev/null
 done
-tail -3 "$OUT"/validate_*.log "$OUT/cuda_tests.log"
+for f in "$OUT"/validate_*.log "$OUT/cuda_tests.log"; do tail -n 3 "$f"; done
 wait "$TESTS_PID" 2>/dev/null
 ls -la "$OUT"
