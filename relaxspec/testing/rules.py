@@ -33,7 +33,7 @@ Optional attributes tell the checks more (read with ``getattr``):
 
 :class:`TheoryRule` wraps theory's NumPy oracle (``theory.sample_node`` and
 ``theory.node_outcome``); :class:`KernelRule` wraps the Numba twins
-(``simulate.verify_kernels.sample_node_r1_kernel`` / ``sample_node_r2_kernel``),
+(``simulate.verify_kernels.sample_node_r1_kernel`` / ``simulate.boost_kernels.sample_node_r2_kernel``),
 which expose no law. Both take R2's boost (``theory.boost.Boost``: GSD, Cool-SD; SPEC
 9.2-9.3) for children at ``depth``, GSD reading the embedding ``embedding(V)``
 (default :func:`grid_embedding`), and the budget of SPEC 9.5 (``Boost.budget(tv, k)``:
@@ -314,13 +314,13 @@ class KernelRule:
 
     def __call__(self, p: np.ndarray, q: np.ndarray, children: np.ndarray, relax: Relax,
                  neighbours: np.ndarray, variant: str, u: np.ndarray) -> Verdict:
+        from relaxspec.simulate.boost_kernels import sample_node_r2_kernel
         from relaxspec.simulate.step_kernels import sample_step_kernel
         from relaxspec.simulate.verify import tree_arrays
         from relaxspec.simulate.verify_kernels import (
             draw_token_kernel,
             draw_token_residual_kernel,
             sample_node_r1_kernel,
-            sample_node_r2_kernel,
         )
 
         x = _checked(self.rule, self.boost, self.depth, self.embedding, p, q, children, relax, neighbours,
