@@ -34,7 +34,7 @@ Optional attributes tell the checks more (read with ``getattr``):
 
 :class:`TheoryRule` wraps theory's NumPy oracle (``theory.sample_node`` and
 ``theory.node_outcome``); :class:`KernelRule` wraps the Numba twins
-(``simulate.verify_kernels.sample_node_r1_kernel`` / ``sample_node_r2_kernel``),
+(``simulate.verify_kernels.sample_node_r1_kernel`` / ``simulate.boost_kernels.sample_node_r2_kernel``),
 which expose no law. Each takes one verification (a
 :class:`~relaxspec.theory.verification.Verification` or its spec): its rule and its boost, the node
 giving the relaxation and the variant (:func:`at_node`). A boost raises R2's test (GSD, Cool-SD;
@@ -327,13 +327,13 @@ class KernelRule:
 
     def __call__(self, p: np.ndarray, q: np.ndarray, children: np.ndarray, relax: Relax,
                  neighbours: np.ndarray, variant: str, u: np.ndarray) -> Verdict:
+        from relaxspec.simulate.boost_kernels import sample_node_r2_kernel
         from relaxspec.simulate.step_kernels import sample_step_kernel
         from relaxspec.simulate.verify import tree_arrays
         from relaxspec.simulate.verify_kernels import (
             draw_token_kernel,
             draw_token_residual_kernel,
             sample_node_r1_kernel,
-            sample_node_r2_kernel,
         )
 
         v = at_node(self._v, relax, variant)
