@@ -14,18 +14,28 @@ run (:func:`floor_costs`), summed over the step's own counts (:func:`floor_secon
   nodes; target rows: one per token the step emits, the root's and each accepted node's, or the Jacobi
   window's L + 1) at the cost of the logits pass alone (the codebook pass without exp, sums or
   selection; draft rows at the per-row cost of a 10-state pass, target rows at a 1-state pass);
+- sequential passes over V, each at the cost of a plain sequential float64 sum of V (theory's arithmetic
+  sums left to right, so no exact implementation makes them parallel): one per step for the token drawn
+  at its end (bonus or residual), one per node a tree draws its children at (R2 / R4 on a static tree:
+  the cumulative sum of q) or per draft a window keeps (drawn from p), and for R2 / R4 one per stage
+  (the residual's normalisation);
 - the stages a step must test: R2 at least one per accepted draft and one per step (a window: also the
-  rejected draft after them); R4 at least every
-  node on the path its first test walks (the first children down to a leaf: the whole window of a
-  Jacobi step), each needing its stage's alpha. A stage's draft residual has full support (V tokens) on a
-  tree and on a Jacobi window's kept drafts (q = the p they were drawn from), one token on its fresh ones;
-- the test, per stage: nothing for R1 / R2 / R4 and Cool-SD; GSD one compare pass over V (the draft's
-  rank and window); the budget one pass over the k neighbours of each token the draft residual can draw
-  (a float64 add and an index read per pair, at the speed of a plain four-way gather loop);
+  rejected draft after them); R4 at least every node on the path its first test walks (the first
+  children down to a leaf: the whole window of a Jacobi step), each needing its stage's alpha. A stage's
+  draft residual has full support (V tokens) on a tree and on a Jacobi window's kept drafts (q = the p
+  they were drawn from), one token on its fresh ones;
+- the test, per stage: nothing more for R1 / R2 / R4 and Cool-SD; GSD one compare pass over V (the
+  draft's rank and window); the budget one pass over the k neighbours of each token the draft residual
+  can draw (the issue's floor; a float64 add and an index read per pair, at the speed of a plain four-way
+  gather loop). The budget's exact shortcut (docs/theory.md section 16) reads fewer pairs, so its ratio
+  can pass 100%;
 - with the exact TV (the second floor, boosted rules only): the stage's exact TV (R4: its Delta) reads
   every draftable token's acceptance: GSD on a full-support stage a sort of V (NumPy's vectorised
   ``np.sort``, values only) and a gather of every token's embedding row in rank order, on a one-token
   stage a compare pass; Cool-SD one pass over V; the budget's charge is already in its test's pass.
+
+R4's stage count is a loose lower bound: each rejection makes R4 recompute its parent's stage and the
+stages down the next path, which the step's records do not count.
 """
 
 from __future__ import annotations
@@ -40,6 +50,8 @@ from pathlib import Path
 
 import numpy as np
 from numba import njit
+
+from relaxspec.simulate.world_kernels import _block_logits
 
 WORLD = "ambiguous"
 WINDOW = 15
@@ -137,6 +149,26 @@ def _gather_pass(r, table, n):
 
 
 @njit(cache=True, error_model="numpy")
+def _seq_pass(r):
+    """A sequential float64 sum over V (theory's left-to-right sums and cumulative sums)."""
+    s = 0.0
+    for x in range(r.shape[0]):
+        s += r[x]
+    return s
+
+
+@njit(cache=True, error_model="numpy")
+def logits_pass(T, bias, Ms, zfs, acc):
+    """The logits of every state over the whole codebook, block by block, and nothing else: the floor of
+    any exact softmax row (``simulate.world_kernels._block_logits`` in one compiled loop)."""
+    s = 0.0
+    for x0 in range(0, T.shape[1], acc.shape[1]):
+        _block_logits(T, bias, Ms, zfs, x0, min(acc.shape[1], T.shape[1] - x0), acc)
+        s += acc[0, 0]
+    return s
+
+
+@njit(cache=True, error_model="numpy")
 def _gather_rows(emb, order, out):
     """Every embedding row in the order ``order`` (GSD's windows read them in rank order)."""
     for j in range(order.shape[0]):
@@ -158,9 +190,9 @@ def _best(f, reps: int, rounds: int = 5) -> float:
 
 def floor_costs(world, logits_row: float, logits_row10: float) -> dict[str, float]:
     """CPU seconds of the floors' pieces on ``world``'s rows: ``row1`` / ``row10`` (the logits pass per row,
-    1 and 10 states: given), ``pass`` (a compare pass over V), ``sort`` (np.sort of V float64), ``rows``
-    (a gather of V embedding rows in a random order), ``gather1`` (one (token, neighbour) pair of the
-    budget's V x k pass)."""
+    1 and 10 states: given), ``pass`` (a compare pass over V), ``seq`` (a sequential sum over V), ``sort``
+    (np.sort of V float64), ``rows`` (a gather of V embedding rows in a random order), ``gather1`` (one
+    (token, neighbour) pair of the budget's V x k pass)."""
     V = world.vocab_size
     rng = np.random.default_rng(0)
     r = rng.dirichlet(np.full(V, 0.3))
@@ -170,8 +202,8 @@ def floor_costs(world, logits_row: float, logits_row10: float) -> dict[str, floa
     rows = np.empty((emb.shape[1], V))
     t_gather = _best(lambda: _gather_pass(r, table, V), 2) / (V * 1000)
     return {"row1": logits_row, "row10": logits_row10, "pass": _best(lambda: _rank_pass(r, 7), 200),
-            "sort": _best(lambda: np.sort(r), 50), "rows": _best(lambda: _gather_rows(emb, perm, rows), 50),
-            "gather1": t_gather}
+            "seq": _best(lambda: _seq_pass(r), 200), "sort": _best(lambda: np.sort(r), 50),
+            "rows": _best(lambda: _gather_rows(emb, perm, rows), 50), "gather1": t_gather}
 
 
 def stage_counts(tree: str, rule: str, rec: dict, depth: int) -> tuple[np.ndarray, np.ndarray]:
@@ -209,9 +241,18 @@ def floor_seconds(tree: str, verification: str, rec: dict, costs: dict, static: 
     else:  # a window: the target forward along its L + 1 positions, no drafter
         draft, target = 0.0, float(WINDOW + 1)
     rows = draft * costs["row10"] + target * costs["row1"]
-    stages, full = stage_counts(tree, verification.split("+")[0], rec, static[1])
+    rule = verification.split("+")[0]
+    stages, full = stage_counts(tree, rule, rec, static[1])
     stages, full = float(stages.mean()), float(full.mean())
     one = stages - full  # stages whose draft residual holds one token
+    sampled = rule in ("r2", "r4")
+    if tree.startswith("static"):
+        draws = static[0] if sampled else 0.0
+    elif tree.startswith("eagle2"):
+        draws = 0.0
+    else:  # the drafts a window keeps, each drawn from its p
+        draws = float(np.mean(np.maximum(0, WINDOW - (tokens - 1))))
+    rows += costs["seq"] * (1.0 + draws + (stages if sampled else 0.0))
     test, tv = 0.0, 0.0
     if "gsd" in verification:
         test = stages * costs["pass"]

@@ -156,11 +156,26 @@ def draw_token_residual_kernel(p, mark, epoch, unif, u, cum):
 @njit(cache=True, error_model="numpy")
 def draw_token_kernel(r, u, cum):
     """``theory.sampler.draw_token``: inverse CDF on a sequential cumulative sum (``cum``: float64[V])."""
-    V = r.shape[0]
-    total = 0.0
-    for x in range(V):
+    cumulate_from(r, cum, 0)
+    return draw_cumulated(r, u, cum)
+
+
+@njit(cache=True, error_model="numpy")
+def cumulate_from(r, cum, start):
+    """The sequential cumulative sum of r into ``cum`` from token ``start`` on, continuing ``cum[start - 1]``:
+    where ``cum[:start]`` already holds r's (a draw without replacement zeroed a token at ``start`` or
+    later), the same floats as summing from 0."""
+    total = cum[start - 1] if start > 0 else 0.0
+    for x in range(start, r.shape[0]):
         total += r[x]
         cum[x] = total
+
+
+@njit(cache=True, error_model="numpy")
+def draw_cumulated(r, u, cum):
+    """:func:`draw_token_kernel` given r's cumulative sum ``cum``."""
+    V = r.shape[0]
+    total = cum[V - 1]
     if total <= 0.0:
         return min(int(u * V), V - 1)
     x = first_above(cum, u * total)

@@ -1,6 +1,7 @@
-"""The exact shortcuts of the boosted stages (issue 30, docs/theory.md section 16), each against theory bit
-for bit: GSD's window without sorting V, the radix rank order on float edge cases, every draft's ratio
-along the order, and the budget's stage summing a proximity mass only where it can change a number."""
+"""The simulator's exact shortcuts (issue 30, docs/theory.md section 16), each against theory bit for bit:
+GSD's window without sorting V, the radix rank order on float edge cases, every draft's ratio along the
+order, the budget's stage summing a proximity mass only where it can change a number, and draws without
+replacement that sum again only from the token the last draw zeroed."""
 
 from __future__ import annotations
 
@@ -20,10 +21,12 @@ from relaxspec.simulate.group_kernels import (
     rank_order_kernel,
     rank_window,
 )
+from relaxspec.simulate.policy_kernels import draw_without_replacement_kernel
 from relaxspec.theory.boost import Boost
 from relaxspec.theory.boost_law import acceptance_vector, rank_order, stage_tv, window_extent
 from relaxspec.theory.boost_law import rank_window as theory_rank_window
 from relaxspec.theory.budget import budget_stage, check_budget
+from relaxspec.theory.sampler import draw_without_replacement
 from relaxspec.theory.verification import Verification
 
 
@@ -152,3 +155,22 @@ def test_budget_stage_skips_only_masses_that_change_nothing(alpha):
                                             eps, g, c, t)
             assert (s, charge) == (want.scale, want.charge)
             assert (r[x] + s * eps[x]) / qp[x] == want.ratio[want.of(x)]
+
+
+def test_draws_without_replacement_resume_the_cumulative_sum():
+    """Every draw of a node's children as theory draws them, down to a row's last tokens with mass (the
+    sums restart at the zeroed token; tokens without mass, a row of one token and sums that round)."""
+    rng = np.random.default_rng(9)
+    for _ in range(60):
+        V = int(rng.integers(1, 200))
+        q = rng.dirichlet(np.full(V, 0.3))
+        q[rng.random(V) < 0.3] = 0.0
+        if q.sum() == 0.0:
+            q[0] = 1.0
+        q /= q.sum()
+        m = int(rng.integers(1, V + 2))
+        u = rng.random(m)
+        u[rng.random(m) < 0.1] = np.nextafter(1.0, 0.0)  # u * total rounds up to total
+        out, qr, cum = np.empty(m, np.int64), np.empty(V), np.empty(V)
+        got = draw_without_replacement_kernel(q, u, m, qr, cum, out)
+        np.testing.assert_array_equal(out[:got], draw_without_replacement(q, u))
