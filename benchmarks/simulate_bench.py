@@ -263,11 +263,12 @@ def rule_section(say, args, world, t_floor1: float, t_floor10: float) -> None:
             "interpreter of each checkout in turn.")
         say("")
     say(f"Floor costs measured in this run: logits pass {costs['row1'] * 1e6:.1f} us per row (1 state), "
-        f"sequential pass over V {costs['seq'] * 1e6:.1f} us, "
-        f"{costs['row10'] * 1e6:.1f} us per row (10 states); compare pass over V "
+        f"{costs['row10'] * 1e6:.1f} us per row (10 states); sequential pass over V "
+        f"{costs['seq'] * 1e6:.1f} us; compare pass over V "
         f"{costs['pass'] * 1e6:.1f} us; "
-        f"np.sort of V {costs['sort'] * 1e6:.0f} us; neighbour gather {costs['gather1'] * 1e9:.2f} ns per "
-        "(token, neighbour).")
+        f"np.sort of V {costs['sort'] * 1e6:.0f} us; V embedding rows gathered in a random order "
+        f"{costs['rows'] * 1e6:.0f} us; neighbour gather {costs['gather1'] * 1e9:.2f} ns per (token, "
+        "neighbour).")
     say("")
     per_rule_table(say, costs, checkouts, {}, args.rule_sequences, args.rule_seq_len, world.vocab_size)
     say("")
