@@ -52,6 +52,8 @@ import numpy as np
 from numba import njit
 
 from relaxspec.simulate.world_kernels import _block_logits
+from relaxspec.theory.boost import BoostKind
+from relaxspec.theory.verification import Verification
 
 WORLD = "ambiguous"
 WINDOW = 15
@@ -206,13 +208,13 @@ def floor_costs(world, logits_row: float, logits_row10: float) -> dict[str, floa
             "rows": _best(lambda: _gather_rows(emb, perm, rows), 50), "gather1": t_gather}
 
 
-def stage_counts(tree: str, rule: str, rec: dict, depth: int) -> tuple[np.ndarray, np.ndarray]:
+def stage_counts(tree: str, traversal: bool, rec: dict, depth: int) -> tuple[np.ndarray, np.ndarray]:
     """Per step, the stages it must test at least and how many of them have a full-support draft residual
     (module docstring); ``depth``: the nodes with children on a tree's first root-to-leaf path."""
     tokens = np.asarray(rec["tokens"])
     seq = np.asarray(rec["sequence"])
     window = not (tree.startswith("static") or tree.startswith("eagle2"))
-    if rule == "r4":
+    if traversal:
         stages = np.full(tokens.size, WINDOW if window else depth)
     elif window:  # every accepted draft, and the draft after them unless the window was all accepted
         stages = np.minimum(tokens, WINDOW)
@@ -241,11 +243,11 @@ def floor_seconds(tree: str, verification: str, rec: dict, costs: dict, static: 
     else:  # a window: the target forward along its L + 1 positions, no drafter
         draft, target = 0.0, float(WINDOW + 1)
     rows = draft * costs["row10"] + target * costs["row1"]
-    rule = verification.split("+")[0]
-    stages, full = stage_counts(tree, rule, rec, static[1])
+    v = Verification.parse(verification)
+    stages, full = stage_counts(tree, v.is_traversal, rec, static[1])
     stages, full = float(stages.mean()), float(full.mean())
     one = stages - full  # stages whose draft residual holds one token
-    sampled = rule in ("r2", "r4")
+    sampled = v.samples_drafts
     if tree.startswith("static"):
         draws = static[0] if sampled else 0.0
     elif tree.startswith("eagle2"):
@@ -254,13 +256,13 @@ def floor_seconds(tree: str, verification: str, rec: dict, costs: dict, static: 
         draws = float(np.mean(np.maximum(0, WINDOW - (tokens - 1))))
     rows += costs["seq"] * (1.0 + draws + (stages if sampled else 0.0))
     test, tv = 0.0, 0.0
-    if "gsd" in verification:
+    if v.boost.kind == BoostKind.GROUP:
         test = stages * costs["pass"]
         tv = full * (costs["sort"] + costs["rows"]) + one * costs["pass"]
-    elif "cool" in verification:
+    elif v.boost.kind == BoostKind.DEPTH:
         tv = stages * costs["pass"]
-    elif "budget" in verification:
-        k = int(verification.rsplit("k=", 1)[1])
+    elif v.boost.kind == BoostKind.BUDGET:
+        k = v.boost.k
         test = (full * V + one) * k * costs["gather1"]
     return rows + test, rows + test + tv
 
