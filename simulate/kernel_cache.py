@@ -22,6 +22,8 @@ from collections.abc import Iterable
 ENTRY_KERNELS: tuple[tuple[str, str], ...] = (
     ("relaxspec.simulate.engine", "simulate_kernel"),
     ("relaxspec.simulate.jacobi_kernels", "jacobi_kernel"),
+    ("relaxspec.simulate.coupled_kernels", "coupled_kernel"),
+    ("relaxspec.simulate.vvs_kernels", "vvs_kernel"),
 )
 """(module, name) of the kernels a simulation calls from Python; compiling one compiles every kernel it
 calls, each cached on its own."""
@@ -67,11 +69,14 @@ def warm_one(kernel: str) -> None:
     with the smallest run that calls it (a compiled kernel loads in well under a second)."""
     from relaxspec.core.trees import StaticTree
     from relaxspec.core.trees.jacobi import JacobiWindow
+    from relaxspec.core.trees.spec import parse_tree
     from relaxspec.simulate.engine import run
     from relaxspec.simulate.worlds import LatentWorld
 
     policies = {"relaxspec.simulate.engine.simulate_kernel": (StaticTree.chain(2), "r1"),
-                "relaxspec.simulate.jacobi_kernels.jacobi_kernel": (JacobiWindow(2), "r2")}
+                "relaxspec.simulate.jacobi_kernels.jacobi_kernel": (JacobiWindow(2), "r2"),
+                "relaxspec.simulate.coupled_kernels.coupled_kernel": (parse_tree("pac:3,width=2"), "r2"),
+                "relaxspec.simulate.vvs_kernels.vvs_kernel": (parse_tree("vvs:2,2,4,uniform=2"), "r1")}
     if kernel not in policies:
         raise ValueError(f"unknown entry kernel {kernel!r}; expected one of {sorted(policies)}")
     policy, rule = policies[kernel]
