@@ -74,4 +74,4 @@ def sequence_kappa(W, s, seed, seq_len, n_lags, sums):
 def kappa_kernel(W, seed, seq_len, n_lags, sums):
     """Sequences 0..len(sums)-1 in parallel: ``sums[s, m - 1]`` = sequence s's summed TVs at lag m."""
     for s in prange(sums.shape[0]):
-        sequence_kappa(W, s, seed, seq_len, n_lags, sums[s])
+        sequence_kappa(W, np.int64(s), seed, seq_len, n_lags, sums[s])

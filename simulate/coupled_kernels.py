@@ -294,8 +294,8 @@ def coupled_kernel(W, L, copy, coupling, store_official, width, depth, siblings,
     ``o_exp`` (E[tokens] of single-candidate windows when ``exact``), ``seqs`` (n_seq, seq_len + L) and
     ``n_steps``; every uniform comes from ``stream_key(seed, s)`` (thread-count invariant)."""
     for s in prange(n_seq):
-        _sequence(s, W, L, copy, coupling, store_official, width, depth, siblings, exact, seq_len, seed,
-                  o_int[s], o_exp[s], seqs[s], n_steps)
+        _sequence(np.int64(s), W, L, copy, coupling, store_official, width, depth, siblings, exact, seq_len,
+                  seed, o_int[s], o_exp[s], seqs[s], n_steps)
 
 
 __all__ = ["COUPLE_GUMBEL", "COUPLE_MAXIMAL", "COUPLE_NONE", "MAX_WIDTH", "REDRAW_BASE", "SIBLING_BASE",

@@ -216,8 +216,10 @@ def simulate_kernel(W, ps, rs, bs, exact, n_seq, seq_len, seed, out, n_steps):
     bkind, before, after, fallback, tau, dist, omega, emb, delta, table = bs
     o_int, o_exp, o_tv, o_ttv = out
     for s in prange(n_seq):
-        _sequence(s, W, (kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps,
-                         threshold, S, max_nodes, max_buffer, n_q), (rule, code, k, param, variant, nb),
+        # int64: Numba types a prange index as int64 and again as uint64 (two compiles of _sequence)
+        _sequence(np.int64(s), W,
+                  (kind, tparents, tranks, tdepths, top_k, max_calls, total_tokens, check_steps,
+                   threshold, S, max_nodes, max_buffer, n_q), (rule, code, k, param, variant, nb),
                   (bkind, before, after, fallback, tau, dist, omega, emb, delta, table), exact, seq_len, seed,
                   (o_int[s], o_exp[s], o_tv[s], o_ttv[s]), n_steps)
 

@@ -133,6 +133,6 @@ def jacobi_kernel(W, L, fresh, rs, bs, exact, n_seq, seq_len, seed, out, seqs, n
     kind, before, after, fallback, tau, dist, omega, emb, delta, table = bs
     o_int, o_exp, o_tv, o_ttv = out
     for s in prange(n_seq):
-        _sequence(s, W, L, fresh, (rule, code, k, param, variant, nb),
+        _sequence(np.int64(s), W, L, fresh, (rule, code, k, param, variant, nb),
                   (kind, before, after, fallback, tau, dist, omega, emb, delta, table), exact, seq_len, seed,
                   o_int[s], o_exp[s], o_tv[s], o_ttv[s], seqs[s], n_steps)

@@ -283,7 +283,8 @@ def vvs_kernel(W, ps, rs, bs, sc, emb, exact, n_seq, seq_len, seed, out, skipped
     bkind, before, after, fallback, tau, dist, omega, bemb, delta, table = bs
     o_int, o_exp, o_tv, o_ttv = out
     for s in prange(n_seq):
-        _sequence(s, W, (top_k, max_calls, total_tokens, check_steps, threshold, S, max_nodes, max_buffer),
+        _sequence(np.int64(s), W,
+                  (top_k, max_calls, total_tokens, check_steps, threshold, S, max_nodes, max_buffer),
                   (rule, code, k, param, variant, nb),
                   (bkind, before, after, fallback, tau, dist, omega, bemb, delta, table), sc, emb, exact,
                   seq_len, seed, (o_int[s], o_exp[s], o_tv[s], o_ttv[s]), skipped[s], n_steps)

@@ -3,6 +3,7 @@ it appears when Numba's cache lacks them (an empty ``NUMBA_CACHE_DIR``) and not 
 
 from __future__ import annotations
 
+import ast
 import importlib
 import os
 import subprocess
@@ -81,3 +82,30 @@ def test_warm_compiles_only_the_cold_kernels(simulator_kernels, monkeypatch, cap
         kernel_cache.warm()
     with pytest.raises(ValueError, match="unknown entry kernel 'relaxspec.nowhere.k'"):
         kernel_cache.warm_one("relaxspec.nowhere.k")
+
+
+
+def _bare_prange_indices(tree: ast.AST) -> list[int]:
+    """Lines of calls inside a ``for i in prange(...)`` loop that pass the bare index ``i``."""
+    lines = []
+    for loop in ast.walk(tree):
+        if not (isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call)
+                and getattr(loop.iter.func, "id", None) == "prange" and isinstance(loop.target, ast.Name)):
+            continue
+        for call in (n for stmt in loop.body for n in ast.walk(stmt) if isinstance(n, ast.Call)):
+            bare = any(isinstance(a, ast.Name) and a.id == loop.target.id for a in call.args)
+            if bare and ast.unparse(call.func) != "np.int64":
+                lines.append(call.lineno)
+    return lines
+
+
+def test_parallel_kernels_hand_their_sequence_kernels_an_int64_index() -> None:
+    """Numba types a prange loop twice, as a range (an int64 index) and as the parallel body (uint64):
+    a kernel called with the bare index compiles twice (14% of a cold compile of simulate_kernel), so
+    each call passes ``np.int64(s)``. The check fails on a loop that passes the bare index."""
+    sources = sorted((ROOT / "simulate").glob("*.py"))
+    found = {p.name: _bare_prange_indices(ast.parse(p.read_text())) for p in sources}
+    assert sum(1 for p in sources if "prange(" in p.read_text()) >= 5
+    assert {name: lines for name, lines in found.items() if lines} == {}
+    bad = ast.parse("for s in prange(n):\n    kernel(np.int64(s), W)\n    kernel(s, W)\n")
+    assert _bare_prange_indices(bad) == [3]
