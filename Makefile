@@ -25,7 +25,7 @@ demo: setup
 # The simulator's two entry kernels are compiled first, one per core (minutes on a cold cache, nothing when
 # cached), so that the workers, and the processes their tests start, do not each compile them at once.
 test: setup
-	$(BIN)/python -m relaxspec.simulate.kernel_cache
+	$(BIN)/relaxspec warm-up
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
 
 lint: setup

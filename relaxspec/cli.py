@@ -50,6 +50,9 @@ SUBCOMMANDS: list[Subcommand] = [
     Subcommand("demo", "exact vs LANTERN vs LANTERN++ on EAGLE-2, static, DDD and Sequoia trees in the "
                "confident and ambiguous worlds (results.csv, figures, report.md)",
                "relaxspec.simulate_cli:add_demo_arguments"),
+    Subcommand("warm-up", "compile the simulator's Numba kernels into Numba's cache ahead of a run "
+               "(`make test` runs it first; minutes on a cold cache, nothing when it is warm)",
+               "relaxspec.simulate_cli:add_warm_up_arguments"),
     Subcommand("world-stats", "ambiguity of a world preset: mean top-1, entropy, top-10 mass, 1 - TV(p, q)",
                "relaxspec.simulate_cli:add_world_stats_arguments"),
     Subcommand("fit", "fit a world (a world file, *.toml) to captured traces of any model, with its context "

@@ -56,8 +56,8 @@ from relaxspec.figstyle import (
 )
 from relaxspec.results import COLUMNS, NO_SETTINGS, config_key, load, settings_label, with_views
 from relaxspec.theory.boost import Boost
-from relaxspec.theory.relax import Relax, RelaxKind, Variant
-from relaxspec.theory.rules import Rule
+from relaxspec.theory.relax import Relax, RelaxKind, Variant, as_variant
+from relaxspec.theory.rules import Rule, as_rule
 from relaxspec.theory.verification import Verification
 
 if TYPE_CHECKING:
@@ -123,7 +123,8 @@ class LineKey(NamedTuple):
     def verification(self) -> Verification:
         """The line's verification but its relaxation (the x axis): rule, variant and boost, which style it
         (:func:`relaxspec.figstyle.method_style`)."""
-        return Verification(self.rule, variant=self.variant, boost=Boost.parse(self.boost))
+        return Verification(as_rule(self.rule), variant=as_variant(self.variant),
+                            boost=Boost.parse(self.boost))
 
 
 @dataclass(frozen=True)

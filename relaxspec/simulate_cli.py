@@ -1,4 +1,4 @@
-"""``relaxspec simulate | plot | demo | world-stats``: the simulators from the command line."""
+"""``relaxspec simulate | plot | demo | warm-up | world-stats``: the simulators from the command line."""
 
 from __future__ import annotations
 
@@ -34,6 +34,13 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
                    help="the shipped model of the real-model section: mini (512 codes, the default) or "
                         "ambiguous (8,192 codes, weights/ambiguous)")
     p.set_defaults(func=_demo)
+
+
+def add_warm_up_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``relaxspec warm-up`` (``relaxspec.simulate.kernel_cache.warm``)."""
+    p.add_argument("--serial", action="store_true",
+                   help="one kernel after another in this process (default: one process per cold kernel)")
+    p.set_defaults(func=_warm_up)
 
 
 def add_world_stats_arguments(p: argparse.ArgumentParser) -> None:
@@ -89,6 +96,14 @@ def _compile_notice() -> None:
     notice = compile_notice()
     if notice:
         print(f"relaxspec: note: {notice}", file=sys.stderr)
+
+
+def _warm_up(args: argparse.Namespace) -> int:
+    from relaxspec.simulate.kernel_cache import warm
+
+    compiled = warm(parallel=not args.serial)
+    print(f"compiled {', '.join(compiled)}" if compiled else "the simulator's kernels are cached", flush=True)
+    return 0
 
 
 def _simulate(args: argparse.Namespace) -> int:

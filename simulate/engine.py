@@ -65,15 +65,11 @@ from relaxspec.simulate.sequence_kernels import (
     buffer_scratch,
     node_scratch,
     p_row,
+    parent_rows,
     record_step,
+    walk_step,
 )
-from relaxspec.simulate.step_kernels import (
-    children_csr,
-    leaf_bonus,
-    path_tv,
-    sample_step_walk_kernel,
-    step_expectation_kernel,
-)
+from relaxspec.simulate.step_kernels import children_csr, leaf_bonus, path_tv, step_expectation_kernel
 from relaxspec.simulate.traversal_kernels import (
     child_tokens_csr,
     traversal_expectation_kernel,
@@ -158,10 +154,8 @@ def _sequence(s, W, ps, rs, bs, exact, seq_len, seed, o, n_steps):
         npr = 0
         e_tok, e_tv = math.nan, math.nan
         if exact:  # p at every node with children, for theory's expectation of the step
-            for v in range(n):
-                if cstart[v + 1] > cstart[v]:
-                    npr = p_row(W, v, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es,
-                                 cmaxs, npr)
+            npr = parent_rows(W, n, cstart, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es,
+                              cmaxs, npr)
             if r4:
                 e_tok, e_tv = traversal_expectation_kernel(parents, depths, n, cstart, cidx, ktok, p_rows,
                                                            prow, q_rows, qrow_f, bs, ts, path, reach)
@@ -169,24 +163,22 @@ def _sequence(s, W, ps, rs, bs, exact, seq_len, seed, o, n_steps):
                 e_tok, e_tv, epoch = step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows,
                                                              prow, psums, q_rows, qrow_f, rs, bs, mark, seen,
                                                              epoch, scratch, edge, reach)
-        state[0] = 0
-        state[1] = 0
         if r4:
             traversal_reset(ts, n, bs)
             charge[0] = 0.0
-        while True:  # the walk asks for p where it goes
-            if r4:
+            while True:  # the walk asks for p where it goes
                 m, bonus, need = traversal_walk_kernel(parents, depths, n, cstart, cidx, ktok, p_rows, prow,
                                                        q_rows, qrow_f, ua, ud, bs, ts, path, charge,
                                                        scratch[0])
-            else:
-                m, bonus, epoch, need = sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx,
-                                                                p_rows, prow, q_rows, qrow_f, ua, ud, rs, bs,
-                                                                mark, epoch, scratch, path, state, ok, tops)
-            if need < 0:
-                break
-            npr = p_row(W, need, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,
-                         npr)
+                if need < 0:
+                    break
+                npr = p_row(W, need, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,
+                            npr)
+        else:
+            m, bonus, epoch, npr = walk_step(W, parents, tokens, depths, n, cstart, cidx, buf_of, bparent,
+                                             btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs, q_rows,
+                                             qrow_f, ua, ud, rs, bs, mark, epoch, scratch, path, state, ok,
+                                             tops, npr)
         end = path[m - 1]
         if bonus < 0:
             if prow[end] < 0:

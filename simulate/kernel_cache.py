@@ -4,18 +4,20 @@ The kernels are compiled with ``cache=True``: the first run on a machine (or wit
 ``NUMBA_CACHE_DIR``, or after a kernel's source changed) compiles them, for minutes with no output, while
 a progress bar's first estimate reads hours; every later run loads them in seconds. :func:`compile_notice`
 says so in one line before such a run (``relaxspec simulate`` and ``relaxspec demo`` print it).
-:func:`warm` compiles them ahead: ``python -m relaxspec.simulate.kernel_cache`` (``make test`` runs it
-before the tests, so that its two pytest workers, and the processes their tests start, do not each
-compile them at once).
+:func:`warm` compiles them ahead: ``relaxspec warm-up`` (``make test`` runs it before the tests, so that
+its two pytest workers, and the processes their tests start, do not each compile them at once).
+
+The command lives in the CLI (``relaxspec.simulate_cli``), not here: this module is imported by the
+``relaxspec.simulate`` package, and ``python -m`` on a module its package has already imported runs a
+second copy of it (runpy's ``RuntimeWarning``).
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 ENTRY_KERNELS: tuple[tuple[str, str], ...] = (
     ("relaxspec.simulate.engine", "simulate_kernel"),
@@ -24,7 +26,7 @@ ENTRY_KERNELS: tuple[tuple[str, str], ...] = (
 """(module, name) of the kernels a simulation calls from Python; compiling one compiles every kernel it
 calls, each cached on its own."""
 MODULE = "relaxspec.simulate.kernel_cache"
-"""This module's import name (run as ``python -m``, its ``__name__`` is ``__main__``)."""
+"""This module's import name (what each compiling process of :func:`warm` imports)."""
 COMPILE_MINUTES = (1, 4)
 """A cold compilation's wall time in minutes: 1.5-2 on an idle 2-core machine (BENCHMARKS.md, ``relaxspec
 demo`` from a cold cache), 4 on a loaded one (issue 26)."""
@@ -83,7 +85,8 @@ def warm(kernels: Iterable[tuple[str, str]] = ENTRY_KERNELS, parallel: bool = Tr
     Numba compiles a kernel on one core, and the two entry kernels together take most of a cold start."""
     cold = cold_kernels(kernels)
     if parallel and len(cold) > 1:
-        procs = [subprocess.Popen([sys.executable, "-m", MODULE, "--one", k]) for k in cold]
+        procs = [subprocess.Popen([sys.executable, "-c", f"from {MODULE} import warm_one; warm_one({k!r})"])
+                 for k in cold]
         failed = [k for k, p in zip(cold, procs, strict=True) if p.wait() != 0]
         if failed:
             raise RuntimeError(f"compiling {', '.join(failed)} failed (its error is printed above)")
@@ -91,23 +94,3 @@ def warm(kernels: Iterable[tuple[str, str]] = ENTRY_KERNELS, parallel: bool = Tr
         for kernel in cold:
             warm_one(kernel)
     return cold
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m relaxspec.simulate.kernel_cache [--serial]``: compile the cold entry kernels."""
-    parser = argparse.ArgumentParser(prog="python -m relaxspec.simulate.kernel_cache",
-                                     description="compile the simulator's entry kernels into Numba's cache")
-    parser.add_argument("--serial", action="store_true",
-                        help="one kernel after another in this process (default: one process per kernel)")
-    parser.add_argument("--one", metavar="KERNEL", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.one:
-        warm_one(args.one)
-        return 0
-    compiled = warm(parallel=not args.serial)
-    print(f"compiled {', '.join(compiled)}" if compiled else "the simulator's kernels are cached", flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,7 @@
 """Numba pieces of one sequence's decoding that the engine (``simulate.engine``) and VVS's skip steps
 (``simulate.vvs_kernels``) share: a sequence's scratch (the draft buffer and per-node arrays), p at a tree
-node on demand, a step's output row and the move of the world's state to the next root.
+node on demand (one node, every node with children, or where a step's R1-R3 walk asks for it), a step's
+output row and the move of the world's state to the next root.
 
 Moved verbatim from :mod:`simulate.engine` (names without the leading underscore).
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from relaxspec.simulate.step_kernels import sample_step_walk_kernel
 from relaxspec.simulate.world_kernels import ensure_state, target_row, transition
 
 
@@ -21,6 +23,34 @@ def p_row(W, v, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, 
     psums[v] = target_row(W, zs[b], p_rows[npr], es[0], cmaxs[0])
     prow[v] = npr
     return npr + 1
+
+
+@njit(cache=True, error_model="numpy")
+def parent_rows(W, n, cstart, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs, npr):
+    """p at every node of the tree (``n`` nodes, CSR children ``cstart``) that has children, as theory's
+    expectation of the step reads them; returns the next free row."""
+    for v in range(n):
+        if cstart[v + 1] > cstart[v]:
+            npr = p_row(W, v, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs, npr)
+    return npr
+
+
+@njit(cache=True, error_model="numpy")
+def walk_step(W, parents, tokens, depths, n, cstart, cidx, buf_of, bparent, btoken, zs, hs, have, p_rows,
+              prow, psums, es, cmaxs, q_rows, qrow_f, ua, ud, rs, bs, mark, epoch, scratch, path, state, ok,
+              tops, npr):
+    """A step's R1-R3 walk (``step_kernels.sample_step_walk_kernel``, from a reset ``state``), p computed
+    at each node where it asks for it; returns (accepted path length m, bonus token or -1, epoch, next
+    free p row)."""
+    state[0] = 0
+    state[1] = 0
+    while True:  # the walk asks for p where it goes
+        m, bonus, epoch, need = sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows,
+                                                        prow, q_rows, qrow_f, ua, ud, rs, bs, mark, epoch,
+                                                        scratch, path, state, ok, tops)
+        if need < 0:
+            return m, bonus, epoch, npr
+        npr = p_row(W, need, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs, npr)
 
 
 @njit(cache=True, error_model="numpy")

@@ -28,14 +28,16 @@ from numba import njit, prange
 from relaxspec.core.trees.skips import Schedule
 from relaxspec.simulate.policy_kernels import EXPAND_BATCH, build_dynamic
 from relaxspec.simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_counter, stream_key, uniform
-from relaxspec.simulate.sequence_kernels import advance_root, buffer_scratch, node_scratch, p_row, record_step
-from relaxspec.simulate.step_kernels import (
-    children_csr,
-    leaf_bonus,
-    path_tv,
-    sample_step_walk_kernel,
-    step_expectation_kernel,
+from relaxspec.simulate.sequence_kernels import (
+    advance_root,
+    buffer_scratch,
+    node_scratch,
+    p_row,
+    parent_rows,
+    record_step,
+    walk_step,
 )
+from relaxspec.simulate.step_kernels import children_csr, leaf_bonus, path_tv, step_expectation_kernel
 from relaxspec.simulate.verify_kernels import draw_token_kernel
 from relaxspec.simulate.world_kernels import initial_state, row_scratch, vocab_size
 
@@ -236,23 +238,15 @@ def _sequence(s, W, ps, rs, bs, sc, emb, exact, seq_len, seed, o, skipped, n_ste
             npr = 0
             e_tok, e_tv = math.nan, math.nan
             if exact:
-                for v in range(n):
-                    if cstart[v + 1] > cstart[v]:
-                        npr = p_row(W, v, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es,
-                                     cmaxs, npr)
+                npr = parent_rows(W, n, cstart, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums,
+                                  es, cmaxs, npr)
                 e_tok, e_tv, epoch = step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows,
                                                              prow, psums, q_rows, qrow_f, rs, bs, mark, seen,
                                                              epoch, scratch, edge, reach)
-            state[0] = 0
-            state[1] = 0
-            while True:
-                m, bonus, epoch, need = sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx,
-                                                                p_rows, prow, q_rows, qrow_f, ua, ud, rs, bs,
-                                                                mark, epoch, scratch, path, state, ok, tops)
-                if need < 0:
-                    break
-                npr = p_row(W, need, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,
-                             npr)
+            m, bonus, epoch, npr = walk_step(W, parents, tokens, depths, n, cstart, cidx, buf_of, bparent,
+                                             btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs, q_rows,
+                                             qrow_f, ua, ud, rs, bs, mark, epoch, scratch, path, state, ok,
+                                             tops, npr)
             end = path[m - 1]
             if prow[end] < 0:
                 npr = p_row(W, end, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,

@@ -16,7 +16,7 @@ PACKAGES = ("relaxspec", "theory", "core", "simulate", "reference", "mini")
 # notebooks' display helper (Markdown in Jupyter, plain text elsewhere).
 PRINTING: dict[str, set[str]] = {
     "relaxspec/cli.py": {"main", "emit"},
-    "relaxspec/simulate_cli.py": {"_trace_acceptance", "_compile_notice", "_simulate", "_plot",
+    "relaxspec/simulate_cli.py": {"_trace_acceptance", "_compile_notice", "_simulate", "_plot", "_warm_up",
                                   "_world_stats"},
     "relaxspec/fit_cli.py": {"run"},
     "relaxspec/notebooks.py": {"_figures"},
@@ -25,7 +25,6 @@ PRINTING: dict[str, set[str]] = {
     "theory/cli.py": {"_demo"},
     "mini/cli.py": {"_ambiguity", "_quality", "_validate", "_compare", "_report"},
     "mini/train_mini.py": {"_main"},
-    "simulate/kernel_cache.py": {"main"},
     "reference/cli.py": {"_replay", "_rescore"},
     "reference/generate.py": {"run"},
     "reference/train_drafter.py": {"main"},

@@ -67,23 +67,36 @@ def test_the_simulate_command_prints_the_notice_before_running(tmp_path, monkeyp
 
 
 def test_warm_compiles_only_the_cold_kernels(simulator_kernels, monkeypatch, capsys) -> None:
-    """``python -m relaxspec.simulate.kernel_cache`` (``make test`` runs it first): nothing to do on a warm
-    cache; the cold kernels, each in a process of its own, else; a failed one is named."""
+    """``relaxspec warm-up`` (``make test`` runs it first): nothing to do on a warm cache; the cold kernels,
+    each in a process of its own, else; a failed one is named."""
     from relaxspec.simulate import kernel_cache
 
-    assert importlib.import_module(kernel_cache.MODULE) is kernel_cache  # what each process runs (-m)
+    assert importlib.import_module(kernel_cache.MODULE) is kernel_cache  # what each process imports
     assert kernel_cache.warm() == []
-    assert kernel_cache.main([]) == 0 and capsys.readouterr().out == "the simulator's kernels are cached\n"
+    assert main(["warm-up"]) == 0 and capsys.readouterr().out == "the simulator's kernels are cached\n"
     names = [f"{m}.{n}" for m, n in kernel_cache.ENTRY_KERNELS]
+    warm_one = kernel_cache.warm_one
     monkeypatch.setattr(kernel_cache, "cold_kernels", lambda kernels=(): names)
-    assert kernel_cache.main([]) == 0 and capsys.readouterr().out == f"compiled {', '.join(names)}\n"
+    monkeypatch.setattr(kernel_cache, "warm_one", lambda kernel: None)  # --serial: in this process
+    assert main(["warm-up", "--serial"]) == 0 and capsys.readouterr().out == f"compiled {', '.join(names)}\n"
+    assert main(["warm-up"]) == 0 and capsys.readouterr().out == f"compiled {', '.join(names)}\n"
     monkeypatch.setattr(kernel_cache, "cold_kernels", lambda kernels=(): [names[0], "relaxspec.nowhere.k"])
     with pytest.raises(RuntimeError, match=r"compiling relaxspec\.nowhere\.k failed"):
         kernel_cache.warm()
     with pytest.raises(ValueError, match="unknown entry kernel 'relaxspec.nowhere.k'"):
-        kernel_cache.warm_one("relaxspec.nowhere.k")
+        warm_one("relaxspec.nowhere.k")
 
 
+def test_make_tests_warm_up_runs_without_a_warning(simulator_kernels) -> None:
+    """The command the Makefile's ``test`` target runs before pytest (``python -m`` on a module the
+    ``relaxspec.simulate`` package imports printed runpy's ``RuntimeWarning`` on stderr) writes nothing to
+    stderr; on a warm cache it compiles nothing."""
+    recipe = (ROOT / "Makefile").read_text().partition("\ntest: setup\n")[2].splitlines()
+    warm_up = recipe[0].strip()
+    assert "pytest" in recipe[1] and warm_up.startswith("$(BIN)/"), recipe[:2]
+    command = warm_up.replace("$(BIN)/", str(Path(sys.executable).parent) + "/").split()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert (done.returncode, done.stderr, done.stdout) == (0, "", "the simulator's kernels are cached\n")
 
 def _bare_prange_indices(tree: ast.AST) -> list[int]:
     """Lines of calls inside a ``for i in prange(...)`` loop that pass the bare index ``i``."""
