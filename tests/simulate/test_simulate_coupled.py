@@ -152,8 +152,8 @@ TRANS3 = np.array([[0.6, 0.3, 0.1], [0.15, 0.25, 0.6], [0.3, 0.1, 0.6]])
 N_LAW = 20_000
 
 
-def _sample_law(start: np.ndarray, trans: np.ndarray, spec: str, n: int, seed: int, boost: Boost | None = None,
-                nb: np.ndarray | None = None, n_law: int = N_LAW) -> np.ndarray:
+def _sample_law(start: np.ndarray, trans: np.ndarray, spec: str, n: int, seed: int,
+                boost: Boost | None = None, nb: np.ndarray | None = None, n_law: int = N_LAW) -> np.ndarray:
     """Counts of the first ``n`` tokens of ``n_law`` oracle decodes on the Markov target, fresh uniforms
     per decision and Gumbel noise fixed per absolute position (``boost``: the budget over ``nb``)."""
     rng = np.random.default_rng(seed)

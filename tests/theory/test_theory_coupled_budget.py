@@ -80,7 +80,8 @@ def test_theory_gumbel_budget_token_tv_within_the_budget(V, L, tv, data):
     """The Gumbel coupling's drafts follow their stored laws too (Proposition 15.2): the same bound."""
     start = data.draw(distributions(V))
     trans = np.array([data.draw(distributions(V)) for _ in range(V)])
-    law = gumbel_sequence_law(start, trans, L, 3, boost=Boost.budget(tv, V - 1), neighbours=_table(V, V - 1, 0))
+    law = gumbel_sequence_law(start, trans, L, 3, boost=Boost.budget(tv, V - 1),
+                              neighbours=_table(V, V - 1, 0))
     assert _max_token_tv(law, start, trans) <= tv + TOL
     zero = gumbel_sequence_law(start, trans, L, 3, boost=Boost.budget(0.0, 1), neighbours=_table(V, 1, 0))
     np.testing.assert_allclose(zero, markov_sequence_law(start, trans, 3), rtol=0, atol=1e-11)
