@@ -28,6 +28,7 @@ SCAN_WINDOWS = (8, 16, 32, 64)  # SCD's claim: tokens per forward rising with L 
 VVS_DELTAS = (0.1, 0.2)  # LANTERN's delta on VVS's verify steps (the LANTERN rows' deltas)
 VVS_INTERVALS = (2, 4)  # VVS's uniform schedule: skip every i-th step
 VVS_TREE = "10,4,58"  # VVS skips verification of EAGLE-2's trees (EAGLE2's settings)
+BOUNDED_SKIP_TV = 0.2  # ours: VVS's skips taken only when every token they can emit has TV <= this
 DDD = "ddd:10,11,5/7/9,-0.3,60"
 SEQUOIA = "sequoia:57,8"
 
@@ -95,7 +96,8 @@ def methods_2026() -> list[Method]:
     """Issue 29's rows (SPEC 10): SJD at SJD-PAC's window, SCD (``principled``; ``gumbel`` and SCD's code's
     ``official`` as variants), SJD-PAC's ablation (+PD, +PD+AC) at L = 32, VVS (every 2nd and 4th step,
     dynamic) with LANTERN's delta on its verify steps, and ours: the budgeted relaxation on SCD's and
-    SJD-PAC's windows. The shipped model's decoder runs none of them yet (``decoder=False``)."""
+    SJD-PAC's windows, and VVS's skips within a TV bound per token (docs/theory.md 15.7, exact verify
+    steps). The shipped model's decoder runs none of them yet (``decoder=False``)."""
     L = PAC_WINDOW
     return [
         Method(f"SJD L={L}", "jacobi", f"jacobi:{L}", "r2", decoder=False),
@@ -113,6 +115,8 @@ def methods_2026() -> list[Method]:
                  f"r2+budget:tv={d:g},k={{k}}", lossy=True, decoder=False) for d in BUDGETS],
         *[Method(f"SJD-PAC + budget δ={d:g}", "budget-pac", f"pac:{L}", f"r2+budget:tv={d:g},k={{k}}",
                  lossy=True, decoder=False) for d in BUDGETS],
+        Method(f"VVS every 2, skips within TV {BOUNDED_SKIP_TV:g} (ours)", "vvs-bounded",
+               f"vvs:{VVS_TREE},uniform=2,tv={BOUNDED_SKIP_TV:g}", lossy=True, decoder=False),
     ]
 
 
@@ -148,13 +152,14 @@ def later_methods() -> list[Method]:
 # issue 15's anchors: SJD, GSD, Cool-SD, LANTERN++
 ANCHOR_FAMILIES = ("jacobi", "gsd", "cool-sd", "lantern++")
 # traversal verification and the budgeted relaxation: a proved TV bound
-OUR_FAMILIES = ("r4", "r4-jacobi", "budget", "budget-r4", "budget-jacobi", "budget-scd", "budget-pac")
+OUR_FAMILIES = ("r4", "r4-jacobi", "budget", "budget-r4", "budget-jacobi", "budget-scd", "budget-pac",
+                "vvs-bounded")
 LOSSLESS_2026_FAMILIES = ("scd", "pac")
 """Issue 29's lossless anchors (their principled rows): SCD and SJD-PAC."""
 GOAL = 0.15
 
 
-__all__ = ["ANCHOR_FAMILIES", "BUDGETS", "COOL_DELTAS", "DDD", "EAGLE2", "GOAL", "LOSSLESS_2026_FAMILIES",
-           "Method", "OUR_FAMILIES", "PAC_WINDOW", "REFERENCE_V", "SCAN_WINDOWS", "SEQUOIA", "SHIPPED_K",
-           "STATIC", "VVS_DELTAS", "VVS_INTERVALS", "VVS_TREE", "WINDOW", "WORLD_K", "later_methods",
-           "methods", "methods_2026", "neighbour_k", "scan_methods"]
+__all__ = ["ANCHOR_FAMILIES", "BOUNDED_SKIP_TV", "BUDGETS", "COOL_DELTAS", "DDD", "EAGLE2", "GOAL",
+           "LOSSLESS_2026_FAMILIES", "Method", "OUR_FAMILIES", "PAC_WINDOW", "REFERENCE_V", "SCAN_WINDOWS",
+           "SEQUOIA", "SHIPPED_K", "STATIC", "VVS_DELTAS", "VVS_INTERVALS", "VVS_TREE", "WINDOW", "WORLD_K",
+           "later_methods", "methods", "methods_2026", "neighbour_k", "scan_methods"]

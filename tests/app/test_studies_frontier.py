@@ -47,7 +47,8 @@ def test_the_2026_rows_and_the_scan() -> None:
     assert len({m.label for m in every}) == len(every)
     new = methods_2026()
     assert every[-len(new):] == new and not any(m.decoder for m in new)
-    assert {m.family for m in new} == {"jacobi", "scd", "pac", "vvs", "budget-scd", "budget-pac"}
+    assert {m.family for m in new} == {"jacobi", "scd", "pac", "vvs", "budget-scd", "budget-pac",
+                                       "vvs-bounded"}
     runs = world_methods()
     assert len({(m.tree, m.verification) for m in runs}) == len(runs)
     assert {(m.tree, m.verification) for m in scan_methods()} <= {(m.tree, m.verification) for m in runs}
