@@ -57,12 +57,12 @@ from relaxspec.reference.model import Transformer  # noqa: E402
 from relaxspec.reference.model_config import gpt_config  # noqa: E402
 from relaxspec.reference.tree_attention import TreeExecution, run_layers, tree_inputs  # noqa: E402
 from relaxspec.reference.verify_ops import HostLink  # noqa: E402
-from relaxspec.theory.boost import NO_BOOST  # noqa: E402
 from relaxspec.theory.relax import Relax  # noqa: E402
 from relaxspec.theory.rule_step import sample_rule_step, step_neighbours  # noqa: E402
 from relaxspec.theory.rules import Rule  # noqa: E402
 from relaxspec.theory.sampler import draw_without_replacement  # noqa: E402
 from relaxspec.theory.tree import Tree  # noqa: E402
+from relaxspec.theory.verification import Verification  # noqa: E402
 
 FIELDS = ["device", "device_name", "model", "role", "dtype", "batch", "prefix", "n_tokens", "mode",
           "latency_ms", "weight_bytes", "floor_ms"]
@@ -247,8 +247,8 @@ def tree_forward(dev: torch.device, dtype: torch.dtype, reps: int) -> tuple[floa
         return ms, f"{str(dtype).replace('torch.', '')} {mode}", forward()
 
 
-def host_verification(raw: torch.Tensor, q_logits: torch.Tensor, tree: Tree, sampling: Sampling, rule: str,
-                      relax: Relax, neighbours: np.ndarray, uniforms: list, out: list):
+def host_verification(raw: torch.Tensor, q_logits: torch.Tensor, tree: Tree, sampling: Sampling,
+                      verification: Verification, neighbours: np.ndarray, uniforms: list, out: list):
     """The host path of ``reference.decode`` as one call per step: guided logits (and r2's draft logits)
     to the host through ``link``, float64 NumPy probabilities, ``theory.rule_step.sample_rule_step``.
     Appends each (path, bonus) to ``out``; returns the step and its HostLink."""
@@ -259,11 +259,10 @@ def host_verification(raw: torch.Tensor, q_logits: torch.Tensor, tree: Tree, sam
         ua, ud = next(it)
         p = sampling.probs(link.read(guide(raw, VERIFY_CFG).float()).astype(np.float64))
         q = None
-        if rule == Rule.R2:
+        if verification.rule == Rule.R2:
             q = np.zeros(p.shape)
             q[inner] = sampling.probs(link.read(q_logits[inner].float()).astype(np.float64))
-        path, bonus = sample_rule_step(tree, p, ua, ud, rule=rule, relax=relax, neighbours=neighbours,
-                                       q_dists=q)
+        path, bonus = sample_rule_step(tree, p, ua, ud, verification, neighbours=neighbours, q_dists=q)
         out.append((list(path), int(bonus)))
 
     return step, link
@@ -302,20 +301,21 @@ def verify_rows(dev: torch.device, dtype: torch.dtype, label: str, rules: list[t
     rows = []
     for rule, relax_text in rules:
         relax = Relax.parse(relax_text)
-        neighbours = step_neighbours(table, V, relax, "principled", NO_BOOST)
+        verification = Verification(rule, relax)
+        neighbours = step_neighbours(table, V, verification)
         for top_k in VERIFY_TOP_K:
             sampling = Sampling(1.0, top_k, 1.0)
             tree = draft_tree(tree_parents(n), sampling.probs(q_logits.cpu().numpy().astype(np.float64)), rng)
             uniforms = [(rng.random(n), rng.random(n)) for _ in range(calls)]
             host_out: list = []
-            step, link = host_verification(raw, q_logits, tree, sampling, rule, relax, neighbours, uniforms,
+            step, link = host_verification(raw, q_logits, tree, sampling, verification, neighbours, uniforms,
                                            host_out)
             row = {"device": label, "forward_mode": mode, "forward_ms": forward_ms, "rule": rule,
                    "relax": relax_text, "top_k": top_k, "host_ms": timed(step, dev, reps, np.median),
                    "host_bytes": link.bytes // calls, "device_ms": None, "device_bytes": None, "agree": None}
             if DeviceVerifier is not None:
-                verifier = DeviceVerifier(rule=rule, relax=relax, variant="principled", boost=NO_BOOST,
-                                          vocab_size=V, neighbours=table, device=dev, dtype=torch.float64)
+                verifier = DeviceVerifier(verification, vocab_size=V, neighbours=table, device=dev,
+                                          dtype=torch.float64)
                 verifier.link.reset()
                 device_out: list = []
                 step = device_verification(verifier, raw, q_logits, tree, sampling, uniforms, device_out)

@@ -6,6 +6,7 @@ A trace is a directory (SPEC section 7)::
       header.json          model, checkpoint and codebook hashes, V, settings
       neighbours.npy       the neighbour table the run used (when it relaxed)
       embedding.npy        GSD's embedding table (float32, V x dim; when the run's boost is ``gsd``)
+      codes.npy            the code vectors VVS's dynamic schedule compares (float32, V x dim)
       chunk-000000.npz     whole sequences of steps, concatenated
       chunk-000001.npz     ...
 
@@ -30,7 +31,8 @@ the logits of the law q_j that d_j was drawn from (the previous forward's target
 logits for a kept token, 0 at the token and -inf elsewhere for a fresh one), and
 ``u_fresh`` the L uniforms that refilled the window (``reference.jacobi``): with
 them a replay rebuilds every window from the trace alone. Chunks written before
-``u_fresh`` existed read with no fresh uniforms.
+``u_fresh`` existed read with no fresh uniforms. Coupled and PAC windows and VVS
+skip steps (SPEC 10) record more per step: ``core.trace_step``.
 
 Over 400 lines: the format's header, step records, writer (resumable, atomic chunks) and reader with
 its validation are one file format, kept together so that writer and reader cannot drift apart.
@@ -42,21 +44,26 @@ import hashlib
 import os
 import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from relaxspec.core.trace_header import LOGIT_DTYPES, TRACE_VERSION, Sampling, TraceHeader  # re-exported
+from relaxspec.core.trace_step import TraceStep, check_step  # re-exported
 from relaxspec.theory.boost import check_embedding
 from relaxspec.theory.neighbours import load_neighbours, validate_neighbours
 from relaxspec.theory.relax import Relax
-from relaxspec.theory.tree import Tree
 
 _CHUNK_KEYS = (
     "sequence", "position", "n_nodes", "parents", "tokens", "target_logits", "draft_logits",
     "u_accept", "u_draw", "path_len", "path", "bonus",
 )
+_VARIABLE = ("u_fresh", "u_couple", "columns", "stale_logits")
+"""Per-step arrays of any length (leading axis), stored concatenated with their lengths ``n_<name>``; a
+chunk without one (a trace of a method that records none) reads as empty."""
+_SCALARS = {"noise_key": 0, "mean_accepted": np.nan}
+"""Per-step numbers of the frontier's methods, with the value of a chunk that stores none."""
 
 
 def array_sha256(arr: np.ndarray) -> str:
@@ -76,90 +83,6 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()
 
 
-@dataclass(frozen=True)
-class TraceStep:
-    """One decoding step: the tree, logits at every node, uniforms and outcome."""
-
-    sequence: int
-    position: int
-    parents: np.ndarray
-    tokens: np.ndarray
-    target_logits: np.ndarray
-    draft_logits: np.ndarray
-    u_accept: np.ndarray
-    u_draw: np.ndarray
-    path: np.ndarray
-    bonus: int
-    u_fresh: np.ndarray = field(default_factory=lambda: np.zeros(0))
-
-    @property
-    def tree(self) -> Tree:
-        """The validated draft tree of this step."""
-        return Tree(self.parents, self.tokens)
-
-    @property
-    def tokens_emitted(self) -> int:
-        """Accepted drafts + the bonus token."""
-        return int(self.path.size)
-
-
-def _check_step(step: TraceStep, vocab_size: int, source: str = "trace") -> None:
-    """Raise ``ValueError`` naming ``source`` and the step (sequence, position) when ``step`` is invalid."""
-    where = f"{source}: step (sequence {step.sequence}, position {step.position})"
-    n = step.parents.shape[0]
-    shapes = {
-        "tokens": (step.tokens.shape, (n,)),
-        "target_logits": (step.target_logits.shape, (n, vocab_size)),
-        "draft_logits": (step.draft_logits.shape, (n, vocab_size)),
-        "u_accept": (step.u_accept.shape, (n,)),
-        "u_draw": (step.u_draw.shape, (n,)),
-    }
-    for name, (got, want) in shapes.items():
-        if got != want:
-            raise ValueError(f"{where}: {name} has shape {got}, expected {want}")
-    for name in ("target_logits", "draft_logits"):
-        _check_logits(getattr(step, name), f"{where}: {name}")
-    for name in ("u_accept", "u_draw", "u_fresh"):
-        ok = (getattr(step, name) >= 0) & (getattr(step, name) < 1)  # False for NaN
-        if not ok.all():
-            node = int(np.flatnonzero(~ok)[0])
-            raise ValueError(f"{where}: {name} of {'slot' if name == 'u_fresh' else 'node'} {node} is not a "
-                             "uniform in [0, 1)")
-    if step.u_fresh.ndim != 1:
-        raise ValueError(f"{where}: u_fresh has shape {step.u_fresh.shape}, expected one dimension")
-    try:
-        step.tree.check_vocab(vocab_size)
-    except ValueError as err:
-        raise ValueError(f"{where}: {err}") from err
-    path = step.path
-    if path.size == 0 or path[0] != 0 or path.min() < 0 or path.max() >= n:
-        raise ValueError(f"{where}: path {path.tolist()} must start at the root (node 0) and name nodes of "
-                         f"the tree (0 to {n - 1})")
-    if not np.array_equal(step.parents[path[1:]], path[:-1]):  # what replay and rescore both rely on
-        raise ValueError(f"{where}: path {path.tolist()} is not a chain of the tree (each node's parent must "
-                         f"be the node before it; parents {step.parents.tolist()})")
-    if not 0 <= step.bonus < vocab_size:
-        raise ValueError(f"{where}: bonus token {step.bonus} is out of range")
-
-
-def _check_logits(logits: np.ndarray, what: str) -> None:
-    """Raise naming the first node whose stored logits hold NaN or +inf, or are -inf everywhere.
-
-    -inf entries are allowed (masked tokens); the check runs on the stored dtype, without a copy to float64.
-    """
-    if np.isfinite(logits).all():
-        return
-    for bad, kind in ((np.isnan(logits), "NaN"), (np.isposinf(logits), "+inf")):
-        rows = np.flatnonzero(bad.any(axis=1))
-        if rows.size:
-            col = int(np.flatnonzero(bad[rows[0]])[0])
-            raise ValueError(f"{what} of node {rows[0]} hold {kind} (at token {col}; {int(bad.sum())} {kind} "
-                             "entries in this step)")
-    dead = np.flatnonzero(np.isneginf(logits).all(axis=1))
-    if dead.size:
-        raise ValueError(f"{what} of node {dead[0]} are -inf everywhere: no token has mass")
-
-
 class TraceWriter:
     """Write a trace, one whole sequence per chunk; ``resume=True`` appends to an existing one.
 
@@ -175,6 +98,7 @@ class TraceWriter:
         *,
         resume: bool = False,
         embedding: np.ndarray | None = None,
+        codes: np.ndarray | None = None,
     ) -> None:
         self.path = Path(path)
         self.header = header
@@ -202,6 +126,11 @@ class TraceWriter:
             if not np.array_equal(table, embedding):
                 raise ValueError("the GSD embedding table must hold float32 values (traces store float32)")
             np.save(self.path / "embedding.npy", table, allow_pickle=False)
+        if codes is not None:  # the code vectors VVS's dynamic schedule compares (float32)
+            table = check_embedding(codes, header.vocab_size).astype(np.float32)
+            if not np.array_equal(table, codes):
+                raise ValueError("the code table must hold float32 values (traces store float32)")
+            np.save(self.path / "codes.npy", table, allow_pickle=False)
         _atomic_write(self.path / "header.json", header.to_json().encode())
         self._next_chunk = 0
         self.done_sequences: set[int] = set()
@@ -218,8 +147,13 @@ class TraceWriter:
             u_draw=np.asarray(step.u_draw, dtype=np.float64),
             path=np.asarray(step.path, dtype=np.int32), bonus=int(step.bonus),
             u_fresh=np.asarray(step.u_fresh, dtype=np.float64),
+            u_couple=np.asarray(step.u_couple, dtype=np.float64),
+            columns=np.asarray(step.columns, dtype=np.int32), noise_key=int(step.noise_key),
+            stale_logits=np.asarray(step.stale_logits).astype(self._dtype).reshape(
+                -1, self.header.vocab_size),
+            mean_accepted=float(step.mean_accepted),
         )
-        _check_step(step, self.header.vocab_size, str(self.path))
+        check_step(step, self.header.vocab_size, str(self.path))
         self._steps.append(step)
 
     def end_sequence(self) -> None:
@@ -241,7 +175,11 @@ class TraceWriter:
             "path": np.concatenate([t.path for t in s]),
             "bonus": np.array([t.bonus for t in s], dtype=np.int64),
             "n_fresh": np.array([t.u_fresh.size for t in s], dtype=np.int64),
-            "u_fresh": np.concatenate([t.u_fresh for t in s]),
+            **{f"n_{k}": np.array([getattr(t, k).shape[0] for t in s], dtype=np.int64)
+               for k in _VARIABLE if k != "u_fresh"},
+            **{k: np.concatenate([getattr(t, k) for t in s]) for k in _VARIABLE},
+            "noise_key": np.array([t.noise_key for t in s], dtype=np.int64),
+            "mean_accepted": np.array([t.mean_accepted for t in s], dtype=np.float64),
         }
         name = self.path / f"chunk-{self._next_chunk:06d}.npz"
         tmp = name.with_suffix(".tmp")
@@ -272,6 +210,7 @@ class Trace:
     neighbours: np.ndarray | None
     chunk_files: list[Path]
     embedding: np.ndarray | None = None
+    codes: np.ndarray | None = None
 
     def steps(self) -> Iterator[TraceStep]:
         """Every step in order."""
@@ -319,7 +258,13 @@ def read_trace(path: str | Path) -> Trace:
     elif header.neighbour_columns:
         raise ValueError(f"trace {path} verifies with {header.verification} but has no neighbours.npy")
     chunks = sorted(path.glob("chunk-*.npz"))
-    return Trace(path, header, neighbours, chunks, _read_embedding(path, header))
+    codes = None
+    if (path / "codes.npy").exists():
+        try:
+            codes = check_embedding(np.load(path / "codes.npy", allow_pickle=False), header.vocab_size)
+        except (OSError, ValueError) as err:
+            raise ValueError(f"trace code table {path / 'codes.npy'} is corrupt: {err}") from err
+    return Trace(path, header, neighbours, chunks, _read_embedding(path, header), codes)
 
 
 def _read_embedding(path: Path, header: TraceHeader) -> np.ndarray | None:
@@ -391,15 +336,24 @@ def _read_chunk(f: Path, vocab_size: int) -> Iterator[TraceStep]:
     if d["n_nodes"].size == 0:
         raise ValueError(f"trace chunk {f} holds no steps (the writer never writes an empty chunk): it is "
                          "damaged; remove it")
+    steps = d["n_nodes"].size
     node_end = np.cumsum(d["n_nodes"])
     path_end = np.cumsum(d["path_len"])
-    n_fresh = d.get("n_fresh", np.zeros(d["n_nodes"].size, dtype=np.int64))  # older chunks: none
-    u_fresh = d.get("u_fresh", np.zeros(0))
-    fresh_end = np.cumsum(n_fresh)
-    if (node_end[-1] != d["parents"].size or path_end[-1] != d["path"].size or n_fresh.shape != node_end.shape
-            or fresh_end[-1] != u_fresh.size):
+    empty = {"u_fresh": np.zeros(0), "u_couple": np.zeros(0), "columns": np.zeros(0, dtype=np.int32),
+             "stale_logits": np.zeros((0, vocab_size), dtype=d["target_logits"].dtype)}
+    var = {}
+    for k in _VARIABLE:  # a chunk without the array (a method that records none): empty at every step
+        counts = d.get("n_fresh" if k == "u_fresh" else f"n_{k}", np.zeros(steps, dtype=np.int64))
+        values = d.get(k, empty[k])
+        ends = np.cumsum(counts)
+        if counts.shape != node_end.shape or (ends[-1] if steps else 0) != values.shape[0]:
+            raise ValueError(f"trace chunk {f} has inconsistent step lengths")
+        var[k] = (values, ends - counts, ends)
+    scalars = {k: d.get(k, np.full(steps, v)) for k, v in _SCALARS.items()}
+    if (node_end[-1] != d["parents"].size or path_end[-1] != d["path"].size
+            or any(v.shape != node_end.shape for v in scalars.values())):
         raise ValueError(f"trace chunk {f} has inconsistent step lengths")
-    for i in range(d["n_nodes"].size):
+    for i in range(steps):
         a, b = node_end[i] - d["n_nodes"][i], node_end[i]
         pa, pb = path_end[i] - d["path_len"][i], path_end[i]
         step = TraceStep(
@@ -408,9 +362,10 @@ def _read_chunk(f: Path, vocab_size: int) -> Iterator[TraceStep]:
             target_logits=d["target_logits"][a:b], draft_logits=d["draft_logits"][a:b],
             u_accept=d["u_accept"][a:b], u_draw=d["u_draw"][a:b],
             path=d["path"][pa:pb], bonus=int(d["bonus"][i]),
-            u_fresh=u_fresh[fresh_end[i] - n_fresh[i]:fresh_end[i]],
+            **{k: values[start[i]:end[i]] for k, (values, start, end) in var.items()},
+            noise_key=int(scalars["noise_key"][i]), mean_accepted=float(scalars["mean_accepted"][i]),
         )
-        _check_step(step, vocab_size, str(f))
+        check_step(step, vocab_size, str(f))
         yield step
 
 

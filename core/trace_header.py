@@ -3,7 +3,8 @@
 ``header.json`` is read back field by field: each field's type and value are checked, and an error names
 the file and the field (:meth:`TraceHeader.from_json`). What the run verified with is one field,
 ``verification`` (a :class:`theory.verification.Verification`, stored as its spec string); a trace of an
-older format version (version 1 stored rule, relax, variant and boost apart) is refused in one line.
+older format version (version 1 stored rule, relax, variant and boost apart; version 2 had no record of
+SPEC 10's windows and skip steps) is refused in one line.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from relaxspec.core.trees.spec import parse_tree
 from relaxspec.theory.distributions import logits_to_probs
 from relaxspec.theory.verification import Verification
 
-TRACE_VERSION = 2
-"""The trace format this relaxspec writes and reads (2: one ``verification`` field)."""
+TRACE_VERSION = 3
+"""The trace format this relaxspec writes and reads (2: one ``verification`` field; 3: a step may record a
+coupled or PAC window's columns and coupling uniforms, or a VVS skip step: ``core.trace_step``)."""
 LOGIT_DTYPES = ("float16", "float32")
 
 

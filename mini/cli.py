@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -44,8 +43,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     qual.add_argument("--configs", default=None, help="comma-separated configuration names (default: all)")
     add_scheduler_arguments(qual)  # images are generated in tasks of a few images, one torch thread each
     qual.set_defaults(func=_quality)
-    val = msub.add_parser("validate", help="traces, replay and simulate's predictions vs the decoder")
-    val.add_argument("--n-sequences", type=int, default=20, help="sequences decoded per configuration")
+    val = msub.add_parser("validate", help="every method the decoder runs: traces, replay, the trace-driven "
+                                           "and the fitted world's predictions vs the decoder (resumable)")
+    val.add_argument("--n-sequences", type=int, default=40, help="images decoded per configuration")
+    val.add_argument("--configs", default=None, help="comma-separated configuration names (default: all)")
+    val.add_argument("--workers", type=int, default=1, help="worker processes (one thread each)")
+    val.add_argument("--device", default="cpu", help="torch device the decoder runs on (cpu, cuda)")
+    val.add_argument("--keep-traces", action="store_true", help="keep every trace (default: each is "
+                                                                 "deleted once nothing reads it)")
+    val.add_argument("--no-world", action="store_true", help="fit no world (no world column)")
+    val.add_argument("--kappa-images", type=int, default=16, help="AR samples kappa is measured along")
+    val.add_argument("--fit-rounds", type=int, default=3, help="rounds of the bisections (relaxspec fit)")
+    val.add_argument("--fit-iters", type=int, default=12, help="bisection steps per knob and round")
+    val.add_argument("--fit-sequences", type=int, default=32, help="world sequences per figure of the fit")
+    val.add_argument("--docs", type=Path, default=None,
+                     help="write the tables into this markdown file's section for the model (its markers)")
+    val.add_argument("--advise-tv", type=float, default=0.05, metavar="PER_TOKEN",
+                     help="the TV budget per token at which relaxspec advise picks a method in the fitted "
+                          "world; its pick is decoded as one more row (a negative value: no advise)")
+    val.add_argument("--report-only", action="store_true", help="run nothing: the tables of --out's rows")
     val.set_defaults(func=_validate)
     rep = msub.add_parser("report", help="markdown tables of the cards and of the analyses in --out")
     rep.set_defaults(func=_report)
@@ -179,23 +195,54 @@ def _quality(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from relaxspec.mini.calibration import fitted_preset, world_key
-    from relaxspec.mini.validation import VALIDATION_CONFIGS, run_validation
+    from relaxspec.mini.validation import VALIDATION_CONFIGS, config_key
+    from relaxspec.mini.validation_report import load_worlds, render, write_section
+    from relaxspec.mini.validation_run import (
+        WORLDS,
+        FitOptions,
+        pick_config,
+        read_pick,
+        read_rows,
+        run_validation,
+    )
+    from relaxspec.mini.weights import WEIGHTS_DIR
 
-    _at_least(args, seed=0, n_sequences=1)
-    mini = _load(args)
-    sha = mini.checkpoint_sha256("target")
-    keys = {world_key(c.drafter, c.verification.rule) for c in VALIDATION_CONFIGS}
-    worlds = {k: fitted_preset(sha, k) for k in keys}
-    if None in worlds.values():
-        worlds = None
-        print(f"no world is fitted to this target (weights SHA-256 {sha[:12]}...): the world column is left "
-              "out (relaxspec mini ambiguity --fit fits one)", file=sys.stderr)
-    rows = run_validation(mini, args.out / "validation", worlds, args.n_sequences,
-                          seed=args.seed, progress=not args.no_progress)
-    for r in rows:
-        print(r)
-    return 0 if all(r["replay_mismatches"] == 0 for r in rows) else 1
+    _at_least(args, seed=0, n_sequences=2, workers=1, kappa_images=2, fit_rounds=1, fit_iters=1,
+              fit_sequences=2)  # a standard error needs 2 images
+    configs = VALIDATION_CONFIGS
+    if args.configs:
+        wanted = [s.strip() for s in args.configs.split(",")]
+        names = [c.name for c in VALIDATION_CONFIGS]
+        unknown = sorted(set(wanted) - set(names))
+        if unknown:
+            raise ValueError(f"unknown configurations {unknown}; expected some of {names}")
+        configs = [c for c in VALIDATION_CONFIGS if c.name in wanted]
+    weights = args.weights or WEIGHTS_DIR
+    out = args.out / "validation"
+    if args.docs is not None and not args.docs.is_file():
+        raise ValueError(f"--docs {args.docs} is not a file")
+    if args.report_only:
+        rows = read_rows(out / "validation.csv")
+    else:
+        rows = run_validation(weights, out, args.n_sequences, configs, seed=args.seed, workers=args.workers,
+                              device=args.device, keep_traces=args.keep_traces, worlds=not args.no_world,
+                              fit=FitOptions(args.kappa_images, args.fit_rounds, args.fit_iters,
+                                             args.fit_sequences),
+                              advise_tv=args.advise_tv if args.advise_tv >= 0 else None,
+                              log=lambda m: print(m, flush=True))
+    worlds = load_worlds(out / WORLDS, sorted({config_key(c) for c in configs}))
+    model = "first model (weights/)" if Path(weights).resolve() == WEIGHTS_DIR.resolve() else \
+        f"model {Path(weights).name} ({weights})"
+    where = "" if args.weights is None else f" --weights {args.weights}"
+    command = f"relaxspec mini{where} --out {args.out} validate --n-sequences {args.n_sequences}"
+    pick = read_pick(out)
+    extra = pick_config(pick) if pick else None
+    lines = render(rows, configs + ([extra] if extra else []), worlds, model=model, command=command,
+                   pick=pick)
+    print("\n".join(lines))
+    if args.docs is not None:
+        write_section(args.docs, Path(weights).name, lines)
+    return 0 if all(r["replay_mismatches"] == 0 for r in rows.values()) else 1
 
 
 def _compare(args: argparse.Namespace) -> int:

@@ -17,8 +17,11 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from relaxspec.core.trace_header import Sampling
 from relaxspec.mini.ambiguity import _guided_probs
 from relaxspec.mini.shipped import MiniModel
+from relaxspec.reference.decode import guide
+from relaxspec.reference.model import Transformer
 from relaxspec.simulate.context import ContextSensitivity, check_counts, summarise
 from relaxspec.simulate.context_kernels import replace_key
 from relaxspec.simulate.rng import check_seed, uniform
@@ -62,21 +65,33 @@ def laws_context_sensitivity(laws: Laws, tokens: np.ndarray, n_lags: int, *, see
     return summarise(sums, T - np.arange(1, n_lags + 1))
 
 
-def guided_laws(mini: MiniModel, labels: np.ndarray, cfg_scale: float) -> Laws:
-    """The target's guided laws (classifier-free guidance ``cfg_scale``, temperature 1) along sequences
-    of image i's class ``labels[i]``: the law :mod:`mini.ambiguity` measures the model's figures with."""
-    tgt = mini.target
+def transformer_laws(target: Transformer, labels: np.ndarray, cfg_scale: float,
+                     sampling: Sampling | None = None) -> Laws:
+    """The laws of a reference GPT ``target`` (a shipped model's or a LlamaGen checkpoint's) along
+    sequences of image i's class ``labels[i]``: classifier-free guidance ``cfg_scale`` (1: the
+    conditional logits alone, as the decoder does), then ``sampling`` (a trace header's temperature,
+    top-k, top-p; None: temperature 1 in torch, :mod:`mini.ambiguity`'s law)."""
     labels = np.asarray(labels, dtype=np.int64)
 
     @torch.no_grad()
     def laws(seqs: np.ndarray, i: int) -> np.ndarray:
         x = torch.from_numpy(np.ascontiguousarray(seqs[:, :-1]))
         y = torch.full((x.shape[0],), int(labels[i]), dtype=torch.int64)
-        cond = tgt(x, y)
-        uncond = tgt(x, torch.full_like(y, tgt.cfg.null_class))
-        return _guided_probs(cond, uncond, cfg_scale)
+        cond = target(x, y)
+        if sampling is None:
+            return _guided_probs(cond, target(x, torch.full_like(y, target.cfg.null_class)), cfg_scale)
+        raw = torch.stack([cond, target(x, torch.full_like(y, target.cfg.null_class))]) if cfg_scale > 1 \
+            else cond[None]
+        logits = guide(raw, cfg_scale).double().numpy()
+        return sampling.probs(logits.reshape(-1, logits.shape[-1])).reshape(logits.shape)
 
     return laws
+
+
+def guided_laws(mini: MiniModel, labels: np.ndarray, cfg_scale: float) -> Laws:
+    """The target's guided laws (classifier-free guidance ``cfg_scale``, temperature 1) along sequences
+    of image i's class ``labels[i]``: the law :mod:`mini.ambiguity` measures the model's figures with."""
+    return transformer_laws(mini.target, labels, cfg_scale)
 
 
 def model_context_sensitivity(mini: MiniModel, tokens: np.ndarray, labels: np.ndarray, cfg_scale: float,

@@ -29,20 +29,24 @@ import numpy as np
 from relaxspec.core.cost import DEFAULT_TABLE, CostModel
 from relaxspec.core.trace import Sampling, TraceStep, TraceWriter
 from relaxspec.core.trees.spec import check_tree_spec, draft_source, parse_tree, tree_kind
+from relaxspec.core.trees.windows import CoupledWindow, PacWindow
 from relaxspec.mini.shipped import MiniModel
+from relaxspec.reference.coupled import WindowPlan
 from relaxspec.reference.decode import Decoder, DecodeSettings, gsd_embedding
 from relaxspec.reference.drafter import EagleDraftSession, GPTDraftSession
+from relaxspec.reference.frontier import reads_codes, tree_slots
+from relaxspec.reference.vvs import skip_token_tvs
 from relaxspec.simulate.verify import step_expectation
 from relaxspec.theory.rule_step import (
-    own_oracle,
     rule_step_expectation,
     step_neighbours,
 )
 from relaxspec.theory.verification import Verification
+from relaxspec.theory.vvs import skip_laws
+from relaxspec.theory.window_walk import has_repeats
 
 DRAFTERS = ("eagle", "draft_gpt")
 CFG_SCALE = 2.0
-
 
 @dataclass(frozen=True)
 class DecodeConfig:
@@ -74,7 +78,8 @@ class DecodeConfig:
 
     @property
     def is_jacobi(self) -> bool:
-        return tree_kind(self.tree) == "jacobi"
+        """Whether the tree is a window of sampled drafts (SJD's, SCD's coupled or SJD-PAC's): no drafter."""
+        return draft_source(self.tree).is_window
 
     def describe(self) -> str:
         if self.is_ar:
@@ -93,23 +98,25 @@ def config_embedding(mini: MiniModel, config: DecodeConfig) -> np.ndarray | None
 
 
 def make_decoder(mini: MiniModel, config: DecodeConfig, logits_dtype: str = "float32") -> Decoder:
-    """A reference ``Decoder`` running ``config`` on ``mini``."""
-    settings = DecodeSettings(config.verification, target_sampling=Sampling(), draft_sampling=Sampling(),
-                              cfg_scale=config.cfg_scale, logits_dtype=logits_dtype)
+    """A reference ``Decoder`` running ``config`` on ``mini`` (VVS's dynamic schedule compares the
+    tokenizer's code vectors)."""
     neighbours = mini.neighbours() if config.verification.neighbour_k else None
+    policy = None if config.is_ar else parse_tree(
+        config.tree, relax=config.verification.relax, neighbours=neighbours, acceptance=config.acceptance,
+        cost=lambda: CostModel.from_table(config.cost_table or DEFAULT_TABLE, config.cost_model))
+    settings = DecodeSettings(config.verification, target_sampling=Sampling(), draft_sampling=Sampling(),
+                              cfg_scale=config.cfg_scale, logits_dtype=logits_dtype,
+                              max_tree_nodes=tree_slots(policy))
     if config.is_ar:
         return Decoder(mini.target, settings, neighbours=neighbours)
-    policy = parse_tree(config.tree, relax=config.verification.relax, neighbours=neighbours,
-                        acceptance=config.acceptance,
-                        cost=lambda: CostModel.from_table(config.cost_table or DEFAULT_TABLE,
-                                                          config.cost_model))
     embedding = config_embedding(mini, config)
     if config.is_jacobi:
         return Decoder(mini.target, settings, policy=policy, neighbours=neighbours, embedding=embedding)
     drafter = (EagleDraftSession(mini.eagle_head, mini.target) if config.drafter == "eagle"
                else GPTDraftSession(mini.draft_gpt))
+    codes = mini.tokenizer.codebook().astype(np.float32) if reads_codes(policy) else None
     return Decoder(mini.target, settings, drafter=drafter, policy=policy, neighbours=neighbours,
-                   embedding=embedding)
+                   embedding=embedding, codes=codes)
 
 
 class StepScorer:
@@ -125,10 +132,12 @@ class StepScorer:
         self.writer = writer
         v = config.verification
         table = mini.neighbours() if v.neighbour_k else None
-        self.neighbours = step_neighbours(table, mini.vocab_size, v.relax, v.variant, v.boost)
+        self.neighbours = step_neighbours(table, mini.vocab_size, v)
         self.boost = v.boost
         self.embedding = config_embedding(mini, config)
         self.sampling = Sampling()
+        policy = parse_tree(config.tree) if config.is_jacobi else None  # a window needs no context
+        self.window = WindowPlan.of(policy) if isinstance(policy, CoupledWindow | PacWindow) else None
         self.expected: list[float] = []
         self.tv: list[float] = []
         self.emitted: list[int] = []
@@ -136,24 +145,36 @@ class StepScorer:
         self._seq_tv = 0.0
 
     def add(self, step: TraceStep) -> None:
-        """Score one step (and pass it on to the trace writer)."""
+        """Score one step (and pass it on to the trace writer). A VVS skip step: E[tokens] given its tree
+        and the exact TVs of the tokens it emitted, summed (``reference.vvs.skip_token_tvs``); a coupled
+        or PAC window: R2's on its tree, the TV 0 for the lossless windows and NaN for the others (their
+        distortion depends on the window's history: docs/theory.md 15.2)."""
         if self.writer is not None:
             self.writer.add(step)
-        if step.parents.size > 1:
+        if step.skipped:
+            stale = self.sampling.probs(step.stale_logits.astype(np.float64))[0]
+            tv = float(skip_token_tvs(step, self.sampling).sum())
+            self.expected.append(skip_laws(step.parents, step.tokens, stale, step.mean_accepted)[1])
+            self.tv.append(tv)
+            self.emitted.append(step.tokens_emitted)
+            self._seq_tv += tv
+        elif step.parents.size > 1:
             p = self.sampling.probs(np.asarray(step.target_logits, dtype=np.float64))
             v = self.config.verification
             q = None
             if v.samples_drafts:
                 q = self.sampling.probs(np.asarray(step.draft_logits, dtype=np.float64))
-            boost = {} if self.boost.is_none else {"boost": self.boost, "emb": self.embedding}
-            own = own_oracle(v.rule, self.boost)
-            expectation = rule_step_expectation if own else step_expectation
-            e = expectation(step.tree, p, rule=v.rule, relax=v.relax, neighbours=self.neighbours, q_dists=q,
-                            variant=v.variant, **boost)
-            self.expected.append(e.tokens)
-            self.tv.append(e.tv)
+            expectation = rule_step_expectation if v.walks_own_step else step_expectation
+            e = expectation(step.tree, p, v, neighbours=self.neighbours, q_dists=q, emb=self.embedding)
+            tokens, tv = e.tokens, e.tv
+            if self.window is not None:
+                cols = step.columns.reshape(-1, self.window.width)
+                tokens = np.nan if has_repeats(cols) else tokens
+                tv = tv if self.window.lossless else np.nan
+            self.expected.append(tokens)
+            self.tv.append(tv)
             self.emitted.append(step.tokens_emitted)
-            self._seq_tv += e.tv
+            self._seq_tv += tv
 
     def end_sequence(self) -> None:
         """Close a sequence (its summed per-step TV bound is recorded)."""

@@ -21,6 +21,10 @@ Modules, one concept each:
 - :mod:`reference.cuda_graph`: CUDA graph capture of the padded, fixed-shape tree forward;
 - :mod:`reference.jacobi`: what one Jacobi window leaves to the next (kept drafts and the
   stored logits of their laws), shared by the decoder and replay;
+- SPEC 10's methods: :mod:`reference.coupled` (what a coupled or SJD-PAC window leaves to the
+  next) and :mod:`reference.decode_columns` (their loop), :mod:`reference.decode_vvs` (VVS's loop
+  with skip steps) and :mod:`reference.vvs` (a skipped token's exact TV from a trace),
+  :mod:`reference.frontier` (their checks), :mod:`reference.replay_frontier` (their replay);
 - :mod:`reference.capture`: trace capture from a decoder held in memory;
 - :mod:`reference.replay`: trace replay through ``theory`` and ``simulate`` and rescoring;
 - :mod:`reference.generate` / :mod:`reference.cli`: ``relaxspec generate | replay | rescore``;

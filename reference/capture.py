@@ -70,7 +70,8 @@ def capture_trace(decoder: Decoder, path: str | Path, labels: Sequence[int], *, 
     header = decoder_header(decoder, seed=seed, codebook=codebook, model=model,
                             checkpoint_sha256=checkpoint_sha256, extra=extra)
     embedding = None if decoder.embedding is None else decoder.embedding.astype(np.float32)
-    with TraceWriter(path, header, neighbours, resume=resume, embedding=embedding) as writer:
+    with TraceWriter(path, header, neighbours, resume=resume, embedding=embedding,
+                     codes=decoder.code_table) as writer:
         todo = [i for i in range(len(labels)) if i not in writer.done_sequences]
         return [decoder.generate(int(labels[i]), seed, sequence=i, trace=writer)
                 for i in tqdm(todo, desc=model, disable=not progress or not todo, unit="seq")]

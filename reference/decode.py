@@ -57,6 +57,11 @@ R4 ``u_accept[j]`` is d_j's eta and ``u_draw[j]`` draws the bonus from P_j when
 the step ends at node j, else t_{j+1}). A
 trace records the window as a chain whose node j - 1 holds the stored logits
 of q_j (``core.trace``), with ``u_fresh``.
+
+SPEC 10's methods run their own loops with this decoder's forward, verifiers and drafting: SCD's coupled
+windows and SJD-PAC's windows (``jacobi:L,coupled=..``, ``pac:..``; no drafter, rule r2) in
+``reference.decode_columns``, VVS's skipped verification (``vvs:..``; a drafter, rule r1; the dynamic
+schedule reads ``codes``, the VQ codebook) in ``reference.decode_vvs``.
 """
 
 from __future__ import annotations
@@ -71,8 +76,16 @@ import torch
 from relaxspec.core.trace import LOGIT_DTYPES, Sampling, TraceStep, TraceWriter
 from relaxspec.core.trees.jacobi import JacobiWindow
 from relaxspec.core.trees.policies import TreePolicy
+from relaxspec.core.trees.skips import VvsTree
 from relaxspec.core.trees.spec import draft_source
+from relaxspec.core.trees.windows import CoupledWindow, PacWindow
+from relaxspec.reference.coupled import WindowPlan
+from relaxspec.reference.decode_columns import ColumnsDecoding
+from relaxspec.reference.decode_stats import DecodeResult, StepStats
+from relaxspec.reference.decode_vvs import VvsDecoding
+from relaxspec.reference.draft_tree import TreeDrafting
 from relaxspec.reference.drafter import DraftSession
+from relaxspec.reference.frontier import DEFAULT_TREE_NODES, check_frontier, tree_nodes_needed
 from relaxspec.reference.jacobi import Kept
 from relaxspec.reference.model import Transformer
 from relaxspec.reference.verify import DeviceVerifier
@@ -83,7 +96,7 @@ from relaxspec.theory.rule_step import (
     step_neighbours,
 )
 from relaxspec.theory.rules import boost_embedding
-from relaxspec.theory.tree import Tree, parent_depths
+from relaxspec.theory.tree import Tree
 from relaxspec.theory.verification import Verification
 
 VERIFIERS = ("device", "theory")
@@ -138,7 +151,7 @@ class DecodeSettings:
     draft_sampling: Sampling = field(default_factory=Sampling)
     cfg_scale: float = 1.0
     logits_dtype: str = "float32"
-    max_tree_nodes: int = 128
+    max_tree_nodes: int = DEFAULT_TREE_NODES
     verifier: str = "device"
     verify_dtype: str = "float64"
 
@@ -160,57 +173,31 @@ class DecodeSettings:
         return self.cfg_scale > 1.0
 
 
-@dataclass(frozen=True)
-class StepStats:
-    """One decoding step."""
-
-    sequence: int
-    step: int
-    position: int
-    nodes: int
-    depth: int
-    draft_calls: int
-    accepted: int
-    tokens: int
-    t_draft_s: float
-    t_target_s: float
-    t_verify_s: float
-    host_bytes: int = 0
-
-
-@dataclass
-class DecodeResult:
-    """Generated image tokens (grid^2,) and per-step statistics."""
-
-    tokens: np.ndarray
-    steps: list[StepStats]
-
-    @property
-    def tokens_per_step(self) -> float:
-        return float(np.mean([s.tokens for s in self.steps]))
-
-
-class Decoder:
+class Decoder(TreeDrafting, ColumnsDecoding, VvsDecoding):
     """Generate images token by token (``drafter=None``), speculatively with a drafter and a tree
     ``policy``, or with Jacobi windows (``policy`` a :class:`~core.trees.jacobi.JacobiWindow`, no
     drafter). ``embedding`` is GSD's table (:func:`gsd_embedding`) when the settings' boost is ``gsd``."""
 
     def __init__(self, target: Transformer, settings: DecodeSettings, *, drafter: DraftSession | None = None,
                  policy: TreePolicy | None = None, neighbours: np.ndarray | None = None,
-                 embedding: np.ndarray | None = None) -> None:
+                 embedding: np.ndarray | None = None, codes: np.ndarray | None = None) -> None:
         self.jacobi = policy if isinstance(policy, JacobiWindow) else None
+        self.columns_plan = WindowPlan.of(policy) if isinstance(policy, CoupledWindow | PacWindow) else None
+        self.vvs = policy if isinstance(policy, VvsTree) else None
         if self.jacobi is not None:
             _check_jacobi(self.jacobi, settings, drafter)
         elif (drafter is None) != (policy is None):
             raise ValueError("speculative decoding needs both a drafter and a tree policy")
         settings.verification.check_source(draft_source(policy), f"tree {policy or 'ar'}")
+        self.codes = check_frontier(policy, settings.verification, codes, target.cfg.vocab_size)
+        self.code_table = None if codes is None else np.asarray(codes, dtype=np.float32)  # a trace stores it
         if drafter is not None and getattr(drafter, "vocab_size", None) != target.cfg.vocab_size:
             raise ValueError(f"drafter vocabulary {getattr(drafter, 'vocab_size', None)} differs from the "
                              f"target's {target.cfg.vocab_size}")
         self.target, self.settings, self.drafter, self.policy = target, settings, drafter, policy
         self.vocab = target.cfg.vocab_size
         v = settings.verification
-        self.neighbours = step_neighbours(neighbours, self.vocab, v.relax, v.variant, v.boost)
+        self.neighbours = step_neighbours(neighbours, self.vocab, v)
         self.device = next(target.parameters()).device
         if embedding is not None and not v.reads_embedding:
             raise ValueError(f"an embedding table is read only by the gsd boost, not by {v}")
@@ -220,13 +207,14 @@ class Decoder:
             raise ValueError("the GSD embedding table must hold float32 values (a trace stores float32): "
                              "build it with reference.decode.gsd_embedding")
         self.verifier = None if settings.verifier == "theory" else DeviceVerifier(
-            rule=v.rule, relax=v.relax, variant=v.variant, boost=v.boost, vocab_size=self.vocab,
+            v, vocab_size=self.vocab,
             neighbours=neighbours, embedding=self.embedding, device=self.device,
             dtype=VERIFY_DTYPES[settings.verify_dtype])
         batch = 2 if settings.guided else 1
-        if self.jacobi is not None and self.jacobi.window + 1 > settings.max_tree_nodes:
-            raise ValueError(f"a Jacobi window of {self.jacobi.window} drafts needs max_tree_nodes >= "
-                             f"{self.jacobi.window + 1}, got {settings.max_tree_nodes}")
+        needed = tree_nodes_needed(policy)
+        if needed > settings.max_tree_nodes:
+            raise ValueError(f"{policy} runs up to {needed} nodes in one target forward: it needs "
+                             f"max_tree_nodes >= {needed}, got {settings.max_tree_nodes}")
         target.setup_cache(batch, settings.max_tree_nodes)
         if drafter is not None:
             drafter.setup(batch, settings.max_tree_nodes)
@@ -266,16 +254,35 @@ class Decoder:
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
 
+    def _forward(self, labels: torch.Tensor, parents: np.ndarray, tokens: np.ndarray, first: bool,
+                 prefix: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One target forward over a tree (at the first step node 0 is the class token, whatever
+        ``tokens[0]`` holds): its hidden states and guided logits (trace dtype), both on the device."""
+        tgt, n, B = self.target, len(parents), labels.shape[0]
+        if first:  # the class token, then (Jacobi) the first window's drafts
+            x = tgt.embed_class(labels)
+            if n > 1:
+                drafts = tgt.embed_tokens(torch.as_tensor(np.array(tokens[1:]), device=self.device))
+                x = torch.cat([x, drafts[None].expand(B, -1, -1)], dim=1)
+        else:
+            tok = torch.as_tensor(np.array(tokens), device=self.device)
+            x = tgt.embed_tokens(tok)[None].expand(B, -1, -1)
+        hidden = tgt.forward_tree(x, parents, np.arange(n), prefix)
+        return hidden, self._guided(tgt.logits(hidden))
+
     # -- one sequence -------------------------------------------------------------------------
     @torch.no_grad()
     def generate(self, label: int, seed: int, sequence: int = 0, trace: TraceWriter | None = None
                  ) -> DecodeResult:
         """Generate the grid^2 image tokens of class ``label``; ``sequence`` keys the uniforms."""
+        if self.columns_plan is not None:
+            return self._generate_columns(label, seed, sequence, trace)
+        if self.vvs is not None:
+            return self._generate_vvs(label, seed, sequence, trace)
         st, tgt = self.settings, self.target
         N, V = tgt.cfg.block_size, self.vocab
         rng = np.random.default_rng(np.random.SeedSequence([seed, sequence]))
         labels = self._labels(label)
-        B = labels.shape[0]
         stats: list[StepStats] = []
         tokens: list[int] = []
         prefix = 0
@@ -301,17 +308,8 @@ class Decoder:
                                                                           N - len(tokens) - 1, rng)
             t1 = self._sync()
             n = tree.size
-            if first:  # the class token, then (Jacobi) the first window's drafts
-                x = tgt.embed_class(labels)
-                if n > 1:
-                    drafts = tgt.embed_tokens(torch.as_tensor(np.array(tree.tokens[1:]), device=self.device))
-                    x = torch.cat([x, drafts[None].expand(B, -1, -1)], dim=1)
-            else:
-                tok = torch.as_tensor(np.array(tree.tokens), device=self.device)
-                x = tgt.embed_tokens(tok)[None].expand(B, -1, -1)
             position = prefix
-            hidden = tgt.forward_tree(x, tree.parents, np.arange(n), prefix)
-            guided = self._guided(tgt.logits(hidden))
+            hidden, guided = self._forward(labels, tree.parents, tree.tokens, first, prefix)
             t2 = self._sync()
             draft_stored = np.zeros((n, V), dtype=st.logits_dtype)
             for v, row in draft_rows.items():
@@ -366,13 +364,11 @@ class Decoder:
             for v in draft_rows:
                 q[v] = self._probs(draft_stored[v], st.draft_sampling, "draft")
         if self.jacobi is not None and tree.size > 1:
-            accepted, bonus = sample_window_step(p, tree.tokens[1:], q[:-1], u_accept[1:], u_draw,
-                                                 rule=ver.rule, boost=ver.boost, neighbours=self.neighbours,
-                                                 emb=self.embedding)
+            accepted, bonus = sample_window_step(p, tree.tokens[1:], q[:-1], u_accept[1:], u_draw, ver,
+                                                 neighbours=self.neighbours, emb=self.embedding)
             return np.arange(accepted + 1, dtype=np.int64), int(bonus)
-        path, bonus = sample_rule_step(tree, p, u_accept, u_draw, rule=ver.rule, relax=ver.relax,
-                                       neighbours=self.neighbours, q_dists=q, variant=ver.variant,
-                                       **self._boost_args())
+        path, bonus = sample_rule_step(tree, p, u_accept, u_draw, ver, neighbours=self.neighbours, q_dists=q,
+                                       emb=self.embedding)
         return np.asarray(path, dtype=np.int64), int(bonus)
 
     def _verify_on_device(self, tree: Tree, guided: torch.Tensor, draft_stored: np.ndarray,
@@ -397,12 +393,6 @@ class Decoder:
         path, bonus = ver.step(tree, p, ua, ud, q, checked=True)  # rows made by ver.probs
         return np.asarray(path, dtype=np.int64), int(bonus)
 
-    def _boost_args(self) -> dict:
-        """The boost keywords of ``theory.rule_step.sample_rule_step`` (none without a boost: the unboosted
-        call)."""
-        boost = self.settings.verification.boost
-        return {} if boost.is_none else {"boost": boost, "emb": self.embedding}
-
     def _window(self, root: int, kept: Kept, u_fresh: np.ndarray, max_depth: int
                 ) -> tuple[Tree, dict[int, np.ndarray]]:
         """This forward's Jacobi chain [root, d_1..d_L'] (L' = min(L, ``max_depth``)) and the stored q
@@ -414,60 +404,9 @@ class Decoder:
 
     def _draft_tree(self, root: int, chain: list[int], chain_features: torch.Tensor, max_depth: int,
                     rng: np.random.Generator) -> tuple[Tree, int, Callable, dict[int, np.ndarray]]:
-        """Run the policy with the drafter; prune to ``max_depth``; map the result back to drafter nodes."""
-        st, drafter = self.settings, self.drafter
-        rows: dict[tuple[int, ...], np.ndarray] = {}  # token path below the root -> stored draft logits
-        seen = {"parents": np.array([-1]), "tokens": np.array([root]), "calls": 0}
-        rows[()] = self._stored(drafter.root(np.array(chain), chain_features)[:, None])[0]
-        q_root = self._probs(rows[()], st.draft_sampling, "draft")
-
-        def draft(parents: np.ndarray, tokens: np.ndarray, nodes: np.ndarray) -> np.ndarray:
-            parents = np.asarray(parents, dtype=np.int64)
-            nodes = np.asarray(nodes, dtype=np.int64)
-            seen.update(parents=parents, tokens=np.asarray(tokens, dtype=np.int64))
-            seen["calls"] += 1
-            idx = np.flatnonzero(parent_depths(parents)[nodes] < max_depth)  # deeper: pruned
-            out = np.full((nodes.size, self.vocab), 1.0 / self.vocab)
-            if idx.size:
-                stored = self._stored(drafter.draft(parents, tokens, nodes[idx]))
-                keys = _token_paths(parents, tokens)
-                for i, j in enumerate(idx.tolist()):
-                    rows[keys[nodes[j]]] = stored[i]
-                    out[j] = self._probs(stored[i], st.draft_sampling, "draft")
-            return out
-
-        u = rng.random(self.policy.n_nodes) if st.verification.samples_drafts else None
-        built = self.policy.build(q_root, draft, u)
-        tree = _prune(built.tree, max_depth, root)
-        final_keys = _token_paths(tree.parents, tree.tokens)
-        draft_rows = {v: rows[k] for v, k in enumerate(final_keys) if k in rows}
-        partial_index = {k: v for v, k in enumerate(_token_paths(seen["parents"], seen["tokens"]))}
-
-        def located(path: np.ndarray) -> np.ndarray:
-            """Drafter node ids of an accepted path (-1 for nodes the drafter never saw)."""
-            return np.array([partial_index.get(final_keys[v], -1) for v in path], dtype=np.int64)
-
-        return tree, int(getattr(built, "draft_calls", seen["calls"])), located, draft_rows
-
-
-def _token_paths(parents: np.ndarray, tokens: np.ndarray) -> list[tuple[int, ...]]:
-    """Token path below the root of every node (siblings have distinct tokens, so it names the node)."""
-    keys: list[tuple[int, ...]] = [()]
-    for v in range(1, len(parents)):
-        keys.append(keys[int(parents[v])] + (int(tokens[v]),))
-    return keys
-
-
-def _prune(tree: Tree, max_depth: int, root: int) -> Tree:
-    """The tree with root token ``root`` (builders do not know it) and no node deeper than
-    ``max_depth`` (order kept)."""
-    keep = np.flatnonzero(tree.depths <= max_depth)
-    new_id = -np.ones(tree.size, dtype=np.int64)
-    new_id[keep] = np.arange(keep.size)
-    parents = np.array([-1] + [new_id[tree.parents[v]] for v in keep[1:]], dtype=np.int64)
-    tokens = tree.tokens[keep].copy()
-    tokens[0] = root
-    return Tree(parents, tokens)
+        """Run the policy with the drafter (``reference.draft_tree.TreeDrafting._draft``, its last partial
+        tree dropped)."""
+        return self._draft(root, chain, chain_features, max_depth, rng)[:4]
 
 
 def _check_jacobi(policy: JacobiWindow, settings: DecodeSettings, drafter: DraftSession | None) -> None:

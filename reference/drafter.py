@@ -65,6 +65,14 @@ class DraftSession(ABC):
     def accept(self, path: np.ndarray) -> None:
         """The verifier accepted tree nodes ``path`` (root first)."""
 
+    def features(self, parents: np.ndarray, tokens: np.ndarray, nodes: np.ndarray
+                 ) -> tuple[torch.Tensor | None, int]:
+        """The drafter's own features at ``nodes`` (a root-first path) of its partial tree ``parents`` /
+        ``tokens``, and the drafter calls made to compute those it had not: what a VVS skip step hands
+        the next step's :meth:`root` in place of the target's features (it made no target forward).
+        None, with no call, for a drafter that reads no features."""
+        return None, 0
+
 
 class GPTDraftSession(DraftSession):
     """An independent LlamaGen GPT as drafter."""
@@ -200,5 +208,16 @@ class EagleDraftSession(DraftSession):
     def accept(self, path: np.ndarray) -> None:
         # keep the root (run on the target's real feature); re-run the rest with real features
         self.prefix = move_accepted(self.head.layers, self.prefix, [0])
+
+    def features(self, parents: np.ndarray, tokens: np.ndarray, nodes: np.ndarray
+                 ) -> tuple[torch.Tensor | None, int]:
+        """The head's outputs at ``nodes`` (its predicted features), running it, one call per node in
+        path order, at the nodes it has not run."""
+        calls = 0
+        for v in np.asarray(nodes, dtype=np.int64).tolist():
+            if v not in self.out:
+                self.draft(parents, tokens, np.array([v]))
+                calls += 1
+        return torch.stack([self.out[int(v)] for v in nodes], dim=1), calls
 
 

@@ -12,11 +12,15 @@ of the run uses uniforms keyed by (seed, i), so a resumed run gives the same
 images as an uninterrupted one.
 
 Draft sources: a draft model (``--eagle-ckpt``, ``--draft-ckpt`` or the target
-itself) growing the ``--tree``, or SJD's Jacobi windows (``--tree
-jacobi:L[,copy]``; no drafter). ``--verification`` is the rule, its relaxation
-or boost and its variant as one spec (``theory.verification``): ``r1``,
-``r1+lantern:k=1000,delta=0.1``, ``r2+lantern++:k=1000,lam=2``; ``r4`` verifies the
-same sampled drafts by traversal (SPEC 9.6); ``r2+gsd:G=..`` / ``r2+cool:omega=..`` /
+itself) growing the ``--tree`` (``vvs:K,D,M,uniform=I|dynamic``: EAGLE-2 with VVS's
+skipped verification, SPEC 10.3; its dynamic schedule compares the VQ codebook's
+vectors, which the trace stores), or windows of sampled drafts with no drafter: SJD's
+(``--tree jacobi:L[,copy]``), SCD's coupled ones
+(``jacobi:L,coupled=principled|official|gumbel``) and SJD-PAC's
+(``pac:L[,width=K,depth=D,ac=on|off,siblings=..]``), verified by rule r2 (SPEC 10.1-10.2).
+``--verification`` is the rule, its relaxation or boost and its variant as one spec
+(``theory.verification``): ``r1``, ``r1+lantern:k=1000,delta=0.1``, ``r2+lantern++:k=1000,lam=2``;
+``r4`` verifies the same sampled drafts by traversal (SPEC 9.6); ``r2+gsd:G=..`` / ``r2+cool:omega=..`` /
 ``r2+budget:tv=..,k=..`` (or ``r4+...``) raises rule R2's or R4's acceptance (GSD,
 Cool-SD, the budgeted relaxation; SPEC 9.2-9.5) on a static tree or a window; GSD measures
 distances in ``--gsd-embedding`` (``token``: the target's token embedding,
@@ -58,6 +62,7 @@ from relaxspec.reference.decode import (
     gsd_embedding,
 )
 from relaxspec.reference.drafter import EagleDraftSession, EagleHead, GPTDraftSession
+from relaxspec.reference.frontier import DEFAULT_TREE_NODES, check_frontier_rule, reads_codes, tree_slots
 from relaxspec.reference.model import load_gpt
 from relaxspec.reference.model_config import DTYPES, parse_dtype
 from relaxspec.reference.tree_attention import TreeExecution
@@ -67,6 +72,9 @@ from relaxspec.theory.neighbours import DEFAULT_K_MAX, load_neighbours
 from relaxspec.theory.verification import Verification
 
 DEFAULT_TREE = "eagle2:10,4,59"
+SIZED_KINDS = ("jacobi", "pac", "vvs")
+"""Tree kinds whose largest forward sizes the decoder's caches (``reference.frontier.tree_slots``; they
+parse without context)."""
 
 
 def load_acceptance(text: str | None) -> list[float] | None:
@@ -104,8 +112,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--tree", default=None,
                    help="tree spec (core/trees/spec.py): ar, static:naive_extend_57, chain:N, "
                         "eagle2:K,D,M, ddd:K,CALLS,S1/S2/..,X,M, latent[-diverse|-walk]:K,D,M[,POOL], "
-                        "sequoia[-MODE]:N,DEPTH, costaware:N,DEPTH[,MODE], jacobi:L[,copy] (default "
-                        f"{DEFAULT_TREE}, LANTERN's LlamaGen setting)")
+                        "sequoia[-MODE]:N,DEPTH, costaware:N,DEPTH[,MODE], jacobi:L[,copy], "
+                        "jacobi:L,coupled=principled|official|gumbel (SCD), pac:L[,width=K,depth=D,ac=on|off,"
+                        "siblings=principled|official] (SJD-PAC), vvs:K,D,M,uniform=I|dynamic[=S] (VVS) "
+                        f"(default {DEFAULT_TREE}, LANTERN's LlamaGen setting)")
     s.add_argument("--gsd-embedding", default=None, metavar="|".join(EMBEDDINGS),
                    help="GSD's embedding: the target's token embedding (token, the default, as GSD's code) "
                         "or the VQ codebook (codebook)")
@@ -174,7 +184,8 @@ def run(args: argparse.Namespace) -> int:
                          f"{args.classes!r}") from err
     tree = args.tree or DEFAULT_TREE
     check_tree_spec(tree)
-    is_ar, is_jacobi = tree_kind(tree) == "ar", tree_kind(tree) == "jacobi"
+    is_ar, is_jacobi = tree_kind(tree) == "ar", draft_source(tree).is_window
+    nodes = tree_slots(parse_tree(tree)) if tree_kind(tree) in SIZED_KINDS else DEFAULT_TREE_NODES
     verification = parse_verification(args.verification or ("r2" if is_jacobi else "r1"), args.gsd_embedding)
     if is_jacobi and (args.eagle_ckpt or args.draft_ckpt):
         raise ValueError(f"{tree} drafts from the target's own samples: drop --eagle-ckpt / --draft-ckpt")
@@ -182,8 +193,10 @@ def run(args: argparse.Namespace) -> int:
     sampling = Sampling(args.temperature, args.top_k, args.top_p)
     settings = DecodeSettings(verification, target_sampling=sampling, draft_sampling=sampling,
                               cfg_scale=args.cfg_scale, logits_dtype=args.logits_dtype,
-                              verifier=args.verifier, verify_dtype=args.verify_dtype)
+                              verifier=args.verifier, verify_dtype=args.verify_dtype, max_tree_nodes=nodes)
     settings.verification.check_source(draft_source(tree), f"--tree {tree}")  # before any model loads
+    if tree_kind(tree) in SIZED_KINDS:
+        check_frontier_rule(parse_tree(tree), verification)
 
     vq = VQModel.load(vq_config(args.vq_model, codebook_size=args.codebook_size,
                                 codebook_embed_dim=args.codebook_embed_dim), args.vq_ckpt)
@@ -224,8 +237,9 @@ def run(args: argparse.Namespace) -> int:
                         cost=lambda: CostModel.from_table(args.cost_table, args.cost_model))
     embedding = (gsd_embedding(verification.boost.embedding, target, vq.codebook())
                  if verification.reads_embedding else None)
+    codes = vq.codebook().astype(np.float32) if reads_codes(policy) else None
     decoder = Decoder(target, settings, drafter=drafter, policy=policy, neighbours=neighbours,
-                      embedding=embedding)
+                      embedding=embedding, codes=codes)
 
     out = Path(args.out)
     (out / "images").mkdir(parents=True, exist_ok=True)
@@ -249,7 +263,8 @@ def run(args: argparse.Namespace) -> int:
                    **({} if embedding is None else
                       {"gsd_embedding_sha256": array_sha256(embedding.astype(np.float32))})})
         writer = TraceWriter(out / "trace", header, neighbours, resume=True,
-                             embedding=None if embedding is None else embedding.astype(np.float32))
+                             embedding=None if embedding is None else embedding.astype(np.float32),
+                             codes=decoder.code_table)
     todo = [(i, c) for i, c in jobs if i not in done]
     for i, c in tqdm(todo, desc="images", unit="img", disable=not todo):
         traced = writer if writer is not None and i not in writer.done_sequences else None

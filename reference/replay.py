@@ -17,6 +17,8 @@ q logits, and ``theory.jacobi_sampler.verify_window`` must return the recorded
 outcome (``theory.rule_step.sample_window_step`` for R4 or the budget), as
 must ``simulate.verify_step`` on the window's chain (a window is rule R2 or R4
 on a chain: ``theory.jacobi_sampler``).
+Traces of coupled and SJD-PAC windows and of VVS (SPEC 10) replay through
+``reference.replay_frontier``.
 Rescoring computes, per step, the exact expected tokens per step of another
 rule on the recorded tree with ``theory.rule_step.rule_step_expectation`` (for
 R2 and R4 conditionally on the recorded draw order of each node's children,
@@ -33,10 +35,11 @@ import numpy as np
 
 from relaxspec.core.trace import Trace, TraceStep, read_trace, trace_neighbours
 from relaxspec.core.trees.jacobi import JacobiWindow
+from relaxspec.core.trees.skips import VvsTree
+from relaxspec.core.trees.windows import CoupledWindow, PacWindow, parse_jacobi, parse_pac
 from relaxspec.reference.jacobi import Kept
-from relaxspec.theory.boost import NO_BOOST
+from relaxspec.reference.replay_frontier import replay_columns, replay_vvs
 from relaxspec.theory.rule_step import (
-    check_step_rule,
     rule_step_expectation,
     sample_rule_step,
     sample_window_step,
@@ -84,14 +87,25 @@ def verifiers() -> tuple[dict[str, Verifier], list[str]]:
 
 
 def trace_window(trace: Trace) -> JacobiWindow | None:
-    """The Jacobi window a trace was decoded with (its header's tree ``jacobi:L[,fresh]``), else None."""
+    """The window a trace was decoded with (its header's tree ``jacobi:L[,fresh]``, a coupled
+    ``jacobi:..,coupled=..`` or ``pac:..``), else None."""
     spec = trace.header.tree
-    if spec.partition(":")[0] != "jacobi":
-        return None
+    kind, _, args = spec.partition(":")
     try:
-        return JacobiWindow.parse(spec.partition(":")[2])
+        return parse_jacobi(args) if kind == "jacobi" else parse_pac(args) if kind == "pac" else None
     except ValueError as err:
         raise ValueError(f"trace {trace.path}: bad Jacobi window {spec!r}: {err}") from None
+
+
+def trace_vvs(trace: Trace) -> VvsTree | None:
+    """The VVS tree a trace was decoded with (its header's tree ``vvs:..``), else None."""
+    spec = trace.header.tree
+    if spec.partition(":")[0] != "vvs":
+        return None
+    try:
+        return VvsTree.parse(spec.partition(":")[2])
+    except ValueError as err:
+        raise ValueError(f"trace {trace.path}: bad VVS tree {spec!r}: {err}") from None
 
 
 def replay(path: str | Path, *, require_simulate: bool = False) -> ReplayReport:
@@ -102,19 +116,25 @@ def replay(path: str | Path, *, require_simulate: bool = False) -> ReplayReport:
     engines, missing = verifiers()
     if require_simulate and missing:
         raise ValueError("relaxspec.simulate.verify_step is not available in this installation")
-    window = trace_window(trace)
+    window, skips = trace_window(trace), trace_vvs(trace)
+    if isinstance(window, CoupledWindow | PacWindow) or skips is not None:  # SPEC 10: replay_frontier
+        report = ReplayReport(engines=list(engines), missing_engines=missing)
+        if skips is not None:
+            replay_vvs(trace, skips, engines, report)
+        else:
+            replay_columns(trace, window, engines, report)
+        return report
     if window is not None:
         return replay_windows(trace, window, engines, missing)
     v = h.verification
-    nb = step_neighbours(trace.neighbours, h.vocab_size, v.relax, v.variant, v.boost)
-    boost = {} if v.boost.is_none else {"boost": v.boost, "emb": trace.embedding}
+    nb = step_neighbours(trace.neighbours, h.vocab_size, v)
     report = ReplayReport(engines=list(engines), missing_engines=missing)
     for step in trace.steps():
         p, q = step_distributions(trace, step)
         tree = step.tree
         for name, verify in engines.items():
-            got_path, got_bonus = verify(tree, p, step.u_accept, step.u_draw, rule=v.rule, relax=v.relax,
-                                         neighbours=nb, q_dists=q, variant=v.variant, **boost)
+            got_path, got_bonus = verify(tree, p, step.u_accept, step.u_draw, v, neighbours=nb, q_dists=q,
+                                         emb=trace.embedding)
             if list(np.asarray(got_path)) != step.path.tolist() or int(got_bonus) != step.bonus:
                 report.mismatches.append(
                     f"{name}: sequence {step.sequence} position {step.position}: recorded path "
@@ -131,8 +151,7 @@ def replay_windows(trace: Trace, window: JacobiWindow, engines: dict[str, Verifi
     h, v = trace.header, trace.header.verification  # a window's verification is unrelaxed (SPEC 9.1)
     others = {k: e for k, e in (engines or {}).items() if k != "theory"}
     report = ReplayReport(engines=["theory", *others], missing_engines=list(missing or []))
-    boost = {} if v.boost.is_none else {"boost": v.boost, "emb": trace.embedding}
-    nb = step_neighbours(trace.neighbours, h.vocab_size, v.relax, v.variant, v.boost)
+    nb = step_neighbours(trace.neighbours, h.vocab_size, v)
     kept, sequence = Kept.nothing(h.vocab_size, h.logits_dtype), None
     for step in trace.steps():
         if step.sequence != sequence:
@@ -143,8 +162,8 @@ def replay_windows(trace: Trace, window: JacobiWindow, engines: dict[str, Verifi
             if problem:
                 report.mismatches.append(f"theory: {where}: {problem}")
         for name, verify in others.items():
-            got_path, got_bonus = verify(step.tree, p, step.u_accept, step.u_draw, rule=v.rule,
-                                         relax=v.relax, neighbours=nb, q_dists=q, **boost)
+            got_path, got_bonus = verify(step.tree, p, step.u_accept, step.u_draw, v, neighbours=nb,
+                                         q_dists=q, emb=trace.embedding)
             if list(np.asarray(got_path)) != step.path.tolist() or int(got_bonus) != step.bonus:
                 report.mismatches.append(f"{name}: {where}: recorded path {step.path.tolist()} bonus "
                                          f"{step.bonus}, got {list(map(int, got_path))} bonus {got_bonus}")
@@ -178,9 +197,7 @@ def _outcome_problem(trace: Trace, step: TraceStep, p: np.ndarray, q: np.ndarray
     try:
         if m:
             accepted, bonus = sample_window_step(p, step.tokens[1:], q[:m], step.u_accept[1:], step.u_draw,
-                                                 rule=h.verification.rule, boost=h.verification.boost,
-                                                 neighbours=nb,
-                                                 emb=trace.embedding)
+                                                 h.verification, neighbours=nb, emb=trace.embedding)
         else:  # the last token: a lone root, as sample_step draws it
             accepted, bonus = 0, draw_token(p[0], float(step.u_draw[0]))
     except ValueError as err:
@@ -209,16 +226,16 @@ def rescore_steps(trace: Trace, verification: Verification | str,
     verification = Verification.parse(verification)
     if not verification.boost.is_none:
         raise ValueError(f"rescore scores unboosted rules, got {verification}")
-    rule, relax, variant = verification.rule, verification.relax, verification.variant
-    check_step_rule(rule, relax, variant, NO_BOOST)
+    rule, relax = verification.rule, verification.relax
     h = trace.header
     if verification.samples_drafts:
         check_rescore_r2(trace, rule)
-    nb = step_neighbours(trace_neighbours(trace, relax, neighbours), h.vocab_size, relax, variant, NO_BOOST)
+    nb = step_neighbours(trace_neighbours(trace, relax, neighbours), h.vocab_size, verification)
     for step in trace.steps():
+        if step.skipped:  # a VVS skip step verified nothing (and holds no target rows off its path)
+            continue
         p, q = step_distributions(trace, step)
-        yield step, rule_step_expectation(step.tree, p, rule=rule, relax=relax, neighbours=nb, q_dists=q,
-                                          variant=variant).tokens
+        yield step, rule_step_expectation(step.tree, p, verification, neighbours=nb, q_dists=q).tokens
 
 
 def check_rescore_r2(trace: Trace, rule: str = "r2") -> None:

@@ -45,13 +45,13 @@ import torch
 from relaxspec.core.trace import Sampling
 from relaxspec.reference.verify_ops import HostLink
 from relaxspec.reference.verify_walk import NodeWalk, _first_problem, _first_true, _row_problems
-from relaxspec.theory.boost import Boost
 from relaxspec.theory.distributions import SUM_ATOL, TOP_P_TOL, logits_to_probs
 from relaxspec.theory.jacobi_sampler import check_window_size, window_tree
-from relaxspec.theory.relax import NO_RELAX, Relax
-from relaxspec.theory.rule_step import check_step_rule, own_oracle, step_neighbours
-from relaxspec.theory.rules import SAMPLED_DRAFT_RULES, Rule, boost_embedding, rows_read
+from relaxspec.theory.relax import NO_RELAX
+from relaxspec.theory.rule_step import step_neighbours
+from relaxspec.theory.rules import SAMPLED_DRAFT_RULES, Rule, boost_embedding
 from relaxspec.theory.tree import Tree
+from relaxspec.theory.verification import Verification, parse
 
 DTYPES = (torch.float32, torch.float64)
 """The dtypes a verifier computes in: float64 (theory's decisions on CPU) or float32."""
@@ -82,8 +82,8 @@ class DeviceVerifier(NodeWalk):
 
     Parameters
     ----------
-    rule, relax, variant, boost
-        The rule as ``theory.rule_step.check_step_rule`` takes it.
+    verification
+        The rule (a ``theory.verification.Verification`` or its spec), validated when it was built.
     vocab_size
         V.
     neighbours
@@ -106,19 +106,20 @@ class DeviceVerifier(NodeWalk):
     is copied once to the host for that validation (through ``self.link``).
     """
 
-    def __init__(self, *, rule: str, relax: Relax, variant: str, boost: Boost, vocab_size: int,
+    def __init__(self, verification: Verification | str, *, vocab_size: int,
                  neighbours: np.ndarray | torch.Tensor | None = None,
                  embedding: np.ndarray | torch.Tensor | None = None,
                  device: str | torch.device = "cpu", dtype: torch.dtype = torch.float64,
                  mode: str = "auto") -> None:
-        check_step_rule(rule, relax, variant, boost)
+        self.verification = v = parse(verification)
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if isinstance(vocab_size, bool) or int(vocab_size) != vocab_size or vocab_size < 1:
             raise ValueError(f"vocab_size must be an integer >= 1, got {vocab_size!r}")
         if dtype not in DTYPES:
             raise ValueError(f"the verifier computes in float64 or float32, got dtype {dtype}")
-        self.rule, self.relax, self.variant, self.boost = rule, relax, variant, boost
+        self.rule, self.relax, self.variant, self.boost = v.rule, v.relax, v.variant, v.boost
+        relax, boost = v.relax, v.boost
         self.vocab_size = V = int(vocab_size)
         self.device, self.dtype = _device(device), dtype
         self.mode = mode if mode != "auto" else ("host" if self.device.type == "cpu" else "device")
@@ -127,11 +128,11 @@ class DeviceVerifier(NodeWalk):
                              f"{self.device}")
         self.link = HostLink()
         reads_table = boost.uses_budget or not relax.is_exact
-        needed = boost.k if boost.uses_budget else rows_read(relax, variant)
+        needed = v.neighbour_columns
         if isinstance(neighbours, torch.Tensor) and neighbours.ndim == 2:
             neighbours = neighbours[:, :needed]  # the columns the rule reads, all a copy needs
         host = self._to_host(neighbours, "neighbour table", reads_table)
-        table = step_neighbours(host, V, relax, variant, boost)
+        table = step_neighbours(host, V, v)
         cols = np.asarray(table[:, :needed], dtype=np.int64)
         if cols.size and (cols.min() < 0 or cols.max() >= V):
             raise ValueError(f"the neighbour table holds token ids outside [0, {V}) (from {cols.min()} to "
@@ -209,7 +210,7 @@ class DeviceVerifier(NodeWalk):
              u_draw: np.ndarray | torch.Tensor, q: torch.Tensor | None = None, *, checked: bool = False
              ) -> tuple[np.ndarray, int]:
         """One step on a drawn tree: ``theory.rule_step.sample_rule_step(tree, p, u_accept, u_draw,
-        rule=..., relax=..., neighbours=..., q_dists=q, variant=..., boost=..., emb=...)``.
+        self.verification, neighbours=..., q_dists=q, emb=...)``.
 
         ``p`` (and ``q``, needed by r2 and r4 when the tree has drafts) are (n, V) rows on the device,
         ``u_accept`` and ``u_draw`` n uniforms. Returns the accepted path from the root (int64) and the
@@ -231,7 +232,7 @@ class DeviceVerifier(NodeWalk):
         P = self._rows(p, n, "p")
         ua = self._uniforms(u_accept, n, "u_accept")
         ud = self._uniforms(u_draw, n, "u_draw")
-        if own_oracle(self.rule, self.boost):
+        if self.verification.walks_own_step:
             Q = self._sampled_rows(q, n)
             return self._own_oracle_step(tree, P, Q, ua, ud)
         if self.rule == Rule.R3:
@@ -248,7 +249,7 @@ class DeviceVerifier(NodeWalk):
     def window(self, p: torch.Tensor, drafts: np.ndarray, q: torch.Tensor,
                u_accept: np.ndarray | torch.Tensor, u_draw: np.ndarray | torch.Tensor) -> tuple[int, int]:
         """Verify one Jacobi window: ``theory.rule_step.sample_window_step(p, drafts, q, u_accept, u_draw,
-        rule=..., boost=..., neighbours=..., emb=...)``, the number of drafts accepted and the token
+        self.verification, neighbours=..., emb=...)``, the number of drafts accepted and the token
         emitted after them.
 
         ``p`` is (L + 1, V) (p_1..p_{L+1}), ``drafts`` (L,) the window's tokens, ``q`` (L, V) their draft
@@ -280,13 +281,38 @@ class DeviceVerifier(NodeWalk):
         tree = window_tree(d)
         Q = torch.cat([Q, torch.full((1, V), 1.0 / V, dtype=self.dtype, device=self.device)])
         ua = torch.cat([ua.new_zeros(1), ua])
-        if own_oracle(self.rule, self.boost):
+        if self.verification.walks_own_step:
             self._raise_flags(self.link.read(torch.cat(flags)), d, window=True)
             path, token = self._own_oracle_step(tree, P, Q, ua, ud)
         else:
             flags += self._uniform_flags(ua[1:], ud)
             path, token = self._walk_step(tree, P, Q, ua, ud, NO_RELAX, "principled", flags, drafts=d)
         return len(path) - 1, int(token)
+
+    def columns(self, p: torch.Tensor, q: torch.Tensor, columns: np.ndarray, u_accept: np.ndarray,
+                u_draw: np.ndarray) -> tuple[list[int], int]:
+        """Verify a coupled or SJD-PAC window (SPEC 10.1-10.2): ``theory.window_walk.walk_columns(p, q,
+        columns, u_accept, u_draw)`` (``reference.verify_columns``), unboosted R2 as SCD and SJD-PAC
+        verify. ``p`` (n, V) the rows of ``theory.window_walk.column_tree``'s nodes, ``q`` (L', V) the
+        columns' laws, ``columns`` (L', W) their candidates padded with -1, uniforms (n,)."""
+        from relaxspec.reference.verify_columns import walk_columns_device
+
+        v = self.verification
+        if self.rule != Rule.R2 or not self.relax.is_exact or not self.boost.is_none:
+            raise ValueError(f"a coupled or pac window is verified by the unboosted sampled-draft test (rule "
+                             f"r2, as SCD and SJD-PAC verify), got {v}")
+        cols = np.asarray(columns)
+        n, L = int(p.shape[0]), int(cols.shape[0]) if cols.ndim == 2 else -1
+        P, Q = self._rows(p, n, "p"), self._rows(q, L, "q")
+        if cols.size and (cols.max() >= self.vocab_size):
+            raise ValueError(f"columns hold tokens outside [0, {self.vocab_size})")
+        ua, ud = (np.asarray(u, dtype=np.float64) for u in (u_accept, u_draw))
+        for name, u in (("u_accept", ua), ("u_draw", ud)):
+            if u.shape != (n,) or not ((u >= 0.0) & (u < 1.0)).all():
+                raise ValueError(f"{name} must hold {n} uniforms in [0, 1)")
+        dev = self.device
+        return walk_columns_device(P, Q, cols, torch.as_tensor(ua, device=dev),
+                                   torch.as_tensor(ud, device=dev), self.link)
 
     def verify_nodes(self, p: torch.Tensor, children: np.ndarray, u_accept: np.ndarray | torch.Tensor,
                      u_draw: np.ndarray | torch.Tensor, q: torch.Tensor | None = None,
@@ -299,7 +325,7 @@ class DeviceVerifier(NodeWalk):
         Returns ``(index, token)`` (int64): the accepted child's column (-1: none) and the token each
         node emits.
         """
-        if own_oracle(self.rule, self.boost):
+        if self.verification.walks_own_step:
             raise ValueError(f"rule {self.rule} with boost {self.boost} verifies a whole step, not node by "
                              "node: use step")
         kids = np.asarray(children)

@@ -64,7 +64,7 @@ def trace_positional_acceptance(trace, verification: Verification | str = "r1", 
         raise ValueError(f"the trace measurement is exact for rules r1 and r3, got {verification.rule!r}")
     if int(width) != width or width < 1:
         raise ValueError(f"width must be a positive integer, got {width!r}")
-    rule, relax, variant = verification.rule, verification.relax, verification.variant
+    relax = verification.relax
     selector = selector or ChildSelector()
     nb = None if relax.is_exact else trace.neighbours(relax.k)
     h = trace.header
@@ -76,7 +76,7 @@ def trace_positional_acceptance(trace, verification: Verification | str = "r1", 
         p = h.target_sampling.probs(step.target_logits[:1].astype(np.float64))[0]
         q = h.draft_sampling.probs(step.draft_logits[:1].astype(np.float64))[0]
         kids, _ = selector.select(q, int(width))
-        out = node_outcome(p, kids, rule=rule, relax=relax, neighbours=nb, variant=variant)
+        out = node_outcome(p, kids, verification, neighbours=nb)
         total[:kids.size] += out.accept_probs
         steps += 1
     if steps == 0:

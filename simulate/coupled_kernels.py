@@ -18,9 +18,10 @@ from numba import njit, prange
 
 from relaxspec.core.trees.jacobi import JacobiWindow
 from relaxspec.core.trees.windows import MAX_PAC_WIDTH, CoupledWindow, PacWindow
+from relaxspec.simulate.boost_kernels import budget_r2_node_kernel
 from relaxspec.simulate.jacobi_kernels import F_ACCEPTED, F_CALLS, F_CHOICE, F_DEPTH, F_SIZE, F_TOKENS
 from relaxspec.simulate.rng import U_ACCEPT, U_DRAW, U_TREE, combine, step_counter, stream_key, uniform
-from relaxspec.simulate.verify_kernels import budget_r2_node_kernel, draw_token_kernel
+from relaxspec.simulate.verify_kernels import draw_token_kernel
 from relaxspec.simulate.world_kernels import (
     KIND_LATENT,
     initial_state,
@@ -194,7 +195,7 @@ def _sequence(s, W, L, copy, coupling, store_official, K, depth, siblings, bs, e
                 for i in range(m):
                     ukids[i] = uniform(key, step_counter(step, col * K + i, U_ACCEPT))
                 tested, hit = budget_r2_node_kernel(prow, qcol[col], cand[col, :m], ukids[:m], True, bs[8],
-                                                    bs[9], r, qp, res, acc_b, ch_b)
+                                                    bs[9], r, qp, res, acc_b, ch_b, m)
                 node_tv = 0.0
                 for i in range(tested):
                     node_tv += ch_b[i]
@@ -248,7 +249,7 @@ def _sequence(s, W, L, copy, coupling, store_official, K, depth, siblings, bs, e
                 x = cand[col, 0]
                 if budget:  # the one stage of a single candidate, with the node's whole budget
                     budget_r2_node_kernel(P[col], qcol[col], cand[col, :1], ukids[:1], False, bs[8], bs[9], r,
-                                          qp, res, acc_b, ch_b)
+                                          qp, res, acc_b, ch_b, 1)
                     e_tv += reach * ch_b[0]
                     reach *= acc_b[0]
                 else:

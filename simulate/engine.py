@@ -273,7 +273,7 @@ def run(
     if isinstance(tree, JacobiWindow):  # SJD's windows (SPEC 9.1): simulate.jacobi
         check_jacobi_run(world, tree, verification)
     elif isinstance(tree, VvsTree):  # VVS's skip steps (SPEC 10.3): simulate.vvs
-        check_vvs_run(world, tree, verification.rule, verification.boost)
+        check_vvs_run(world, tree, verification)
     if not isinstance(tree, JacobiWindow) and not isinstance(world, TraceWorld):  # a trace brings its trees
         verification.check_source(draft_source(tree), f"tree {tree}")
     exact = bool(exact_expectations)
@@ -290,7 +290,7 @@ def run(
     skipped = None
     if isinstance(tree, VvsTree):
         out = _outputs(n_sequences, seq_len)
-        skipped = run_vvs(world, tree, spec, v.relax, v.variant, out, seq_len=seq_len,
+        skipped = run_vvs(world, tree, spec, out, seq_len=seq_len,
                           temperature=temperature,
                           seed=seed, threads=threads, backend=backend, exact=exact)
     elif isinstance(tree, JacobiWindow):
@@ -360,8 +360,8 @@ def _run_numpy(world, tree, spec, verification: Verification, n_seq, seq_len, te
     v = verification
     nb = spec.budget_table if v.uses_budget else spec.neighbours  # the table the rule merges
     for s in range(n_seq):
-        n_steps[s] = oracle_sequence(world, tree, v.rule, v.relax, v.variant, nb, seq_len, temperature, seed,
-                                     s, exact, o_int[s], o_exp[s], o_tv[s], o_ttv[s], v.boost, emb)
+        n_steps[s] = oracle_sequence(world, tree, v, nb, seq_len, temperature, seed, s, exact, o_int[s],
+                                     o_exp[s], o_tv[s], o_ttv[s], emb)
     return out
 
 

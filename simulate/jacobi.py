@@ -35,7 +35,7 @@ from relaxspec.simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_uniforms, stre
 from relaxspec.simulate.worlds import LatentWorld, StationaryWorld, TraceWorld, World
 from relaxspec.theory.boost import Boost
 from relaxspec.theory.jacobi_sampler import Fresh, check_window, decode_jacobi, fill_window, kept_drafts
-from relaxspec.theory.rule_step import own_oracle, sample_window_step, window_rule_expectation
+from relaxspec.theory.rule_step import sample_window_step, window_rule_expectation
 from relaxspec.theory.verification import KernelArgs, Verification
 
 FRESH_CODES = {Fresh.UNIFORM: FRESH_UNIFORM, Fresh.COPY: FRESH_COPY}
@@ -68,13 +68,13 @@ def run_windows(world: LatentWorld | StationaryWorld, window: JacobiWindow, spec
                            seed=seed, threads=threads, backend=backend, exact=exact)
     seqs = np.full((len(out[4]), int(seq_len) + window.window), -1, dtype=np.int64)
     if backend == "numpy":
-        rule, boost = verification.rule, verification.boost
         emb = spec.emb if verification.reads_embedding else None
-        if own_oracle(rule, boost):
-            _decode_rule_numpy(world, window, rule, boost, emb, spec.budget_table, out, seqs, seq_len,
+        if verification.walks_own_step:
+            _decode_rule_numpy(world, window, verification, emb, spec.budget_table, out, seqs, seq_len,
                                temperature, seed, exact)
         else:
-            _decode_numpy(world, window, boost, emb, out, seqs, seq_len, temperature, seed, exact)
+            _decode_numpy(world, window, verification.boost, emb, out, seqs, seq_len, temperature, seed,
+                          exact)
         return seqs
     W = world.kernel_world(float(temperature))
     old = numba.get_num_threads()
@@ -117,7 +117,7 @@ def _decode_numpy(world, window: JacobiWindow, boost: Boost, emb, out, seqs, seq
         n_steps[s] = len(steps)
 
 
-def _decode_rule_numpy(world, window: JacobiWindow, rule: str, boost: Boost, emb, nb, out, seqs, seq_len,
+def _decode_rule_numpy(world, window: JacobiWindow, verification: Verification, emb, nb, out, seqs, seq_len,
                        temperature, seed, exact) -> None:
     """The readable oracle of R4 and of the budget on windows (which ``decode_jacobi`` does not take): the
     window's life of ``decode_jacobi`` (``fill_window``, ``kept_drafts``, the same uniforms) around
@@ -127,7 +127,7 @@ def _decode_rule_numpy(world, window: JacobiWindow, rule: str, boost: Boost, emb
     o_int, o_exp, o_tv, o_ttv, n_steps = out
     L, V = window.window, world.vocab_size
     latent = isinstance(world, LatentWorld)
-    nb = None if nb.shape[1] == 0 and not boost.uses_budget else nb
+    nb = None if nb.shape[1] == 0 and not verification.uses_budget else nb
     for s in range(len(n_steps)):
         state = world.initial(np.uint64(stream_key(np.int64(seed), np.int64(s)))) if latent else ()
         kept, kept_q = np.zeros(0, dtype=np.int64), np.zeros((0, V))
@@ -142,14 +142,15 @@ def _decode_rule_numpy(world, window: JacobiWindow, rule: str, boost: Boost, emb
             for x in drafts:
                 states.append(world.advance(*states[-1], int(x)) if latent else states[-1])
             p = np.array([world.target_probs(st[0] if latent else None, temperature) for st in states])
-            kw = dict(rule=rule, boost=boost, neighbours=nb, emb=emb)
-            a, token = sample_window_step(p, drafts, q, u_accept, u_draw, **kw)
-            e_tok, e_tv = window_rule_expectation(p, drafts, q, **kw) if exact else (np.nan, np.nan)
+            kw = dict(neighbours=nb, emb=emb)
+            a, token = sample_window_step(p, drafts, q, u_accept, u_draw, verification, **kw)
+            e_tok, e_tv = (window_rule_expectation(p, drafts, q, verification, **kw) if exact
+                           else (np.nan, np.nan))
             chain = check_window(p, drafts, q, Boost.none(), None)
             o_int[s, step] = (a + 1, L, L, a, 0, 0 if a else -1)
             o_exp[s, step], o_tv[s, step] = e_tok, e_tv
-            o_ttv[s, step] = step_record_tv(chain.tree, chain.p, chain.q, list(range(a + 1)), rule, boost, nb,
-                                            emb)
+            o_ttv[s, step] = step_record_tv(chain.tree, chain.p, chain.q, list(range(a + 1)), verification,
+                                            nb, emb)
             seqs[s, pos:pos + a + 1] = np.append(drafts[:a], token)
             kept, kept_q = kept_drafts(p, u_draw, a)
             state = world.advance(*states[a], token) if latent else state

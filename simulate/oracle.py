@@ -15,12 +15,11 @@ import numpy as np
 
 from relaxspec.simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_counter, stream_key, uniform
 from relaxspec.simulate.worlds import LatentWorld
-from relaxspec.theory.boost import NO_BOOST, Boost
 from relaxspec.theory.budget import budget_r2_given_states, check_budget
-from relaxspec.theory.rule_step import own_oracle, rule_step_expectation, sample_rule_step
-from relaxspec.theory.rules import SAMPLED_DRAFT_RULES, as_rule
+from relaxspec.theory.rule_step import rule_step_expectation, sample_rule_step
 from relaxspec.theory.traversal import TraversalWalk, check_traversal_inputs
 from relaxspec.theory.tree import Tree, path_tv, sample_step, step_expectation
+from relaxspec.theory.verification import Verification
 
 
 class States:
@@ -71,15 +70,16 @@ def world_draft(world, states: States, temperature: float):
     return draft
 
 
-def step_record_tv(tree: Tree, p: np.ndarray, q: np.ndarray, path: list[int], rule: str, boost: Boost,
+def step_record_tv(tree: Tree, p: np.ndarray, q: np.ndarray, path: list[int], verification: Verification,
                    nb: np.ndarray | None, emb: np.ndarray | None) -> float:
-    """The TV record of a step of R4 or of budgeted R2 that ended on ``path`` (rows ``p``, ``q`` of every
-    node): R4, the sum of the Deltas of the stages the step entered, i.e. of the tests the exact walk
-    (``TraversalWalk.tests``) makes up to the one that ended the step (0 lossless; its expectation given
-    the tree is ``traversal_ends``' ``tv_bound``, Theorem 12.3); budgeted R2, the charges of the stages
-    each node on the path tested (``theory.budget.budget_r2_given_states``; their expectation is
+    """The TV record of a step under ``verification`` (R4, or budgeted R2) that ended on ``path`` (rows
+    ``p``, ``q`` of every node): R4, the sum of the Deltas of the stages the step entered, i.e. of the
+    tests the exact walk (``TraversalWalk.tests``) makes up to the one that ended the step (0 lossless; its
+    expectation given the tree is ``traversal_ends``' ``tv_bound``, Theorem 12.3); budgeted R2, the charges
+    of the stages each node on the path tested (``theory.budget.budget_r2_given_states``; their expectation is
     ``budget_r2_step_ends``' bound). Sums run in the kernels' order."""
-    if as_rule(rule).is_traversal:
+    boost = verification.boost
+    if verification.is_traversal:
         p, q, table, e = check_traversal_inputs(tree, p, q, boost, nb, emb)
         total = 0.0
         for t in TraversalWalk(tree, p, q, boost, table, e).tests():
@@ -102,12 +102,12 @@ def step_record_tv(tree: Tree, p: np.ndarray, q: np.ndarray, path: list[int], ru
     return total
 
 
-def oracle_sequence(world, policy, rule, relax, variant, nb, seq_len, temperature, seed, s, exact, o_int,
-                    o_exp, o_tv, o_ttv, boost=NO_BOOST, emb=None) -> int:
+def oracle_sequence(world, policy, verification: Verification, nb, seq_len, temperature, seed, s, exact,
+                    o_int, o_exp, o_tv, o_ttv, emb=None) -> int:
     """Decode sequence ``s`` like the Numba engine; fills the per-step rows and returns the step count.
 
     p is read only where the walk (or, with ``exact``, theory's expectation) needs it; the step's TV is
-    ``theory.tree.path_tv``. R2 and R4 take a ``boost`` (GSD: the embedding table ``emb``; the budget:
+    ``theory.tree.path_tv``. R2 and R4 take a boost (GSD: the embedding table ``emb``; the budget:
     the int table ``nb`` it merges); R4 and the budget read p at every node (``theory.rule_step``) and
     record :func:`step_record_tv`."""
     key = np.uint64(stream_key(np.int64(seed), np.int64(s)))
@@ -115,12 +115,13 @@ def oracle_sequence(world, policy, rule, relax, variant, nb, seq_len, temperatur
         z, h = world.initial(key)
     else:
         z, h = None, np.uint64(0)
+    v = verification
     nb64 = nb.astype(np.int64)
     pos = step = 0
     while pos < seq_len:
         states = States(world, z, h)
         u_tree = None
-        if rule in SAMPLED_DRAFT_RULES:
+        if v.samples_drafts:
             n_t = policy.n_nodes
             u_tree = np.array([uniform(key, step_counter(step, w, U_TREE)) for w in range(n_t)])
         built = policy.build(world.draft_probs(z, h, temperature), world_draft(world, states, temperature),
@@ -130,27 +131,24 @@ def oracle_sequence(world, policy, rule, relax, variant, nb, seq_len, temperatur
         ua = np.array([uniform(key, step_counter(step, v, U_ACCEPT)) for v in range(n)])
         ud = np.array([uniform(key, step_counter(step, v, U_DRAW)) for v in range(n)])
         p = _LazyRows(tree, states, world, temperature)
-        q = built.q if rule in SAMPLED_DRAFT_RULES else None
-        own = own_oracle(rule, boost)
+        q = built.q if v.samples_drafts else None
+        own = v.walks_own_step
         if own:  # theory.traversal / theory.budget read whole row arrays
             p = np.array([p[v] for v in range(n)])
         if exact:
             expect = rule_step_expectation if own else step_expectation
-            e = expect(tree, p, rule=rule, relax=relax, neighbours=nb64, q_dists=built.q, variant=variant,
-                       boost=boost, emb=emb)
+            e = expect(tree, p, v, neighbours=nb64, q_dists=built.q, emb=emb)
             o_exp[step], o_tv[step] = e.tokens, e.tv
         sample = sample_rule_step if own else sample_step
-        path, bonus = sample(tree, p, ua, ud, rule=rule, relax=relax, neighbours=nb64, q_dists=q,
-                             variant=variant, boost=boost, emb=emb)
+        path, bonus = sample(tree, p, ua, ud, v, neighbours=nb64, q_dists=q, emb=emb)
         m = len(path)
         root_kids = tree.children(0)
         o_int[step] = (m, n - 1, tree.depth, m - 1, built.draft_calls,
                        int(np.flatnonzero(root_kids == path[1])[0]) if m > 1 else -1)
         if own:
-            o_ttv[step] = step_record_tv(tree, p, q, path, rule, boost, nb64, emb)
+            o_ttv[step] = step_record_tv(tree, p, q, path, v, nb64, emb)
         else:
-            o_ttv[step] = path_tv(tree, p, path, rule=rule, relax=relax, neighbours=nb64, q_dists=q,
-                                  variant=variant, boost=boost, emb=emb)
+            o_ttv[step] = path_tv(tree, p, path, v, neighbours=nb64, q_dists=q, emb=emb)
         z_end, h_end = states.at(_token_path(tree.parents, tree.tokens, path[-1]))
         if isinstance(world, LatentWorld):
             z, h = world.advance(z_end, h_end, bonus)

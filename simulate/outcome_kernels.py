@@ -1,7 +1,7 @@
 """Numba kernels of the exact outcome at one node (SPEC section 4): the twins of ``theory.verify``'s
 ``node_outcome`` (R1's acceptance of each child and the TV of the token it emits; R2's acceptance given the
-draw order, plain, boosted or budgeted) and of ``theory.verify.r2_stage_tvs`` (the exact TVs of the boosted
-stages a node tested).
+draw order, plain, boosted or budgeted). The exact TVs of the boosted stages a node tested
+(``theory.verify.r2_stage_tvs``) come from R2's walk itself (``simulate.boost_kernels.node_r2_kernel``).
 
 Built on the node kernels of :mod:`simulate.verify_kernels` (same array conventions); the step kernels
 (:mod:`simulate.step_kernels`: a step's emitted TV and its exact expectation) call them node by node.
@@ -12,21 +12,22 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from relaxspec.simulate.verify_kernels import (
+from relaxspec.simulate.boost_kernels import (
     boosted_stage_kernel,
     budget_r2_node_kernel,
+    stage_tv_kernel,
+)
+from relaxspec.simulate.verify_kernels import (
     draft_residual_kernel,
     merge_count_kernel,
     r1_reject_kernel,
     r1_stage_accept_kernel,
     r1_value,
     r2_stage_kernel,
-    stage_tv_kernel,
-    standard_residual_kernel,
     zero_set_size_kernel,
 )
 from relaxspec.theory.relax import RELAX_NONE
-from relaxspec.theory.rules import BOOST_BUDGET, BOOST_GROUP, BOOST_NONE
+from relaxspec.theory.rules import BOOST_BUDGET, BOOST_NONE
 
 
 @njit(cache=True, error_model="numpy")
@@ -120,7 +121,7 @@ def node_outcome_r2_kernel(p, q, kids, code, k, param, variant, nb, accept, r, q
     m = kids.shape[0]
     if bs[0] == BOOST_BUDGET:  # the budget: the stages' charges instead of their exact TVs
         a_i, ch = np.empty(m), np.empty(m)
-        n, _ = budget_r2_node_kernel(p, q, kids, a_i, False, bs[8], bs[9], r, qp, res, a_i, ch)
+        n, _ = budget_r2_node_kernel(p, q, kids, a_i, False, bs[8], bs[9], r, qp, res, a_i, ch, m)
         reach, tv = 1.0, 0.0  # (u_kids = a_i: unread when not sampling)
         for i in range(m):
             accept[i] = 0.0
@@ -135,7 +136,6 @@ def node_outcome_r2_kernel(p, q, kids, code, k, param, variant, nb, accept, r, q
     boosted = bs[0] != BOOST_NONE
     V = p.shape[0] if boosted else 0
     order = np.empty(V, dtype=np.int64)
-    rank = np.empty(V, dtype=np.int64)
     avec = np.empty(V)
     tv = 0.0
     for i in range(m):
@@ -144,8 +144,8 @@ def node_outcome_r2_kernel(p, q, kids, code, k, param, variant, nb, accept, r, q
         if not draft_residual_kernel(q, kids, i, qp):
             break
         if boosted:
-            tv += reach * stage_tv_kernel(r, qp, depth, bs, order, rank, avec)
-            a = boosted_stage_kernel(r, qp, kids[i], depth, bs, res, order, rank)
+            tv += reach * stage_tv_kernel(r, qp, depth, bs, order, avec)
+            a = boosted_stage_kernel(r, qp, kids[i], depth, bs, res)
         else:
             a = r2_stage_kernel(r, qp, kids[i], nb, code, k, param, variant, res)
         accept[i] = reach * a
@@ -153,34 +153,5 @@ def node_outcome_r2_kernel(p, q, kids, code, k, param, variant, nb, accept, r, q
         if reach == 0.0:
             break
         for x in range(p.shape[0]):
-            r[x] = res[x]
-    return tv
-
-
-@njit(cache=True, error_model="numpy")
-def boosted_stages_tv(p, q, kids, tested, depth, bs):
-    """Sum of the exact TVs of R2's first ``tested`` boosted stages along the draw order ``kids``
-    (``theory.verify.r2_stage_tvs``)."""
-    V = p.shape[0]
-    r, qp, res, avec = np.empty(V), np.empty(V), np.empty(V), np.empty(V)
-    if bs[0] == BOOST_BUDGET:  # the budget: its tested stages' charges
-        m = kids.shape[0]
-        a_i, ch = np.empty(m), np.empty(m)
-        n, _ = budget_r2_node_kernel(p, q, kids, a_i, False, bs[8], bs[9], r, qp, res, a_i, ch)
-        tv = 0.0
-        for i in range(min(tested, n)):
-            tv += ch[i]
-        return tv
-    order = np.empty(V if bs[0] == BOOST_GROUP else 0, dtype=np.int64)
-    rank = np.empty_like(order)
-    for x in range(V):
-        r[x] = p[x]
-    tv = 0.0
-    for i in range(tested):
-        if not draft_residual_kernel(q, kids, i, qp):
-            break
-        tv += stage_tv_kernel(r, qp, depth, bs, order, rank, avec)
-        standard_residual_kernel(r, qp, res)
-        for x in range(V):
             r[x] = res[x]
     return tv

@@ -26,7 +26,7 @@ from numba import njit
 
 from relaxspec.simulate.latent_kernels import select_children
 from relaxspec.simulate.row_kernels import keep_row, top_m, top_tokens  # noqa: F401  (top_tokens: re-exported)
-from relaxspec.simulate.verify_kernels import draw_token_kernel
+from relaxspec.simulate.verify_kernels import cumulate_from, draw_cumulated
 from relaxspec.simulate.world_kernels import (
     draft_exps,
     ensure_state,
@@ -49,10 +49,12 @@ def safe_log(x):
 @njit(cache=True, error_model="numpy")
 def draw_without_replacement_kernel(q, u, m, qr, cum, out):
     """``theory.draw_without_replacement``: up to m successive draws, ``u[i]`` for draw i (``qr``,
-    ``cum``: float64[V] scratch)."""
+    ``cum``: float64[V] scratch). A draw zeroes one token, which leaves the cumulative sum below it as it
+    was: the next draw sums again from that token on (the same floats as a full pass)."""
     for x in range(q.shape[0]):
         qr[x] = q[x]
     cnt = 0
+    start = 0
     for i in range(m):
         anymass = False
         for x in range(q.shape[0]):
@@ -61,10 +63,12 @@ def draw_without_replacement_kernel(q, u, m, qr, cum, out):
                 break
         if not anymass:
             break
-        x = draw_token_kernel(qr, u[i], cum)
+        cumulate_from(qr, cum, start)
+        x = draw_cumulated(qr, u[i], cum)
         out[cnt] = x
         cnt += 1
         qr[x] = 0.0
+        start = x
     return cnt
 
 

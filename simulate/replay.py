@@ -22,8 +22,6 @@ def replay_trace(world: TraceWorld, verification: Verification | str, *, check: 
     raises if an outcome differs from the recorded one. A boost raises R2's and R4's tests (GSD reads the
     trace's stored embedding table, the budget its neighbour table)."""
     verification = Verification.parse(verification)
-    rule, relax, variant, boost = (verification.rule, verification.relax, verification.variant,
-                                   verification.boost)
     h = world.header
     emb = world.embedding() if verification.reads_embedding else None
     t0 = time.perf_counter()
@@ -37,14 +35,12 @@ def replay_trace(world: TraceWorld, verification: Verification | str, *, check: 
         p = h.target_sampling.probs(step.target_logits.astype(np.float64))
         q = (h.draft_sampling.probs(step.draft_logits.astype(np.float64)) if verification.samples_drafts
              else None)
-        path, bonus, tv = verify_step(tree, p, step.u_accept, step.u_draw, rule=rule, relax=relax,
-                                      neighbours=nb, q_dists=q, variant=variant, with_tv=True, boost=boost,
-                                      emb=emb)
+        path, bonus, tv = verify_step(tree, p, step.u_accept, step.u_draw, verification, neighbours=nb,
+                                      q_dists=q, with_tv=True, emb=emb)
         if check and (path != step.path.tolist() or bonus != step.bonus):
             raise ValueError(f"trace step (sequence {step.sequence}, position {step.position}) replays to "
                              f"path {path}, bonus {bonus}; recorded {step.path.tolist()}, {step.bonus}")
-        e = step_expectation(tree, p, rule=rule, relax=relax, neighbours=nb, q_dists=q, variant=variant,
-                             boost=boost, emb=emb)
+        e = step_expectation(tree, p, verification, neighbours=nb, q_dists=q, emb=emb)
         kids = tree.children(0)
         rec["tokens"].append(len(path))
         rec["tree_size"].append(tree.size - 1)

@@ -22,8 +22,8 @@ import math
 import numpy as np
 from numba import njit
 
+from relaxspec.simulate.boost_kernels import node_r2_kernel
 from relaxspec.simulate.outcome_kernels import (
-    boosted_stages_tv,
     node_outcome_r1_kernel,
     node_outcome_r2_kernel,
 )
@@ -34,11 +34,26 @@ from relaxspec.simulate.verify_kernels import (
     draw_token_residual_kernel,
     greedy_acceptable_kernel,
     sample_node_r1_kernel,
-    sample_node_r2_kernel,
     seqsum_kernel,
 )
 from relaxspec.theory.relax import RELAX_NONE
 from relaxspec.theory.rules import BOOST_NONE, RULE_R1, RULE_R2, RULE_R3, RULE_R4
+
+
+# ---------------------------------------------------------------- a boosted R2 walk's TV
+@njit(cache=True, error_model="numpy")
+def carry_tv(mark, tv):
+    """Leave a boosted R2 walk's TV so far in ``mark[0]`` (its float64 bits). R2 never reads ``mark`` (R1's
+    implicit residual), so a boosted R2 walk keeps there the sum of the exact TVs of the stages it tested,
+    and :func:`path_tv` reads it instead of running those stages again (the same stages, summed in the
+    same order: the same number)."""
+    mark.view(np.float64)[0] = tv
+
+
+@njit(cache=True, error_model="numpy")
+def carried_tv(mark):
+    """The TV :func:`carry_tv` left."""
+    return mark.view(np.float64)[0]
 
 
 # ---------------------------------------------------------------- trees
@@ -141,9 +156,12 @@ def sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, pr
         if cstart[end + 1] > cstart[end]:
             return m, tops[end], epoch, -1
         return m, -1, epoch, -1
+    boosted = rule == RULE_R2 and bs[0] != BOOST_NONE
     if state[0] == 0:
         path[0] = 0
         state[0] = 1
+        if boosted:
+            carry_tv(mark, 0.0)
     m = state[0]
     while True:
         u = path[m - 1]
@@ -162,8 +180,10 @@ def sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, pr
             if i < 0:
                 return m, draw_token_residual_kernel(p, mark, epoch, unif, u_draw[u], scratch[0]), epoch, -1
         else:
-            i = sample_node_r2_kernel(p, q_rows[qrow[u]], kids, ukids, code, k, param, variant, nb,
-                                      scratch[0], scratch[1], scratch[2], depths[u] + 1, bs)
+            i, tv_u = node_r2_kernel(p, q_rows[qrow[u]], kids, ukids, code, k, param, variant, nb, scratch[0],
+                                     scratch[1], scratch[2], depths[u] + 1, bs, boosted)
+            if boosted:
+                carry_tv(mark, carried_tv(mark) + tv_u)
             if i < 0:
                 return m, draw_token_kernel(scratch[0], u_draw[u], scratch[1]), epoch, -1
         u = cidx[lo + i]
@@ -184,8 +204,9 @@ def path_tv(parents, tokens, depths, path, m, cstart, cidx, p_rows, prow, psums,
     (``theory.node_outcome(...).tv``): R1 by :func:`node_outcome_r1_kernel`; R3 1 per
     accepted child that is not argmax p of its parent; R2 0 with ``none``,
     else NaN (exact only averaged over draw orders); boosted R2 the exact TVs of
-    the stages each deciding node tested (:func:`boosted_stages_tv`,
-    ``theory.tree.path_tv``). Reads p (and, boosted, q) only on the path.
+    the stages each deciding node tested (``theory.tree.path_tv``), which the walk
+    (:func:`sample_step_walk_kernel`, the same ``mark``) computed as it tested them and left in
+    ``mark`` (:func:`carry_tv`). Reads p only on the path.
     """
     rule, code, k, param, variant, nb = rs
     if rule == RULE_R3:
@@ -194,21 +215,8 @@ def path_tv(parents, tokens, depths, path, m, cstart, cidx, p_rows, prow, psums,
             if tokens[path[i + 1]] != argmax_row(p_rows[prow[path[i]]]):
                 tv += 1.0
         return tv, epoch
-    if rule == RULE_R2 and bs[0] != BOOST_NONE:
-        tv = 0.0
-        for i in range(m):
-            u = path[i]
-            lo, hi = cstart[u], cstart[u + 1]
-            if hi == lo:
-                continue
-            tested = hi - lo
-            if i + 1 < m:
-                for j in range(hi - lo):
-                    if cidx[lo + j] == path[i + 1]:
-                        tested = j + 1
-            kids = child_tokens(tokens, cstart, cidx, u)
-            tv += boosted_stages_tv(p_rows[prow[u]], q_rows[qrow[u]], kids, tested, depths[u] + 1, bs)
-        return tv, epoch
+    if rule == RULE_R2 and bs[0] != BOOST_NONE:  # the walk's stages' TVs (:func:`carry_tv`)
+        return carried_tv(mark), epoch
     if code == RELAX_NONE or k == 0:
         return 0.0, epoch
     if rule == RULE_R2:

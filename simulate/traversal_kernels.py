@@ -19,8 +19,9 @@ u's first live child, the only child a test can reach before u's state changes a
 State ``ts`` (:func:`traversal_scratch`, per node v): ``alpha``, ``deleted`` (v's deleted children: the
 first ones in draw order), ``left`` (budget), ``excess`` (Delta of v's current stage), ``entered`` (the
 last stage a test entered), ``fresh``, ``pmod`` (P_v is its residual in ``pbuf[qrow[v]]``, not p_v),
-``qok`` (Q_v, the draft residual, is current in ``qbuf[qrow[v]]``), and O(V) scratch for GSD's rank
-order and the budget's stage.
+``qok`` (Q_v, the draft residual, is current in ``qbuf[qrow[v]]``), and O(V) scratch for the budget's stage
+and for a GSD or Cool-SD stage's ratios (GSD's rank order, the ratio of every draftable token: its
+Delta reads them all).
 """
 
 from __future__ import annotations
@@ -28,15 +29,17 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from relaxspec.simulate.group_kernels import group_ratio_kernel, rank_order_kernel
-from relaxspec.simulate.verify_kernels import (
+from relaxspec.simulate.boost_kernels import (
+    boosted_ratios_kernel,
     budget_ratio_kernel,
     budget_stage_kernel,
+)
+from relaxspec.simulate.verify_kernels import (
     draft_residual_kernel,
     draw_token_kernel,
     seqsum_kernel,
 )
-from relaxspec.theory.rules import BOOST_BUDGET, BOOST_DEPTH, BOOST_GROUP, BOOST_NONE
+from relaxspec.theory.rules import BOOST_BUDGET, BOOST_GROUP, BOOST_NONE
 
 
 @njit(cache=True, error_model="numpy")
@@ -45,10 +48,11 @@ def traversal_scratch(n, n_rows, V, bkind):
     (``qrow``), over V tokens, for boost kind ``bkind`` (module docstring)."""
     vb = V if bkind == BOOST_BUDGET else 0
     vg = V if bkind == BOOST_GROUP else 0
+    vr = V if bkind != BOOST_NONE and bkind != BOOST_BUDGET else 0
     return (np.ones(n), np.zeros(n, dtype=np.int64), np.zeros(n), np.zeros(n), np.full(n, -1, dtype=np.int64),
             np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_),
             np.empty((n_rows, V)), np.empty((n_rows, V)), np.empty(vb), np.empty(vb), np.empty(vb),
-            np.empty(vb), np.empty(vg, dtype=np.int64), np.empty(vg, dtype=np.int64))
+            np.empty(vb), np.empty(vg, dtype=np.int64), np.empty(vr))
 
 
 @njit(cache=True, error_model="numpy")
@@ -95,25 +99,15 @@ def _draft(u, cstart, ktok, q_rows, qrow, ts):
 
 
 @njit(cache=True, error_model="numpy")
-def edge_ratio_kernel(P, Q, x, depth, bs, order, rank):
-    """``theory.traversal.edge_ratio``: b(x) for the edge to a child with token x at ``depth`` (GSD:
-    ``order`` / ``rank`` of P from ``rank_order_kernel``)."""
-    kind, before, after, fallback, tau, dist, omega, emb, delta, table = bs
-    if kind == BOOST_GROUP:
-        return group_ratio_kernel(P, Q, x, before, after, fallback, tau, dist, emb, order, rank)
-    if kind == BOOST_DEPTH:
-        w = omega[min(max(depth, 1), omega.shape[0]) - 1]
-        return w * P[x] / Q[x]
-    return P[x] / Q[x]
-
-
-@njit(cache=True, error_model="numpy")
-def _boost_excess(P, Q, a, depth, bs, order, rank):
-    """Delta of a GSD or Cool-SD stage: sum over Q's support of Q(x) |min(1, a b(x)) - min(1, a P/Q)|."""
+def _boost_excess(P, Q, a, depth, bs, order, b):
+    """Delta of a GSD or Cool-SD stage: sum over Q's support of Q(x) |min(1, a b(x)) - min(1, a P/Q)|,
+    ``b(x)`` the edge ratio (``theory.traversal.edge_ratio``: ``simulate.boost_kernels``), left in ``b``
+    for every x of Q's support."""
+    boosted_ratios_kernel(P, Q, depth, bs, order, b)
     total = 0.0
     for x in range(P.shape[0]):
         if Q[x] > 0.0:
-            boosted = min(1.0, a * edge_ratio_kernel(P, Q, x, depth, bs, order, rank))
+            boosted = min(1.0, a * b[x])
             exact = min(1.0, a * (P[x] / Q[x]))
             total += Q[x] * abs(boosted - exact)
     return total
@@ -133,16 +127,16 @@ def _stage(u, depths, cstart, cidx, ktok, p_rows, prow, q_rows, qrow, bs, ts):
     x = ktok[j]
     if bs[0] == BOOST_BUDGET:
         eps, g, cc, t = ts[10], ts[11], ts[12], ts[13]
-        s, charge = budget_stage_kernel(P, Q, a, left[u], bs[9], eps, g, cc, t)
+        s, charge = budget_stage_kernel(P, Q, x, a, left[u], bs[9], eps, g, cc, t)
         b = budget_ratio_kernel(P, Q, x, s, eps)
         excess[u] = charge
-    else:
-        order, rank = ts[14], ts[15]
-        if bs[0] == BOOST_GROUP:
-            rank_order_kernel(P, order, rank)
-        depth = depths[u] + 1
-        b = edge_ratio_kernel(P, Q, x, depth, bs, order, rank)
-        excess[u] = 0.0 if bs[0] == BOOST_NONE else _boost_excess(P, Q, a, depth, bs, order, rank)
+    elif bs[0] == BOOST_NONE:
+        b = P[x] / Q[x]
+        excess[u] = 0.0
+    else:  # the Delta reads every draftable token's ratio, x's among them
+        ratios = ts[15]
+        excess[u] = _boost_excess(P, Q, a, depths[u] + 1, bs, ts[14], ratios)
+        b = ratios[x]
     alpha[c] = min(1.0, a * b)
     fresh[c] = False
     fresh[u] = True

@@ -16,9 +16,7 @@ from relaxspec.simulate.step_kernels import (
     expected_tokens_per_step_kernel,
     sample_step_kernel,
 )
-from relaxspec.theory.boost import NO_BOOST, Boost
 from relaxspec.theory.distributions import validate_distribution
-from relaxspec.theory.relax import Relax
 from relaxspec.theory.tree import StepExpectation, Tree
 from relaxspec.theory.verification import KernelArgs, Verification
 
@@ -51,16 +49,15 @@ def tree_arrays(tree: Tree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return tree.parents.copy(), tree.tokens.copy(), tree.depths.copy()
 
 
-def _prepare(tree: Tree, node_dists, q_dists, rule, relax, neighbours, variant, boost, emb
+def _prepare(tree: Tree, node_dists, q_dists, verification: Verification, neighbours, emb
              ) -> tuple[np.ndarray, np.ndarray, KernelArgs]:
     if not isinstance(tree, Tree):
         raise ValueError(f"tree must be a relaxspec.theory.Tree, got {type(tree).__name__}")
     p = _rows(tree, node_dists, "node_dists")
-    v = Verification(rule, relax, variant, boost)
-    spec = v.encode(p.shape[1], neighbours=neighbours, emb=emb)
-    if v.samples_drafts:
+    spec = verification.encode(p.shape[1], neighbours=neighbours, emb=emb)
+    if verification.samples_drafts:
         if q_dists is None:
-            raise ValueError(f"rule {v.rule} needs q_dists")
+            raise ValueError(f"rule {verification.rule} needs q_dists")
         q = _rows(tree, q_dists, "q_dists", p.shape[1])
         for v in range(1, tree.size):
             if q[tree.parents[v], tree.tokens[v]] <= 0.0:
@@ -76,17 +73,15 @@ def verify_step(
     node_dists: np.ndarray,
     u_accept: np.ndarray,
     u_draw: np.ndarray,
+    verification: Verification | str,
     *,
-    rule: str,
-    relax: Relax,
-    neighbours: np.ndarray | None,
+    neighbours: np.ndarray | None = None,
     q_dists: np.ndarray | None = None,
-    variant: str = "principled",
     with_tv: bool = False,
-    boost: Boost = NO_BOOST,
     emb: np.ndarray | None = None,
 ) -> tuple[list[int], int] | tuple[list[int], int, float]:
-    """One verification step on a tree with explicit per-node uniforms (Numba).
+    """One verification step on a tree with explicit per-node uniforms (Numba), under ``verification`` (a
+    :class:`~theory.verification.Verification` or its spec string).
 
     Parameters and return as :func:`theory.sample_step`: ``node_dists[v]``
     is p after node v, ``u_accept[v]`` / ``u_draw[v]`` node v's uniforms.
@@ -94,13 +89,13 @@ def verify_step(
     bonus token; ``with_tv=True`` adds the exact TV of the tokens emitted
     (``SimResult.token_tv``: over the path's nodes that decided a token,
     TV(law the node emits, its target); ``simulate.step_kernels.path_tv``, as
-    ``theory.tree.path_tv``). R2 and R4 take a ``boost`` (GSD: the embedding ``emb``; the budget:
+    ``theory.tree.path_tv``). R2 and R4 take a boost (GSD: the embedding ``emb``; the budget:
     the first k columns of ``neighbours``). For R4 ``u_accept[v]`` is node v's eta and the TV is the
     sum of the Deltas of the stages the step entered (0 exact: docs/theory.md, Theorem 12.3); for the
     budget on R2 it is the sum of the charges of the stages the path's nodes tested (at most delta per
     node, Theorem 14.1).
     """
-    p, q, spec = _prepare(tree, node_dists, q_dists, rule, relax, neighbours, variant, boost, emb)
+    p, q, spec = _prepare(tree, node_dists, q_dists, Verification.parse(verification), neighbours, emb)
     ua = _uniforms(u_accept, tree.size, "u_accept")
     ud = _uniforms(u_draw, tree.size, "u_draw")
     path, bonus, tv = sample_step_kernel(*tree_arrays(tree), p, q, ua, ud, spec.rs, spec.bs)
@@ -112,24 +107,22 @@ def verify_step(
 def step_expectation(
     tree: Tree,
     node_dists: np.ndarray,
+    verification: Verification | str,
     *,
-    rule: str,
-    relax: Relax = Relax.none(),
     neighbours: np.ndarray | None = None,
     q_dists: np.ndarray | None = None,
-    variant: str = "principled",
-    boost: Boost = NO_BOOST,
     emb: np.ndarray | None = None,
 ) -> StepExpectation:
-    """Exact E[tokens per step] and the step's TV bound (Numba twin of theory's expectations).
+    """Exact E[tokens per step] and the step's TV bound (Numba twin of theory's expectations) under
+    ``verification`` (a value or its spec string).
 
     For R2 the acceptance probabilities are conditional on the tree's draw
     order (``theory.node_outcome`` with a sequence of children); R2 takes a
-    ``boost`` (GSD: the embedding ``emb``), as ``theory.step_expectation``.
+    boost (GSD: the embedding ``emb``), as ``theory.step_expectation``.
     R4 is the twin of ``theory.traversal.traversal_ends`` (``tv``: its ``tv_bound``; ``reach_probs`` /
     ``edge_probs`` as ``theory.rule_step.expectation_from_ends``) and the budget on R2 of
     ``theory.budget.budget_r2_step_ends`` (``tv``: the expected sum of the tested stages' charges).
     """
-    p, q, spec = _prepare(tree, node_dists, q_dists, rule, relax, neighbours, variant, boost, emb)
+    p, q, spec = _prepare(tree, node_dists, q_dists, Verification.parse(verification), neighbours, emb)
     t, tv, edge, reach = expected_tokens_per_step_kernel(*tree_arrays(tree), p, q, spec.rs, spec.bs)
     return StepExpectation(float(t), float(tv), edge, reach)

@@ -1,9 +1,9 @@
 """VVS's skipped verification (SPEC 10.3) in a world: what ``simulate.run`` runs for a
 :class:`core.trees.skips.VvsTree`.
 
-``simulate.run(world, parse_tree("vvs:10,4,59,uniform=2"), rule="r1", relax=Relax.additive(k, delta),
-...)`` drafts EAGLE-2's tree ``eagle2:10,4,59`` every step and verifies it with R1 (LANTERN's relaxation,
-as VVS does), except on skip steps (every 2nd step here; ``dynamic``: when the tree's paths are alike),
+``simulate.run(world, parse_tree("vvs:10,4,59,uniform=2"), "r1+lantern:k=K,delta=D", ...)`` drafts
+EAGLE-2's tree ``eagle2:10,4,59`` every step and verifies it with R1 (LANTERN's relaxation, as VVS does),
+except on skip steps (every 2nd step here; ``dynamic``: when the tree's paths are alike),
 which make no target forward: a uniformly drawn root-to-leaf path's first gamma = min(L_s, floor(Lbar))
 drafts and a bonus from the stale row (:mod:`simulate.vvs_kernels`). The first step is never skipped
 (there is no stale row yet), nor two in a row. A bounded schedule (``vvs:..,uniform=2,tv=0.1``, ours:
@@ -37,23 +37,21 @@ import numpy as np
 
 from relaxspec.core.trees.skips import VvsTree
 from relaxspec.simulate.vvs_kernels import SCHEDULE_CODES, vvs_kernel
-from relaxspec.simulate.vvs_oracle import decode_vvs
+from relaxspec.simulate.vvs_oracle import decode_vvs, vvs_verification_problem
 from relaxspec.simulate.worlds import LatentWorld, StationaryWorld, World
-from relaxspec.theory.boost import Boost
-from relaxspec.theory.relax import Relax
-from relaxspec.theory.rules import Rule
-from relaxspec.theory.verification import KernelArgs
+from relaxspec.theory.verification import KernelArgs, Verification
 
 
-def check_vvs_run(world: World, tree: VvsTree, rule: Rule | str, boost: Boost) -> None:
-    """Raise ``ValueError`` (one line) unless ``tree``'s skip steps decode in ``world`` with ``rule``."""
+def check_vvs_run(world: World, tree: VvsTree, verification: Verification | str) -> None:
+    """Raise ``ValueError`` (one line) unless ``tree``'s skip steps decode in ``world`` under
+    ``verification`` (a value or its spec)."""
     if not isinstance(world, (LatentWorld, StationaryWorld)):
         raise ValueError(f"{tree}: skip steps are simulated in a LatentWorld or StationaryWorld, got "
                          f"{type(world).__name__} (a trace replays the steps it recorded)")
-    if rule != Rule.R1 or not boost.is_none:
-        raise ValueError(f"{tree}: VVS verifies its EAGLE-2 trees with rule r1 (LANTERN's relaxation or "
-                         f"none) and no boost, got rule {rule}, boost {boost}")
-    if tree.schedule.kind == "dynamic":
+    problem = vvs_verification_problem(tree, Verification.parse(verification))
+    if problem is not None:
+        raise ValueError(problem)
+    if tree.schedule.kind.reads_similarity:
         try:
             world.embedding()
         except ValueError as err:
@@ -68,19 +66,19 @@ def unit_codes(world: World) -> np.ndarray:
     return np.ascontiguousarray(np.divide(emb, norm, out=np.zeros_like(emb), where=norm > 0))
 
 
-def run_vvs(world: LatentWorld | StationaryWorld, tree: VvsTree, spec: KernelArgs, relax: Relax, variant: str,
-            out: tuple, *, seq_len: int, temperature: float, seed: int, threads: int | None, backend: str,
-            exact: bool) -> np.ndarray:
+def run_vvs(world: LatentWorld | StationaryWorld, tree: VvsTree, spec: KernelArgs, out: tuple, *,
+            seq_len: int, temperature: float, seed: int, threads: int | None, backend: str, exact: bool
+            ) -> np.ndarray:
     """Decode ``len(out[4])`` sequences into ``simulate.engine``'s per-step buffers ``out`` = (o_int, o_exp,
-    o_tv, o_ttv, n_steps) with R1 (``spec``); returns ``skipped``, (n_sequences, seq_len) bool.
-    ``simulate.run`` and :func:`check_vvs_run` check the arguments."""
+    o_tv, o_ttv, n_steps) under the verification ``spec`` encodes (R1: ``spec.verification``, its kernel
+    tuples and tables); returns ``skipped``, (n_sequences, seq_len) bool. ``simulate.run`` and
+    :func:`check_vvs_run` check the arguments."""
     n_seq = len(out[4])
     skipped = np.zeros((n_seq, int(seq_len)), dtype=np.bool_)
     sched = tree.schedule
-    emb = unit_codes(world) if sched.kind == "dynamic" else np.zeros((world.vocab_size, 0))
+    emb = unit_codes(world) if sched.kind.reads_similarity else np.zeros((world.vocab_size, 0))
     if backend == "numpy":
-        _decode_numpy(world, tree, spec, relax, variant, emb, out, skipped, int(seq_len), temperature,
-                      int(seed), exact)
+        _decode_numpy(world, tree, spec, emb, out, skipped, int(seq_len), temperature, int(seed), exact)
         return skipped
     ps = tree.kernel_spec()
     policy = (ps.top_k, ps.max_calls, ps.total_tokens, ps.check_steps, ps.threshold, ps.selection,
@@ -99,12 +97,12 @@ def run_vvs(world: LatentWorld | StationaryWorld, tree: VvsTree, spec: KernelArg
     return skipped
 
 
-def _decode_numpy(world, tree, spec, relax, variant, emb, out, skipped, seq_len, temperature, seed,
+def _decode_numpy(world, tree, spec: KernelArgs, emb, out, skipped, seq_len, temperature, seed,
                   exact) -> None:
     o_int, o_exp, o_tv, o_ttv, n_steps = out
     nb = spec.neighbours.astype(np.int64)
     for s in range(len(n_steps)):
-        steps = decode_vvs(world, tree, relax, variant, nb, emb, seq_len, temperature, seed, s, exact)
+        steps = decode_vvs(world, tree, spec.verification, nb, emb, seq_len, temperature, seed, s, exact)
         for i, st in enumerate(steps):
             m = len(st.path)
             root_kids = st.tree.children(0)

@@ -18,10 +18,21 @@ from relaxspec.simulate.oracle import States, world_draft
 from relaxspec.simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_counter, stream_key, uniform
 from relaxspec.simulate.vvs_kernels import SKIP_NODE
 from relaxspec.simulate.worlds import LatentWorld
-from relaxspec.theory.relax import Relax
+from relaxspec.theory import vvs
+from relaxspec.theory.rules import Rule
 from relaxspec.theory.sampler import draw_token
 from relaxspec.theory.tree import Tree, path_tv, sample_step, step_expectation
+from relaxspec.theory.verification import Verification
 from relaxspec.theory.vvs import skip_step_tv
+
+
+def vvs_verification_problem(tree: VvsTree, verification: Verification) -> str | None:
+    """Why ``tree``'s verify steps cannot be verified with ``verification`` (None when they can): VVS
+    verifies its EAGLE-2 trees with rule r1 (LANTERN's relaxation or none) and no boost."""
+    if verification.rule != Rule.R1 or not verification.boost.is_none:
+        return (f"{tree}: VVS verifies its EAGLE-2 trees with rule r1 (LANTERN's relaxation or none) and no "
+                f"boost, got rule {verification.rule}, boost {verification.boost}")
+    return None
 
 
 @dataclass(frozen=True)
@@ -40,16 +51,13 @@ class VvsStep:
 
 
 def leaves(tree: Tree) -> list[int]:
-    """The tree's leaves in node order."""
-    return [v for v in range(tree.size) if tree.children(v).size == 0]
+    """The tree's leaves in node order (``theory.vvs.leaves``)."""
+    return [int(v) for v in vvs.leaves(tree.parents)]
 
 
 def root_path(tree: Tree, v: int) -> list[int]:
-    """The nodes from the root to ``v``."""
-    out = [v]
-    while out[-1] != 0:
-        out.append(int(tree.parents[out[-1]]))
-    return out[::-1]
+    """The nodes from the root to ``v`` (``theory.vvs.root_path``)."""
+    return vvs.root_path(tree.parents, v)
 
 
 def prefix_of(tree: Tree, v: int) -> tuple[int, ...]:
@@ -58,26 +66,18 @@ def prefix_of(tree: Tree, v: int) -> tuple[int, ...]:
 
 
 def path_similarity(tree: Tree, emb: np.ndarray, alpha: float) -> float:
-    """The dynamic schedule's score: at each depth l >= 1 where at least two root-to-leaf paths have a node,
-    the mean cosine of the code vectors (``emb``: unit rows) of those nodes' tokens over pairs of paths;
-    averaged over those depths with weights alpha^(l-1); NaN when no depth has two paths."""
-    paths = [root_path(tree, leaf) for leaf in leaves(tree)]
-    num = den = 0.0
-    weight = 1.0
-    for lev in range(1, max(len(p) for p in paths)):
-        x = np.array([tree.tokens[p[lev]] for p in paths if len(p) > lev], dtype=np.int64)
-        if x.size >= 2:
-            gram = emb[x] @ emb[x].T
-            num += weight * float(gram[np.triu_indices(x.size, 1)].mean())
-            den += weight
-        weight *= alpha
-    return num / den if den > 0.0 else float("nan")
+    """The dynamic schedule's score (``theory.vvs.path_similarity``, the reference decoder's too)."""
+    return vvs.path_similarity(tree.parents, tree.tokens, emb, alpha)
 
 
-def decode_vvs(world, tree: VvsTree, relax: Relax, variant: str, nb: np.ndarray, emb: np.ndarray | None,
+def decode_vvs(world, tree: VvsTree, verification: Verification | str, nb: np.ndarray, emb: np.ndarray | None,
                seq_len: int, temperature: float, seed: int, s: int, exact: bool) -> list[VvsStep]:
-    """Decode sequence ``s`` of a run (``nb``: R1's neighbour table, int64; ``emb``: the unit code vectors
-    the dynamic schedule reads)."""
+    """Decode sequence ``s`` of a run under ``verification`` (rule r1, relaxed or not: a value or its spec;
+    ``nb``: its neighbour table, int64; ``emb``: the unit code vectors the dynamic schedule reads)."""
+    verification = Verification.parse(verification)
+    problem = vvs_verification_problem(tree, verification)
+    if problem is not None:
+        raise ValueError(problem)
     key = np.uint64(stream_key(np.int64(seed), np.int64(s)))
     latent = isinstance(world, LatentWorld)
     z, h = world.initial(key) if latent else (None, np.uint64(0))
@@ -97,7 +97,7 @@ def decode_vvs(world, tree: VvsTree, relax: Relax, variant: str, nb: np.ndarray,
         verified = sum(not st.skipped for st in steps)
         skip = verified > 0 and not steps[-1].skipped
         if skip:
-            if sched.kind == "uniform":
+            if sched.kind.is_periodic:
                 skip = step % sched.interval == 1
             else:
                 skip = bool(path_similarity(t, emb, sched.alpha) >= sched.similarity)
@@ -105,11 +105,8 @@ def decode_vvs(world, tree: VvsTree, relax: Relax, variant: str, nb: np.ndarray,
             r = skip_step_tv(t.parents, t.tokens, target, stale, accepted / verified)
             skip = not sched.bounded or r.max_tv <= sched.tv
         if skip:
-            chosen = leaves(t)
             u_leaf = uniform(key, step_counter(step, SKIP_NODE, U_TREE))
-            leaf = chosen[min(int(u_leaf * len(chosen)), len(chosen) - 1)]
-            cap = accepted // verified
-            path = root_path(t, leaf)[:cap + 1]
+            path = vvs.skip_path(t.parents, u_leaf, accepted // verified)
             bonus = draw_token(stale, uniform(key, step_counter(step, SKIP_NODE, U_DRAW)))
             emitted = prefix_of(t, path[-1])
             tv = sum(r.positions[emitted[:i]][2] for i in range(len(path)))
@@ -118,7 +115,7 @@ def decode_vvs(world, tree: VvsTree, relax: Relax, variant: str, nb: np.ndarray,
             ua = np.array([uniform(key, step_counter(step, v, U_ACCEPT)) for v in range(t.size)])
             ud = np.array([uniform(key, step_counter(step, v, U_DRAW)) for v in range(t.size)])
             p = np.array([target(prefix_of(t, v)) for v in range(t.size)])
-            kw = dict(rule="r1", relax=relax, neighbours=nb, variant=variant)
+            kw = dict(verification=verification, neighbours=nb)
             path, bonus = sample_step(t, p, ua, ud, **kw)
             tv = path_tv(t, p, path, **kw)
             ex = step_expectation(t, p, **kw) if exact else None
@@ -133,4 +130,4 @@ def decode_vvs(world, tree: VvsTree, relax: Relax, variant: str, nb: np.ndarray,
     return steps
 
 
-__all__ = ["VvsStep", "decode_vvs", "leaves", "path_similarity", "root_path"]
+__all__ = ["VvsStep", "decode_vvs", "leaves", "path_similarity", "root_path", "vvs_verification_problem"]

@@ -212,7 +212,7 @@ def sampled_draft_stage(
 ) -> tuple[float, np.ndarray]:
     """One stage of R2 (SPEC 3) for drawn ``x``: ``theory.stages.r2_stage`` without a boost (the
     unboosted rule bit for bit), :func:`boosted_stage` with one (``relax`` is then none:
-    ``theory.rules.check_boost``)."""
+    ``theory.verification.Verification``: a boost takes no relaxation)."""
     if boost.is_none:
         return r2_stage(r, qp, x, row, relax, variant)
     return boosted_stage(r, qp, x, boost, depth, emb)

@@ -27,6 +27,7 @@ from relaxspec.theory.distributions import validate_distribution
 from relaxspec.theory.neighbours import validate_neighbour_rows
 from relaxspec.theory.relax import NO_RELAX, Relax, Variant, merge_count
 from relaxspec.theory.rules import Rule, neighbour_rows, rows_read
+from relaxspec.theory.verification import Verification, parse
 from relaxspec.theory.verify import check_node_inputs, r1_walk, r2_states
 
 
@@ -72,8 +73,7 @@ def r1_distortion(
     stage i without being that stage's child c_i. Walks the same stages as
     ``node_outcome`` (``theory.verify.r1_walk``).
     """
-    x = check_node_inputs(p, children, rule="r1", relax=relax, neighbours=neighbours, q=None,
-                          variant=variant)
+    x = check_node_inputs(p, children, Verification(Rule.R1, relax, variant), neighbours=neighbours)
     p, kids, m = x.p, x.kids, x.m
     removed = np.zeros(p.size, dtype=bool)
     merged = extra = nominal = 0.0
@@ -132,7 +132,7 @@ def r2_stage_bound(
     """
     r = validate_distribution(r, name="r")
     qp = validate_distribution(qp, name="q'", size=r.size)
-    nb = neighbour_rows(neighbours, r.size, relax, variant)
+    nb = neighbour_rows(neighbours, r.size, relax)
     if relax.is_exact:
         return 0.0
     validate_neighbour_rows(nb, np.flatnonzero(qp > 0), 1 if coarse else rows_read(relax, variant))
@@ -191,8 +191,7 @@ def r2_tv_bound(
             "the R2 bound is for children drawn from q: pass their number m, not a draw order "
             "(conditional on one order even the exact rule does not emit p)"
         )
-    x = check_node_inputs(p, int(m), rule="r2", relax=relax, neighbours=neighbours, q=q,
-                          variant=variant)
+    x = check_node_inputs(p, int(m), Verification(Rule.R2, relax, variant), neighbours=neighbours, q=q)
     total = 0.0
     for s in r2_states(x.p, x.q, x.m, x.nb, relax, variant):
         if s.qp is not None:
@@ -213,8 +212,7 @@ def r3_tv_bound(
     eps_c <= delta (additive) or (lam - 1) p(c) (multiplicative); with
     ``none`` no child but x* passes. Children after x* are never tested.
     """
-    x = check_node_inputs(p, children, rule="r3", relax=relax, neighbours=neighbours, q=None,
-                          variant="principled")
+    x = check_node_inputs(p, children, Verification(Rule.R3, relax), neighbours=neighbours)
     p = x.p
     best = int(np.argmax(p))
     if relax.is_exact:
@@ -232,24 +230,26 @@ def r3_tv_bound(
 def tv_bound(
     p: np.ndarray,
     children: Sequence[int] | np.ndarray | int,
+    verification: Verification | str,
     *,
-    rule: str,
-    relax: Relax = NO_RELAX,
     neighbours: np.ndarray | None = None,
     q: np.ndarray | None = None,
-    variant: str = "principled",
 ) -> float:
-    """The proved bound on ``node_outcome(...).tv`` for any rule (same arguments)."""
-    if rule == Rule.R1:
-        return r1_distortion(p, children, relax=relax, neighbours=neighbours,
-                             variant=variant).bound
-    if rule == Rule.R2:
+    """The proved bound on ``node_outcome(p, children, verification, ...).tv`` (same arguments) for a
+    LANTERN relaxation of R1, R2 or R3 (or none). A boost's bounds are its own: ``node_outcome(...)
+    .stage_tv`` for GSD and Cool-SD (SPEC 9.4), ``tv`` per node for the budget (Theorem 14.1); rule r4
+    verifies a whole step (``theory.traversal.traversal_ends``' ``tv_bound``): ``ValueError``."""
+    v = parse(verification)
+    v.check_node_by_node()
+    if not v.boost.is_none:
+        raise ValueError(f"tv_bound bounds LANTERN's relaxations; boost {v.boost} has its own bound "
+                         "(node_outcome(...).stage_tv, SPEC 9.4)")
+    relax, variant = v.relax, v.variant
+    if v.rule == Rule.R1:
+        return r1_distortion(p, children, relax=relax, neighbours=neighbours, variant=variant).bound
+    if v.rule == Rule.R2:
         if q is None:
             raise ValueError("rule r2 needs the draft distribution q")
         return r2_tv_bound(p, q, children, relax=relax, neighbours=neighbours,  # type: ignore[arg-type]
                            variant=variant)
-    if rule == Rule.R3:
-        return r3_tv_bound(p, children, relax=relax, neighbours=neighbours)
-    check_node_inputs(p, children, rule=rule, relax=relax, neighbours=neighbours, q=q,
-                      variant=variant)
-    raise AssertionError("unreachable")
+    return r3_tv_bound(p, children, relax=relax, neighbours=neighbours)

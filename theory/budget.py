@@ -54,7 +54,7 @@ def check_budget(boost: Boost, neighbours: np.ndarray | None, vocab_size: int,
         raise ValueError(f"expected a budget boost (Boost.budget(tv, k)), got {boost!r}")
     # Relax.additive(k, 1) only names the k columns the table must have (neighbour_rows' check and
     # message); its cap plays no part in eps (proximity_masses).
-    nb = neighbour_rows(neighbours, vocab_size, Relax.additive(boost.k, 1.0), "principled")
+    nb = neighbour_rows(neighbours, vocab_size, Relax.additive(boost.k, 1.0))
     validate_neighbour_rows(nb, np.arange(vocab_size) if rows is None else rows, boost.k)
     return nb
 

@@ -20,6 +20,7 @@ from relaxspec.theory.multidraft import optimal_deterministic_acceptance, optima
 from relaxspec.theory.neighbours import neighbour_table
 from relaxspec.theory.relax import Relax
 from relaxspec.theory.sampler import draw_without_replacement
+from relaxspec.theory.verification import Verification
 from relaxspec.theory.verify import node_outcome, r2_given_states
 
 TARGET_TOP1 = 0.1
@@ -106,13 +107,12 @@ def exact_rows(ex: Example, relax: Relax, variants: list[str]) -> list[Row]:
     """R1 and R3 rows: exact."""
     rows = []
     for variant in variants:
-        out = node_outcome(ex.p, ex.children, rule="r1", relax=relax, neighbours=ex.neighbours,
-                           variant=variant)
+        out = node_outcome(ex.p, ex.children, Verification("r1", relax, variant), neighbours=ex.neighbours)
         dist = r1_distortion(ex.p, ex.children, relax=relax, neighbours=ex.neighbours,
                              variant=variant)
         rows.append(Row("r1", relax, variant, 1.0 - out.reject_prob, out.tv, None, dist.bound,
                         dist.nominal if relax.merges_neighbours else 0.0, "exact"))
-    out = node_outcome(ex.p, ex.children, rule="r3", relax=relax, neighbours=ex.neighbours)
+    out = node_outcome(ex.p, ex.children, Verification("r3", relax), neighbours=ex.neighbours)
     bound = r3_tv_bound(ex.p, ex.children, relax=relax, neighbours=ex.neighbours)
     rows.append(Row("r3", relax, "-", 1.0 - out.reject_prob, out.tv, None, bound, None, "exact"))
     return rows

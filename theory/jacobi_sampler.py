@@ -47,9 +47,10 @@ import numpy as np
 from relaxspec.theory.boost import Boost
 from relaxspec.theory.distributions import validate_distribution
 from relaxspec.theory.relax import NO_RELAX
-from relaxspec.theory.rules import boost_embedding, check_boost, neighbour_rows
+from relaxspec.theory.rules import Rule, boost_embedding, neighbour_rows
 from relaxspec.theory.sampler import draw_token
 from relaxspec.theory.tree import Tree, path_tv, sample_step, step_expectation
+from relaxspec.theory.verification import Verification
 
 
 class Fresh(enum.StrEnum):
@@ -96,9 +97,10 @@ def check_fresh(fresh: str | Fresh) -> Fresh:
 
 
 def check_window_boost(boost: Boost, emb: np.ndarray | None, vocab_size: int) -> np.ndarray | None:
-    """Check that ``boost`` can verify a window (none, gsd or cool: ``theory.rules.check_boost`` with
-    rule r2) and return the float64 embedding table a group boost needs (``None`` otherwise)."""
-    check_boost("r2", NO_RELAX, boost)
+    """Check that ``boost`` can verify a window (none, gsd or cool: R2 so boosted verifies node by node,
+    ``theory.verification.Verification.check_node_by_node``) and return the float64 embedding table a
+    group boost needs (``None`` otherwise)."""
+    window_verification(boost)
     return boost_embedding(boost, emb, vocab_size)
 
 
@@ -133,7 +135,7 @@ class WindowInputs:
     @property
     def neighbours(self) -> np.ndarray:
         """The empty int64 neighbour table of an unrelaxed rule."""
-        return neighbour_rows(None, self.p.shape[1], NO_RELAX, "principled")
+        return neighbour_rows(None, self.p.shape[1], NO_RELAX)
 
 
 def window_tree(drafts: np.ndarray) -> Tree:
@@ -163,6 +165,14 @@ def check_window(p_rows: np.ndarray, drafts: np.ndarray, q_rows: np.ndarray, boo
     return WindowInputs(window_tree(d), p, np.vstack((q, np.full((1, V), 1.0 / V))), emb)
 
 
+def window_verification(boost: Boost) -> Verification:
+    """The verification of a window boosted by ``boost``: rule r2, no LANTERN relaxation (SPEC 9.1),
+    verified node by node on the chain (``ValueError`` for the budget: ``theory.rule_step``)."""
+    v = Verification(Rule.R2, boost=boost)
+    v.check_node_by_node()
+    return v
+
+
 def node_uniforms(u_accept: np.ndarray) -> np.ndarray:
     """The chain's per-node acceptance uniforms: node j (j >= 1) tests d_j with ``u_accept[j - 1]``
     (node 0, the root, is never tested)."""
@@ -187,8 +197,8 @@ def verify_window(p_rows: np.ndarray, drafts: np.ndarray, q_rows: np.ndarray, bo
     L = w.tree.size - 1
     ua = _uniforms(u_accept, L, "u_accept")
     ud = _uniforms(u_draw, L + 1, "u_draw")
-    path, token = sample_step(w.tree, w.p, node_uniforms(ua), ud, rule="r2", relax=NO_RELAX,
-                              neighbours=w.neighbours, q_dists=w.q, boost=boost, emb=w.emb)
+    path, token = sample_step(w.tree, w.p, node_uniforms(ua), ud, window_verification(boost),
+                              neighbours=w.neighbours, q_dists=w.q, emb=w.emb)
     return len(path) - 1, int(token)
 
 
@@ -197,8 +207,8 @@ def window_tv(p_rows: np.ndarray, drafts: np.ndarray, q_rows: np.ndarray, boost:
     """Exact TV of the tokens a window emitted after ``accepted`` acceptances: the SPEC 9.4 TVs of the
     laws of the tested positions 1..min(a + 1, L) (``theory.tree.path_tv``; 0 unboosted)."""
     w = check_window(p_rows, drafts, q_rows, boost, emb)
-    return path_tv(w.tree, w.p, list(range(int(accepted) + 1)), rule="r2", relax=NO_RELAX,
-                   neighbours=w.neighbours, q_dists=w.q, boost=boost, emb=w.emb)
+    return path_tv(w.tree, w.p, list(range(int(accepted) + 1)), window_verification(boost),
+                   neighbours=w.neighbours, q_dists=w.q, emb=w.emb)
 
 
 def window_expectation(p_rows: np.ndarray, drafts: np.ndarray, q_rows: np.ndarray, boost: Boost,
@@ -206,8 +216,8 @@ def window_expectation(p_rows: np.ndarray, drafts: np.ndarray, q_rows: np.ndarra
     """Given the window (so every p_j is fixed): ``(E[tokens], E[TV])``, E[tokens] = 1 + sum_k
     prod_{j<=k} a_j and E[TV] = sum_j prod_{i<j} a_i TV_j (``theory.tree.step_expectation``)."""
     w = check_window(p_rows, drafts, q_rows, boost, emb)
-    e = step_expectation(w.tree, w.p, rule="r2", relax=NO_RELAX, neighbours=w.neighbours, q_dists=w.q,
-                         boost=boost, emb=w.emb)
+    e = step_expectation(w.tree, w.p, window_verification(boost), neighbours=w.neighbours, q_dists=w.q,
+                         emb=w.emb)
     return e.tokens, e.tv
 
 

@@ -25,6 +25,7 @@ from relaxspec.theory.distributions import validate_distribution
 from relaxspec.theory.sampled_trees import PrefixModel, step_law
 from relaxspec.theory.traversal import traversal_ends
 from relaxspec.theory.tree import Tree
+from relaxspec.theory.verification import Verification
 from relaxspec.theory.verify import check_children, node_outcome
 
 ENUMERATE_MAX_V = 16
@@ -263,7 +264,7 @@ def node_acceptance(p: np.ndarray, q: np.ndarray, k: int, *, children: Sequence[
     if gsd is not None and (not isinstance(gsd, Boost) or not gsd.reads_embedding):
         raise ValueError(f"gsd must be a group boost (Boost.group(G, ...)), got {gsd!r}")
     S = top_drafts(q, k)
-    r1 = 1.0 - node_outcome(p, S, rule="r1").reject_prob
+    r1 = 1.0 - node_outcome(p, S, "r1").reject_prob
     one_level = np.array([-1] + [0] * k)
     if children is None:
         drafts: int | np.ndarray = k
@@ -277,10 +278,10 @@ def node_acceptance(p: np.ndarray, q: np.ndarray, k: int, *, children: Sequence[
         tree = Tree(one_level, np.concatenate(([0], drafts)))
         rows = np.broadcast_to(p, (k + 1, p.size))
         r4 = traversal_ends(tree, rows, np.broadcast_to(q, (k + 1, p.size))).tokens - 1.0
-    r2 = 1.0 - node_outcome(p, drafts, rule="r2", q=q).reject_prob
+    r2 = 1.0 - node_outcome(p, drafts, "r2", q=q).reject_prob
     g = gtv = None
     if gsd is not None:
-        o = node_outcome(p, drafts, rule="r2", q=q, boost=gsd, emb=emb)
+        o = node_outcome(p, drafts, Verification("r2", boost=gsd), q=q, emb=emb)
         # given a draw order the emitted law is conditional on it (not a distortion): report the
         # per-stage SPEC 9.4 sum there, the exact TV when averaging over draws
         g, gtv = 1.0 - o.reject_prob, (o.tv if children is None else o.stage_tv)

@@ -8,8 +8,10 @@ traversal verification (SPEC 9.6), to ``theory.traversal`` (``sample_traversal_s
 (SPEC 9.1) is verified as its chain (``theory.jacobi_sampler.window_tree``): R2 without the budget by
 ``theory.jacobi_sampler`` itself, the rest by the same dispatch on the chain.
 
-The functions keep ``theory.tree``'s signatures, so the reference decoder, its replay and the mini model's
-scorer call one function whatever the rule. Uniforms are the suite's (``theory.sampler``): ``u_accept[v]``
+The functions keep ``theory.tree``'s signatures (the rule, its relaxation or boost and its variant as one
+``verification``: a :class:`~theory.verification.Verification` or its spec; ``Verification.oracle`` says
+where a step goes), so the reference decoder, its replay and the mini model's scorer call one function
+whatever the rule. Uniforms are the suite's (``theory.sampler``): ``u_accept[v]``
 tests node v (R4: v's eta; R4 tests a node at most once) and ``u_draw[v]`` draws the token emitted at v
 (R2: the residual draw when every child of v was rejected, or the bonus at a leaf; R4: the bonus from
 P_v when the step ends at v). For a window, ``u_accept[j - 1]`` tests d_j and ``u_draw[j]`` draws at
@@ -26,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.boost import NO_BOOST
 from relaxspec.theory.budget import budget_r2_step_ends, check_budget, sample_budget_r2_step
 from relaxspec.theory.jacobi_sampler import (
     check_window,
@@ -34,63 +36,55 @@ from relaxspec.theory.jacobi_sampler import (
     verify_window,
     window_expectation,
 )
-from relaxspec.theory.relax import NO_RELAX, Relax
-from relaxspec.theory.rules import SAMPLED_DRAFT_RULES, Rule, check_rule, check_step_boost, neighbour_rows
+from relaxspec.theory.rules import neighbour_rows
 from relaxspec.theory.sampled_trees import StepEnd, expected_tokens
 from relaxspec.theory.traversal import sample_traversal_step, traversal_ends
 from relaxspec.theory.tree import StepExpectation, Tree, sample_step, step_expectation
+from relaxspec.theory.verification import DraftSource, Verification, parse
 
 
-def own_oracle(rule: str, boost: Boost) -> bool:
-    """True when the step is not ``theory.tree``'s: rule r4 or the budget boost."""
-    return rule == Rule.R4 or getattr(boost, "uses_budget", False)
-
-
-def check_step_rule(rule: str, relax: Relax, variant: str, boost: Boost) -> None:
-    """Raise ``ValueError`` unless (rule, relax, variant, boost) verifies a step: ``theory.rules.check_rule``
-    and ``theory.rules.check_step_boost`` (rule r4 and the budget boost included)."""
-    check_rule(rule, variant)
-    check_step_boost(rule, relax, boost)
-
-
-def step_neighbours(neighbours: np.ndarray | None, vocab_size: int, relax: Relax, variant: str,
-                    boost: Boost) -> np.ndarray:
-    """The int64 neighbour table a step reads: the budget's (validated, at least k columns), else
-    ``theory.rules.neighbour_rows`` (empty when the rule merges nothing)."""
-    if boost.uses_budget:
-        if neighbours is None and boost.k > 0:  # k = 0 merges nothing: R2, with no table to read
-            raise ValueError(f"boost {boost} merges the mass of latent neighbours: it needs a neighbour "
+def step_neighbours(neighbours: np.ndarray | None, vocab_size: int, verification: Verification | str
+                    ) -> np.ndarray:
+    """The int64 neighbour table a step under ``verification`` (a value or its spec) reads: the budget's
+    (validated, at least k columns), else ``theory.rules.neighbour_rows`` (empty when the rule merges
+    nothing)."""
+    v = parse(verification)
+    if v.uses_budget:
+        if neighbours is None and v.boost.k > 0:  # k = 0 merges nothing: R2, with no table to read
+            raise ValueError(f"boost {v.boost} merges the mass of latent neighbours: it needs a neighbour "
                              "table")
-        return check_budget(boost, neighbours, vocab_size)
-    return neighbour_rows(neighbours, vocab_size, relax, variant)
+        return check_budget(v.boost, neighbours, vocab_size)
+    return neighbour_rows(neighbours, vocab_size, v.relax)
 
 
-def _sampled_rows(rule: str, tree: Tree, node_dists: np.ndarray, q_dists: np.ndarray | None) -> np.ndarray:
+def _sampled_rows(v: Verification, tree: Tree, node_dists: np.ndarray, q_dists: np.ndarray | None
+                  ) -> np.ndarray:
     """The draft rows (a lone root reads none: zeros)."""
     if q_dists is None and tree.size == 1:
         return np.zeros((1, np.shape(node_dists)[-1]))
     if q_dists is None:
-        raise ValueError(f"rule {rule} verifies sampled drafts: it needs q_dists (the draft row of every "
+        raise ValueError(f"rule {v.rule} verifies sampled drafts: it needs q_dists (the draft row of every "
                          "node with children)")
     return q_dists
 
 
-def sample_rule_step(tree: Tree, node_dists: np.ndarray, u_accept: np.ndarray, u_draw: np.ndarray, *,
-                     rule: str, relax: Relax, neighbours: np.ndarray | None,
-                     q_dists: np.ndarray | None = None, variant: str = "principled", boost: Boost = NO_BOOST,
-                     emb: np.ndarray | None = None) -> tuple[list[int], int]:
+def sample_rule_step(tree: Tree, node_dists: np.ndarray, u_accept: np.ndarray, u_draw: np.ndarray,
+                     verification: Verification | str, *, neighbours: np.ndarray | None = None,
+                     q_dists: np.ndarray | None = None, emb: np.ndarray | None = None
+                     ) -> tuple[list[int], int]:
     """One step on a drawn tree with explicit uniforms (``theory.tree.sample_step``'s signature and
-    return: the accepted path from the root and the emitted token), for any rule (module docstring)."""
-    if not own_oracle(rule, boost):
-        return sample_step(tree, node_dists, u_accept, u_draw, rule=rule, relax=relax, neighbours=neighbours,
-                           q_dists=q_dists, variant=variant, boost=boost, emb=emb)
-    check_step_rule(rule, relax, variant, boost)
-    q = _sampled_rows(rule, tree, node_dists, q_dists)
-    table = neighbours if boost.uses_budget else None
-    if rule == Rule.R4:
-        return sample_traversal_step(tree, node_dists, q, u_accept, u_draw, boost=boost, neighbours=table,
+    return: the accepted path from the root and the emitted token), for any ``verification`` (module
+    docstring)."""
+    v = parse(verification)
+    if not v.walks_own_step:
+        return sample_step(tree, node_dists, u_accept, u_draw, v, neighbours=neighbours, q_dists=q_dists,
+                           emb=emb)
+    q = _sampled_rows(v, tree, node_dists, q_dists)
+    table = neighbours if v.uses_budget else None
+    if v.is_traversal:
+        return sample_traversal_step(tree, node_dists, q, u_accept, u_draw, boost=v.boost, neighbours=table,
                                      emb=emb)
-    return sample_budget_r2_step(tree, node_dists, q, u_accept, u_draw, boost=boost, neighbours=table)
+    return sample_budget_r2_step(tree, node_dists, q, u_accept, u_draw, boost=v.boost, neighbours=table)
 
 
 def expectation_from_ends(tree: Tree, ends: Sequence[StepEnd], tokens: float, tv: float) -> StepExpectation:
@@ -109,25 +103,23 @@ def expectation_from_ends(tree: Tree, ends: Sequence[StepEnd], tokens: float, tv
     return StepExpectation(float(tokens), float(tv), edge, reach)
 
 
-def rule_step_expectation(tree: Tree, node_dists: np.ndarray, *, rule: str, relax: Relax = NO_RELAX,
+def rule_step_expectation(tree: Tree, node_dists: np.ndarray, verification: Verification | str, *,
                           neighbours: np.ndarray, q_dists: np.ndarray | None = None,
-                          variant: str = "principled", boost: Boost = NO_BOOST,
                           emb: np.ndarray | None = None) -> StepExpectation:
-    """Exact E[tokens per step] and the step's TV (or its proved bound) on a drawn tree, for any rule:
-    ``theory.tree.step_expectation``; for R4 ``theory.traversal.traversal_ends`` (``tv``: its
-    ``tv_bound``, the expected sum of the entered stages' Deltas, 0 lossless: docs/theory.md, Theorem
-    12.3); for budgeted R2 ``theory.budget.budget_r2_step_ends`` (``tv``: the expected sum of the charges
-    of the nodes verified, Theorem 14.2)."""
-    if not own_oracle(rule, boost):
-        return step_expectation(tree, node_dists, rule=rule, relax=relax, neighbours=neighbours,
-                                q_dists=q_dists, variant=variant, boost=boost, emb=emb)
-    check_step_rule(rule, relax, variant, boost)
-    q = _sampled_rows(rule, tree, node_dists, q_dists)
-    table = neighbours if boost.uses_budget else None
-    if rule == Rule.R4:
-        out = traversal_ends(tree, node_dists, q, boost=boost, neighbours=table, emb=emb)
+    """Exact E[tokens per step] and the step's TV (or its proved bound) on a drawn tree, for any
+    ``verification``: ``theory.tree.step_expectation``; for R4 ``theory.traversal.traversal_ends``
+    (``tv``: its ``tv_bound``, the expected sum of the entered stages' Deltas, 0 lossless: docs/theory.md,
+    Theorem 12.3); for budgeted R2 ``theory.budget.budget_r2_step_ends`` (``tv``: the expected sum of the
+    charges of the nodes verified, Theorem 14.2)."""
+    v = parse(verification)
+    if not v.walks_own_step:
+        return step_expectation(tree, node_dists, v, neighbours=neighbours, q_dists=q_dists, emb=emb)
+    q = _sampled_rows(v, tree, node_dists, q_dists)
+    table = neighbours if v.uses_budget else None
+    if v.is_traversal:
+        out = traversal_ends(tree, node_dists, q, boost=v.boost, neighbours=table, emb=emb)
         return expectation_from_ends(tree, out.ends, out.tokens, out.tv_bound)
-    ends, bound = budget_r2_step_ends(tree, node_dists, q, boost=boost, neighbours=table)
+    ends, bound = budget_r2_step_ends(tree, node_dists, q, boost=v.boost, neighbours=table)
     return expectation_from_ends(tree, ends, expected_tokens(tree, ends), bound)
 
 
@@ -144,45 +136,47 @@ def _window_chain(p_rows: np.ndarray, drafts: np.ndarray, q_rows: np.ndarray,
     return w.tree, w.p, w.q
 
 
+def _window_verification(verification: Verification | str) -> Verification:
+    """``verification`` parsed, refused unless it verifies a Jacobi window (SPEC 9.1: rule r2 or r4, no
+    LANTERN relaxation: ``Verification.source_problem``)."""
+    v = parse(verification)
+    v.check_source(DraftSource.JACOBI)
+    return v
+
+
 def sample_window_step(p_rows: np.ndarray, drafts: np.ndarray, q_rows: np.ndarray, u_accept: np.ndarray,
-                       u_draw: np.ndarray, *, rule: str = "r2", boost: Boost = NO_BOOST,
+                       u_draw: np.ndarray, verification: Verification | str = "r2", *,
                        neighbours: np.ndarray | None = None, emb: np.ndarray | None = None
                        ) -> tuple[int, int]:
-    """Verify one Jacobi window with rule r2 or r4 (``theory.jacobi_sampler.verify_window``'s arguments
-    and return: the number of drafts accepted and the token emitted after them)."""
-    if rule not in SAMPLED_DRAFT_RULES:
-        raise ValueError(f"a Jacobi window verifies sampled drafts (SPEC 9.1): it needs rule r2 or r4, got "
-                         f"rule {rule!r}")
-    if not own_oracle(rule, boost):
-        return verify_window(p_rows, drafts, q_rows, boost, emb, u_accept, u_draw)
+    """Verify one Jacobi window under ``verification`` (rule r2 or r4, boosted or not; default plain
+    r2): ``theory.jacobi_sampler.verify_window``'s arguments and return, the number of drafts accepted and
+    the token emitted after them."""
+    v = _window_verification(verification)
+    if not v.walks_own_step:
+        return verify_window(p_rows, drafts, q_rows, v.boost, emb, u_accept, u_draw)
     tree, p, q = _window_chain(p_rows, drafts, q_rows, u_accept, u_draw)
     path, token = sample_rule_step(tree, p, node_uniforms(np.asarray(u_accept, dtype=np.float64)),
-                                   np.asarray(u_draw, dtype=np.float64), rule=rule, relax=NO_RELAX,
-                                   neighbours=neighbours, q_dists=q, boost=boost, emb=emb)
+                                   np.asarray(u_draw, dtype=np.float64), v, neighbours=neighbours, q_dists=q,
+                                   emb=emb)
     return len(path) - 1, int(token)
 
 
-def window_rule_expectation(p_rows: np.ndarray, drafts: np.ndarray, q_rows: np.ndarray, *, rule: str = "r2",
-                            boost: Boost = NO_BOOST, neighbours: np.ndarray | None = None,
+def window_rule_expectation(p_rows: np.ndarray, drafts: np.ndarray, q_rows: np.ndarray,
+                            verification: Verification | str = "r2", *, neighbours: np.ndarray | None = None,
                             emb: np.ndarray | None = None) -> tuple[float, float]:
-    """Given the window: ``(E[tokens], E[TV] or its proved bound)`` for rule r2 or r4
-    (``theory.jacobi_sampler.window_expectation`` for R2 without the budget; else
+    """Given the window: ``(E[tokens], E[TV] or its proved bound)`` under ``verification`` (rule r2 or
+    r4; ``theory.jacobi_sampler.window_expectation`` for R2 without the budget; else
     :func:`rule_step_expectation` on the chain)."""
-    if rule not in SAMPLED_DRAFT_RULES:
-        raise ValueError(f"a Jacobi window verifies sampled drafts (SPEC 9.1): it needs rule r2 or r4, got "
-                         f"rule {rule!r}")
-    if not own_oracle(rule, boost):
-        return window_expectation(p_rows, drafts, q_rows, boost, emb)
+    v = _window_verification(verification)
+    if not v.walks_own_step:
+        return window_expectation(p_rows, drafts, q_rows, v.boost, emb)
     tree, p, q = _window_chain(p_rows, drafts, q_rows)
-    e = rule_step_expectation(tree, p, rule=rule, relax=NO_RELAX, neighbours=neighbours, q_dists=q,
-                              boost=boost, emb=emb)
+    e = rule_step_expectation(tree, p, v, neighbours=neighbours, q_dists=q, emb=emb)
     return e.tokens, e.tv
 
 
 __all__ = [
-    "check_step_rule",
     "expectation_from_ends",
-    "own_oracle",
     "rule_step_expectation",
     "sample_rule_step",
     "sample_window_step",

@@ -1,4 +1,4 @@
-"""The one encoder and validator of a verification rule: (rule, relaxation, variant, neighbour table).
+"""A verification rule's codes and the neighbour tables it reads (rule, relaxation, variant, table).
 
 Every layer names a rule the same way (SPEC section 3): ``rule`` r1, r2, r3 or r4
 (traversal verification, SPEC 9.6: ``theory.traversal``), a :class:`~theory.relax.Relax`,
@@ -11,10 +11,11 @@ k + 1 neighbours on a rejection, so it reads k + 1 columns of the table
 contiguous int32 table (:func:`rule_table`); theory reads the int64 table of :func:`neighbour_rows`.
 
 A boost (``theory.boost.Boost``, SPEC 9.2-9.3, and the budget of 9.5) raises a sampled-draft test
-(R2's stages, R4's edges) and keeps its standard residual: :func:`check_step_boost` says where it is
-valid on a whole step (rule r2 or r4, no relaxation), :func:`check_boost` where theory's node-by-node
-rules take it (R2 with GSD or Cool-SD), and ``theory.verification.Verification.encode`` hands it to
-the kernels as the named codes, numbers and arrays (the budget with the table of :func:`budget_table`).
+(R2's stages, R4's edges) and keeps its standard residual. Which combinations of rule, relaxation,
+variant and boost exist is ``theory.verification.Verification``'s to say (validated once, when it is
+built; ``Verification.check_node_by_node`` where theory's node-by-node rules take it: R1-R3, R2 with
+GSD or Cool-SD); ``Verification.encode`` hands it to the kernels as the named codes, numbers and arrays
+(the budget with the table of :func:`budget_table`).
 """
 
 from __future__ import annotations
@@ -90,12 +91,6 @@ def as_rule(rule: str | Rule) -> Rule:
     return Rule(rule)
 
 
-def check_rule(rule: str, variant: str) -> None:
-    """Raise ``ValueError`` for an unknown rule or variant."""
-    as_rule(rule)
-    as_variant(variant)
-
-
 def rows_read(relax: Relax, variant: str) -> int:
     """How many leading columns of a neighbour row a rule reads: 0 (exact), k, or k + 1 (official)."""
     if relax.is_exact:
@@ -110,8 +105,10 @@ def _checked_table(neighbours: np.ndarray | None, vocab_size: int, relax: Relax)
     return neighbours
 
 
-def neighbour_rows(neighbours: np.ndarray | None, vocab_size: int, relax: Relax, variant: str) -> np.ndarray:
-    """Validate the table for ``relax`` and return it whole as int64 (theory's form; empty when unused)."""
+def neighbour_rows(neighbours: np.ndarray | None, vocab_size: int, relax: Relax) -> np.ndarray:
+    """Validate the table for ``relax`` (k columns) and return it whole as int64 (theory's form; empty when
+    unused). The official variant reads one column more: the rules check the rows they read
+    (:func:`rows_read`)."""
     if relax.is_exact:
         return np.zeros((vocab_size, 0), dtype=np.int64)
     return np.asarray(_checked_table(neighbours, vocab_size, relax), dtype=np.int64)
@@ -139,44 +136,6 @@ BOOST_NONE, BOOST_GROUP, BOOST_DEPTH, BOOST_BUDGET = 0, 1, 2, 3
 """The kernels' boost codes (``bs[0]``)."""
 BOOST_CODES = {BoostKind.NONE: BOOST_NONE, BoostKind.GROUP: BOOST_GROUP, BoostKind.DEPTH: BOOST_DEPTH,
                BoostKind.BUDGET: BOOST_BUDGET}
-
-
-def check_step_boost(rule: str, relax: Relax, boost: Boost) -> None:
-    """Raise ``ValueError`` unless (``rule``, ``relax``, ``boost``) verifies a whole step on a tree: a boost
-    (GSD, Cool-SD, the budget of SPEC 9.5) raises a sampled-draft test and keeps the standard residual, so
-    it needs rule r2 or r4 and no LANTERN relaxation; rule r4 (traversal verification, SPEC 9.6) takes no
-    LANTERN relaxation at all (its relaxations are the boosts)."""
-    if not isinstance(boost, Boost):
-        raise ValueError(f"boost must be a relaxspec.theory.boost.Boost (e.g. Boost.parse('gsd:G=10')), "
-                         f"got {type(boost).__name__}")
-    if not isinstance(relax, Relax):
-        raise ValueError(f"relax must be a relaxspec.theory.Relax, got {type(relax).__name__}")
-    rule = as_rule(rule)
-    if rule.is_traversal and not relax.is_exact:
-        raise ValueError(f"rule r4 (traversal verification) takes no LANTERN relaxation (got {relax}): relax "
-                         "it with a boost (budget:tv=..,k=.., gsd:.., cool:..)")
-    if boost.is_none:
-        return
-    if not rule.samples_drafts:
-        raise ValueError(f"boost {boost} raises a sampled-draft test: it needs rule r2 or r4, got rule "
-                         f"{str(rule)!r}")
-    if not relax.is_exact:
-        raise ValueError(f"boost {boost} keeps the standard residual and takes no LANTERN relaxation: "
-                         f"use Relax.none() with it, got {relax}")
-
-
-def check_boost(rule: str, relax: Relax, boost: Boost) -> None:
-    """:func:`check_step_boost` for the node-by-node rules of ``theory.tree`` and ``theory.verify`` (R1-R3,
-    R2 boosted by GSD or Cool-SD): rule r4 and the budget boost verify a step by their own walks
-    (``theory.traversal``, ``theory.budget``; ``theory.rule_step`` sends a step there), so they are
-    refused here rather than verified as something else."""
-    check_step_boost(rule, relax, boost)
-    if as_rule(rule).is_traversal:
-        raise ValueError("rule r4 (traversal verification) verifies a whole step, not node by node: "
-                         "relaxspec.theory.traversal (or theory.rule_step) verifies it")
-    if boost.uses_budget:
-        raise ValueError(f"boost {boost} is not verified on draft trees node by node: its stages share a "
-                         "node's budget (theory.budget, or theory.rule_step, verifies it)")
 
 
 def boost_embedding(boost: Boost, emb: np.ndarray | None, vocab_size: int) -> np.ndarray | None:

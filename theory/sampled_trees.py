@@ -27,10 +27,11 @@ import numpy as np
 from relaxspec.theory.boost import NO_BOOST, Boost
 from relaxspec.theory.distributions import validate_distribution
 from relaxspec.theory.relax import NO_RELAX
-from relaxspec.theory.rules import boost_embedding, check_boost
+from relaxspec.theory.rules import Rule, boost_embedding
 from relaxspec.theory.sampler import draw_without_replacement
 from relaxspec.theory.stages import draft_residual
 from relaxspec.theory.tree import Tree, parent_depths
+from relaxspec.theory.verification import Verification
 from relaxspec.theory.verify import BoostAt, r2_given_states
 
 MAX_TREES = 200_000
@@ -229,7 +230,7 @@ def r2_step_ends(
     """R2 (SPEC 3, no LANTERN relaxation) on a drawn tree, exactly: at node u the children are tested in
     draw order with ``theory.verify.r2_given_states`` (boosted by ``boost`` at the children's depth, as
     ``theory.tree`` does); an accepted child becomes the next node; a leaf emits from its p."""
-    check_boost("r2", NO_RELAX, boost)
+    Verification(Rule.R2, boost=boost).check_node_by_node()
     p_rows = np.asarray(p_rows, dtype=np.float64)
     emb = boost_embedding(boost, emb, p_rows.shape[1])
     nb = np.zeros((p_rows.shape[1], 0), dtype=np.int64)

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from relaxspec.theory.boost import NO_BOOST, Boost
 from relaxspec.theory.boost_law import sampled_draft_stage
-from relaxspec.theory.relax import Relax
 from relaxspec.theory.rules import Rule
 from relaxspec.theory.stages import draft_residual, greedy_acceptable, r1_reject, r1_stage
+from relaxspec.theory.verification import Verification, parse
 
 
 def draw_token(r: np.ndarray, u: float) -> int:
@@ -54,25 +53,27 @@ def sample_node(
     children: np.ndarray,
     u_accept: np.ndarray,
     u_draw: float,
+    verification: Verification | str,
     *,
-    rule: str,
-    relax: Relax,
     neighbours: np.ndarray,
     q: np.ndarray | None = None,
-    variant: str = "principled",
-    boost: Boost = NO_BOOST,
     depth: int = 1,
     emb: np.ndarray | None = None,
 ) -> tuple[int, int]:
-    """Verify one node with explicit uniforms.
+    """Verify one node with explicit uniforms under ``verification`` (a value or its spec).
 
-    ``neighbours`` is an int64 table (``theory.verify.neighbour_rows``);
+    ``neighbours`` is an int64 table (``theory.rules.neighbour_rows``);
     ``u_accept[i]`` is child i's uniform. Returns ``(i, token)``: the index of
     the accepted child (or -1) and the token the node emits. R2 takes a
-    ``boost`` (``theory.boost.sampled_draft_stage``) for children at ``depth``
-    with GSD's embedding table ``emb``. No input checking: callers validate
-    once per run (``theory.rules.check_boost``).
+    boost (``theory.boost.sampled_draft_stage``) for children at ``depth``
+    with GSD's embedding table ``emb``. No input checking beyond the verification's own: callers
+    validate the rows once per run (``theory.verify.check_node_inputs``). Rule r4 and the budget are
+    refused (``ValueError``): they verify a whole step (``theory.rule_step``).
     """
+    v = parse(verification)
+    if v.walks_own_step:
+        v.check_node_by_node()
+    rule, relax, variant = v.rule, v.relax, v.variant
     if rule == Rule.R3:
         for i, c in enumerate(children):
             if greedy_acceptable(p, int(c), neighbours[c], relax):
@@ -93,7 +94,7 @@ def sample_node(
         qp = draft_residual(q, children[:i])
         if qp is None:
             break
-        a, r_next = sampled_draft_stage(r, qp, int(c), neighbours[c], relax, variant, boost, depth, emb)
+        a, r_next = sampled_draft_stage(r, qp, int(c), neighbours[c], relax, variant, v.boost, depth, emb)
         if u_accept[i] < a:
             return i, int(c)
         r = r_next

@@ -5,8 +5,11 @@ committed token, ``parents[0] = -1``, every other parent index smaller than
 the node's), a token per node and a depth per node. The children of a node,
 in increasing node index, are its drafts in rank order.
 
-R2 takes a boost (``theory.boost.Boost``, SPEC 9.2-9.3) everywhere here: the children of node u are
-tested at depth ``depths[u] + 1`` (Cool-SD's omega index) and GSD reads the embedding table ``emb``.
+Every step function takes the rule, its relaxation or boost and its variant as one ``verification``
+(a :class:`~theory.verification.Verification` or its spec, ``"r1+lantern:k=1000,delta=0.1"``), verified
+node by node (R1-R3; R4 and the budget walk a step their own way: ``theory.rule_step``). R2 takes a
+boost (``theory.boost.Boost``, SPEC 9.2-9.3) everywhere here: the children of node u are tested at depth
+``depths[u] + 1`` (Cool-SD's omega index) and GSD reads the embedding table ``emb``.
 """
 
 from __future__ import annotations
@@ -16,12 +19,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from relaxspec.theory.boost import NO_BOOST, Boost
 from relaxspec.theory.distributions import validate_distribution
-from relaxspec.theory.relax import NO_RELAX, Relax
-from relaxspec.theory.rules import Rule, boost_embedding, check_boost, check_rule, neighbour_rows
+from relaxspec.theory.relax import Relax
+from relaxspec.theory.rules import Rule, boost_embedding, neighbour_rows
 from relaxspec.theory.sampler import draw_token, sample_node
 from relaxspec.theory.stages import greedy_acceptable
+from relaxspec.theory.verification import Verification, parse
 from relaxspec.theory.verify import BoostAt, node_outcome, r2_stage_tvs
 
 
@@ -137,13 +140,10 @@ def _check_node_dists(tree: Tree, node_dists: np.ndarray, name: str) -> np.ndarr
 def node_accept_probs(
     tree: Tree,
     node_dists: np.ndarray,
+    verification: Verification | str,
     *,
-    rule: str,
-    relax: Relax = NO_RELAX,
     neighbours: np.ndarray | None = None,
     q_dists: np.ndarray | None = None,
-    variant: str = "principled",
-    boost: Boost = NO_BOOST,
     emb: np.ndarray | None = None,
 ) -> np.ndarray:
     """P(node v accepted | its parent reached) for every node (root: 1).
@@ -151,12 +151,12 @@ def node_accept_probs(
     For R2 the children of a node are drawn from ``q_dists`` without
     replacement (ranks = successive draws): the tree's tokens are ignored and
     the probability is that of the rank, averaged over draws (exact, small V),
-    under ``boost`` (children of u at depth ``depths[u] + 1``).
+    under the verification's boost (children of u at depth ``depths[u] + 1``).
     """
-    check_rule(rule, variant)
-    check_boost(rule, relax, boost)
+    v = parse(verification)
+    v.check_node_by_node()
     p = _check_node_dists(tree, node_dists, "node_dists")
-    if rule == Rule.R2:
+    if v.rule == Rule.R2:
         if q_dists is None:
             raise ValueError("rule r2 needs q_dists")
         q = _check_node_dists(tree, q_dists, "q_dists")
@@ -165,12 +165,11 @@ def node_accept_probs(
         kids = tree.children(u)
         if kids.size == 0:
             continue
-        if rule == Rule.R2:
-            res = node_outcome(p[u], kids.size, rule="r2", relax=relax, neighbours=neighbours,
-                               q=q[u], variant=variant, boost=boost, depth=int(tree.depths[u]) + 1, emb=emb)
+        if v.rule == Rule.R2:
+            res = node_outcome(p[u], kids.size, v, neighbours=neighbours, q=q[u],
+                               depth=int(tree.depths[u]) + 1, emb=emb)
         else:
-            res = node_outcome(p[u], tree.tokens[kids], rule=rule, relax=relax,
-                               neighbours=neighbours, variant=variant)
+            res = node_outcome(p[u], tree.tokens[kids], v, neighbours=neighbours)
         out[kids] = res.accept_probs
     return out
 
@@ -186,28 +185,24 @@ def path_probs(tree: Tree, edge_probs: np.ndarray) -> np.ndarray:
 def expected_tokens_per_step(
     tree: Tree,
     node_dists: np.ndarray,
+    verification: Verification | str,
     *,
-    rule: str,
-    relax: Relax = NO_RELAX,
     neighbours: np.ndarray | None = None,
     q_dists: np.ndarray | None = None,
-    variant: str = "principled",
-    boost: Boost = NO_BOOST,
     emb: np.ndarray | None = None,
 ) -> float:
     """Exact E[tokens per step] = 1 + sum over non-root v of P(v accepted).
 
     ``node_dists[v]`` is the target distribution of the token after node v
     (``q_dists[v]`` the draft's). For R3 the step is deterministic: 1 + the
-    depth of the accepted greedy chain. R2 takes a ``boost`` (GSD: ``emb``).
+    depth of the accepted greedy chain. R2 takes a boost (GSD: ``emb``).
     """
-    if rule == Rule.R3:
-        check_rule(rule, variant)
+    v = parse(verification)
+    if v.rule == Rule.R3:
         p = _check_node_dists(tree, node_dists, "node_dists")
-        nb = neighbour_rows(neighbours, p.shape[1], relax, variant)
-        return 1.0 + float(tree.depths[greedy_path(tree, p, nb, relax)[-1]])
-    acc = node_accept_probs(tree, node_dists, rule=rule, relax=relax, neighbours=neighbours,
-                            q_dists=q_dists, variant=variant, boost=boost, emb=emb)
+        nb = neighbour_rows(neighbours, p.shape[1], v.relax)
+        return 1.0 + float(tree.depths[greedy_path(tree, p, nb, v.relax)[-1]])
+    acc = node_accept_probs(tree, node_dists, v, neighbours=neighbours, q_dists=q_dists, emb=emb)
     return 1.0 + float(path_probs(tree, acc)[1:].sum())
 
 
@@ -225,13 +220,10 @@ class StepExpectation:
 def step_expectation(
     tree: Tree,
     node_dists: Sequence[np.ndarray] | np.ndarray,
+    verification: Verification | str,
     *,
-    rule: str,
-    relax: Relax = NO_RELAX,
     neighbours: np.ndarray,
     q_dists: np.ndarray | None = None,
-    variant: str = "principled",
-    boost: Boost = NO_BOOST,
     emb: np.ndarray | None = None,
 ) -> StepExpectation:
     """Exact E[tokens per step] and the step's TV bound on the drawn tree (the one home of this sum).
@@ -247,13 +239,14 @@ def step_expectation(
     (``theory.rules.neighbour_rows``). ``simulate.verify.step_expectation``
     is its Numba twin.
 
-    Boosted R2 (``boost``; GSD reads ``emb``): node u's term is its
+    Boosted R2 (GSD reads ``emb``): node u's term is its
     ``NodeOutcome.stage_tv`` given the draw order, the expected sum of the
     exact TVs of the stages u tests (SPEC 9.4): averaged over draw orders it
     bounds u's TV, with equality at one-child nodes.
     """
-    check_rule(rule, variant)
-    check_boost(rule, relax, boost)
+    v = parse(verification)
+    v.check_node_by_node()
+    rule, relax = v.rule, v.relax
     if rule == Rule.R3:
         path = greedy_path(tree, node_dists, neighbours, relax)
         on_path = np.zeros(tree.size)
@@ -268,13 +261,13 @@ def step_expectation(
         kids = tree.children(u)
         if kids.size == 0:
             continue
-        o = node_outcome(node_dists[u], tree.tokens[kids], rule=rule, relax=relax, neighbours=table,
-                         q=q_dists[u] if rule == Rule.R2 and q_dists is not None else None, variant=variant,
-                         boost=boost, depth=int(tree.depths[u]) + 1, emb=emb)
+        o = node_outcome(node_dists[u], tree.tokens[kids], v, neighbours=table,
+                         q=q_dists[u] if rule == Rule.R2 and q_dists is not None else None,
+                         depth=int(tree.depths[u]) + 1, emb=emb)
         edge[kids] = o.accept_probs
         reach[kids] = reach[u] * o.accept_probs
         tvs[u] = o.tv if rule == Rule.R1 else o.stage_tv
-    if rule == Rule.R2 and boost.is_none:
+    if rule == Rule.R2 and v.boost.is_none:
         tv = 0.0 if relax.is_exact else np.nan
     elif rule == Rule.R2:
         internal = np.array([tree.children(u).size > 0 for u in range(tree.size)])
@@ -297,13 +290,10 @@ def path_tv(
     tree: Tree,
     node_dists: Sequence[np.ndarray] | np.ndarray,
     path: list[int],
+    verification: Verification | str,
     *,
-    rule: str,
-    relax: Relax,
     neighbours: np.ndarray,
     q_dists: np.ndarray | None = None,
-    variant: str = "principled",
-    boost: Boost = NO_BOOST,
     emb: np.ndarray | None = None,
 ) -> float:
     """TV of the tokens one step emitted along its accepted ``path``, from the nodes that decided them.
@@ -315,7 +305,9 @@ def path_tv(
     expectation given the tree is :func:`step_expectation`'s ``tv``. ``neighbours``: an int64 table;
     rows of ``node_dists`` are read only on the path. ``simulate.step_kernels.path_tv`` is its twin.
     """
-    check_boost(rule, relax, boost)  # R4 and the budget are recorded by their own walks
+    v = parse(verification)
+    v.check_node_by_node()  # R4 and the budget are recorded by their own walks
+    rule, relax, variant, boost = v.rule, v.relax, v.variant, v.boost
     if rule == Rule.R3:
         return greedy_path_tv(tree, node_dists, path)
     if rule == Rule.R2 and boost.is_none:
@@ -329,8 +321,7 @@ def path_tv(
         if kids.size == 0:
             continue
         if rule == Rule.R1:
-            total += node_outcome(node_dists[u], tree.tokens[kids], rule="r1", relax=relax, neighbours=table,
-                                  variant=variant).tv
+            total += node_outcome(node_dists[u], tree.tokens[kids], v, neighbours=table).tv
             continue
         if q_dists is None:
             raise ValueError("boosted rule r2 reads q: give q_dists")
@@ -364,13 +355,10 @@ def sample_step(
     node_dists: np.ndarray,
     u_accept: np.ndarray,
     u_draw: np.ndarray,
+    verification: Verification | str,
     *,
-    rule: str,
-    relax: Relax,
-    neighbours: np.ndarray | None,
+    neighbours: np.ndarray | None = None,
     q_dists: np.ndarray | None = None,
-    variant: str = "principled",
-    boost: Boost = NO_BOOST,
     emb: np.ndarray | None = None,
 ) -> tuple[list[int], int]:
     """One verification step on a tree with explicit per-node uniforms (NumPy oracle).
@@ -381,15 +369,16 @@ def sample_step(
     node where every child was rejected, a draw from p_v at a leaf v, or
     argmax p at the end of the greedy chain for R3. ``neighbours`` must be an
     int64 table (``theory.rules.neighbour_rows``); ``None`` is allowed when the
-    rule merges nothing. R2 takes a ``boost`` (children of u at depth
+    rule merges nothing. R2 takes a boost (children of u at depth
     ``depths[u] + 1``; GSD reads the (V, d) embedding table ``emb``).
     """
-    check_boost(rule, relax, boost)
-    emb = boost_embedding(boost, emb, len(node_dists[0]))
+    v = parse(verification)
+    v.check_node_by_node()
+    emb = boost_embedding(v.boost, emb, len(node_dists[0]))
     if neighbours is None:
-        neighbours = neighbour_rows(None, len(node_dists[0]), relax, variant)  # names a missing table
-    if rule == Rule.R3:
-        path = greedy_path(tree, node_dists, neighbours, relax)
+        neighbours = neighbour_rows(None, len(node_dists[0]), v.relax)  # names a missing table
+    if v.rule == Rule.R3:
+        path = greedy_path(tree, node_dists, neighbours, v.relax)
         return path, int(np.argmax(node_dists[path[-1]]))
     path = [0]
     while True:
@@ -398,10 +387,8 @@ def sample_step(
         if kids.size == 0:
             return path, draw_token(node_dists[u], float(u_draw[u]))
         i, tok = sample_node(
-            node_dists[u], tree.tokens[kids], u_accept[kids], float(u_draw[u]), rule=rule,
-            relax=relax, neighbours=neighbours,
-            q=None if q_dists is None else q_dists[u], variant=variant, boost=boost,
-            depth=int(tree.depths[u]) + 1, emb=emb,
+            node_dists[u], tree.tokens[kids], u_accept[kids], float(u_draw[u]), v, neighbours=neighbours,
+            q=None if q_dists is None else q_dists[u], depth=int(tree.depths[u]) + 1, emb=emb,
         )
         if i < 0:
             return path, tok

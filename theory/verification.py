@@ -47,7 +47,6 @@ from relaxspec.theory.rules import (
     as_variant,
     boost_embedding,
     budget_table,
-    check_step_boost,
     rows_read,
     rule_table,
 )
@@ -114,7 +113,9 @@ class Verification:
                              f"{type(self.rule).__name__}")
         object.__setattr__(self, "rule", as_rule(RULE_ALIASES.get(self.rule, self.rule)))
         object.__setattr__(self, "variant", as_variant(self.variant))
-        check_step_boost(self.rule, self.relax, self.boost)
+        problem = _combination_problem(self.rule, self.relax, self.boost)
+        if problem is not None:
+            raise ValueError(problem)
 
     # ------------------------------------------------------------------ what it is
     @property
@@ -218,6 +219,18 @@ class Verification:
                     "tree that draws from q)")
         return None
 
+    def check_node_by_node(self) -> None:
+        """Raise ``ValueError`` unless ``theory.tree`` / ``theory.verify`` verify this rule node by node
+        (R1-R3, R2 boosted by GSD or Cool-SD): rule r4 and the budget verify a step by their own walks
+        (``theory.traversal``, ``theory.budget``; ``theory.rule_step`` sends a step there), so they are
+        refused there rather than verified as something else (:attr:`walks_own_step`)."""
+        if self.rule.is_traversal:
+            raise ValueError("rule r4 (traversal verification) verifies a whole step, not node by node: "
+                             "relaxspec.theory.traversal (or theory.rule_step) verifies it")
+        if self.boost.uses_budget:
+            raise ValueError(f"boost {self.boost} is not verified on draft trees node by node: its stages "
+                             "share a node's budget (theory.budget, or theory.rule_step, verifies it)")
+
     def check_source(self, source: DraftSource, what: str = "") -> None:
         """Raise ``ValueError`` (prefixed by ``what``) when :meth:`source_problem` names a problem."""
         problem = self.source_problem(source)
@@ -294,6 +307,29 @@ class KernelArgs:
     def budget_table(self) -> np.ndarray:
         """The budget's neighbour columns (``bs[9]``)."""
         return self.bs[9]
+
+
+def _combination_problem(rule: Rule, relax: Relax, boost: Boost) -> str | None:
+    """Why (``rule``, ``relax``, ``boost``) is no verification (None when it is one): a boost (GSD,
+    Cool-SD, the budget of SPEC 9.5) raises a sampled-draft test and keeps the standard residual, so it
+    needs rule r2 or r4 and no LANTERN relaxation; rule r4 (traversal verification, SPEC 9.6) takes no
+    LANTERN relaxation at all (its relaxations are the boosts)."""
+    if not isinstance(boost, Boost):
+        return (f"boost must be a relaxspec.theory.boost.Boost (e.g. Boost.parse('gsd:G=10')), got "
+                f"{type(boost).__name__}")
+    if not isinstance(relax, Relax):
+        return f"relax must be a relaxspec.theory.Relax, got {type(relax).__name__}"
+    if rule.is_traversal and not relax.is_exact:
+        return (f"rule r4 (traversal verification) takes no LANTERN relaxation (got {relax}): relax it "
+                "with a boost (budget:tv=..,k=.., gsd:.., cool:..)")
+    if boost.is_none:
+        return None
+    if not rule.samples_drafts:
+        return f"boost {boost} raises a sampled-draft test: it needs rule r2 or r4, got rule {str(rule)!r}"
+    if not relax.is_exact:
+        return (f"boost {boost} keeps the standard residual and takes no LANTERN relaxation: use "
+                f"Relax.none() with it, got {relax}")
+    return None
 
 
 def _boost_tuple(boost: Boost, vocab_size: int, neighbours: np.ndarray | None, emb: np.ndarray | None

@@ -23,14 +23,15 @@ from relaxspec.theory.boost import NO_BOOST, Boost
 from relaxspec.theory.boost_law import sampled_draft_stage, stage_tv
 from relaxspec.theory.distributions import total_variation, validate_distribution
 from relaxspec.theory.neighbours import validate_neighbour_rows
-from relaxspec.theory.relax import NO_RELAX, Relax, check_token
-from relaxspec.theory.rules import Rule, boost_embedding, check_boost, check_rule, neighbour_rows, rows_read
+from relaxspec.theory.relax import Relax, check_token
+from relaxspec.theory.rules import Rule, boost_embedding, neighbour_rows
 from relaxspec.theory.stages import (
     draft_residual,
     greedy_acceptable,
     r1_reject,
     r1_stage,
 )
+from relaxspec.theory.verification import Verification, parse
 
 R2_EXACT_MAX_V = 12
 R2_EXACT_MAX_M = 4
@@ -95,30 +96,29 @@ class NodeInputs:
 def check_node_inputs(
     p: np.ndarray,
     children: Sequence[int] | np.ndarray | int,
+    verification: Verification | str,
     *,
-    rule: str,
-    relax: Relax,
-    neighbours: np.ndarray | None,
-    q: np.ndarray | None,
-    variant: str,
-    boost: Boost = NO_BOOST,
+    neighbours: np.ndarray | None = None,
+    q: np.ndarray | None = None,
     depth: int = 1,
     emb: np.ndarray | None = None,
 ) -> NodeInputs:
-    """Validate everything :func:`node_outcome` reads; raise ``ValueError`` naming the problem.
+    """Validate everything :func:`node_outcome` reads under ``verification`` (a value or its spec, verified
+    node by node: ``Verification.check_node_by_node``); raise ``ValueError`` naming the problem.
 
     The neighbour rows the rule can read (children's rows, or every row of
     q's support when R2 draws the children) are checked in full: ids in
     range, distinct, not the row's own token.
     """
-    check_rule(rule, variant)
-    check_boost(rule, relax, boost)
+    v = parse(verification)
+    v.check_node_by_node()
+    rule, relax, boost = v.rule, v.relax, v.boost
     if isinstance(depth, bool) or int(depth) != depth or depth < 1:
         raise ValueError(f"depth of the tested children must be an integer >= 1, got {depth!r}")
     p = validate_distribution(p, name="p")
     V = p.size
     emb = boost_embedding(boost, emb, V)
-    nb = neighbour_rows(neighbours, V, relax, variant)
+    nb = neighbour_rows(neighbours, V, relax)
     kids: np.ndarray | None
     if rule == Rule.R2:
         if q is None:
@@ -136,24 +136,22 @@ def check_node_inputs(
         q = None
         kids = check_children(children, V)
         m, rows = kids.size, kids
-    validate_neighbour_rows(nb, rows, rows_read(relax, variant))
+    validate_neighbour_rows(nb, rows, v.neighbour_columns)
     return NodeInputs(p, nb, kids, m, q, emb)
 
 
 def node_outcome(
     p: np.ndarray,
     children: Sequence[int] | np.ndarray | int,
+    verification: Verification | str,
     *,
-    rule: str,
-    relax: Relax = NO_RELAX,
     neighbours: np.ndarray | None = None,
     q: np.ndarray | None = None,
-    variant: str = "principled",
-    boost: Boost = NO_BOOST,
     depth: int = 1,
     emb: np.ndarray | None = None,
 ) -> NodeOutcome:
-    """Exact outcome of verifying a node with target ``p`` and ordered ``children``.
+    """Exact outcome of verifying a node with target ``p`` and ordered ``children`` under ``verification``
+    (a :class:`~theory.verification.Verification` or its spec: ``"r1+lantern:k=2,delta=0.1"``).
 
     For R2, ``children`` is either an int m (children drawn from ``q`` without
     replacement; the outcome is averaged over every draw order, exact for
@@ -161,22 +159,23 @@ def node_outcome(
     order). ``accept_probs[i]`` is then the probability that the i-th draw is
     accepted.
 
-    ``boost`` (R2 with ``Relax.none()`` only; ``ValueError`` otherwise) boosts every stage
-    (``theory.boost.boosted_stage``): ``depth`` is the children's depth in the tree (Cool-SD's
+    A boost (R2 only, GSD or Cool-SD; rule r4 and the budget verify a whole step: ``ValueError``) boosts
+    every stage (``theory.boost.boosted_stage``): ``depth`` is the children's depth in the tree (Cool-SD's
     omega_depth), ``emb`` the (V, d) embedding table GSD's groups read. The exact TV of a boosted
     node is ``tv`` (averaged over draw orders: the enumerated law; for one draw it equals SPEC 9.4's
     ``theory.boost.boosted_tv``); ``stage_tv`` is the per-stage 9.4 sum, a bound on it.
     """
-    x = check_node_inputs(p, children, rule=rule, relax=relax, neighbours=neighbours, q=q,
-                          variant=variant, boost=boost, depth=depth, emb=emb)
-    if rule == Rule.R2:
+    v = parse(verification)
+    x = check_node_inputs(p, children, v, neighbours=neighbours, q=q, depth=depth, emb=emb)
+    relax, variant = v.relax, v.variant
+    if v.rule == Rule.R2:
         assert x.q is not None  # check_node_inputs requires R2's q
-        at = BoostAt(boost, int(depth), x.emb)
+        at = BoostAt(v.boost, int(depth), x.emb)
         if x.kids is None:
             return _r2_enumerated(x.p, x.q, x.m, x.nb, relax, variant, at)
         return _r2_given(x.p, x.q, x.kids, x.nb, relax, variant, at)
     assert x.kids is not None  # only R2 may draw its children
-    if rule == Rule.R1:
+    if v.rule == Rule.R1:
         return _r1(x.p, x.kids, x.nb, relax, variant)
     return _r3(x.p, x.kids, x.nb, relax)
 

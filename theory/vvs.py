@@ -8,6 +8,12 @@ tokens h emitted before it is a mixture: over the leaves whose path starts with 
 the path's i-th token where gamma >= i, and ``stale`` where gamma = i - 1 (the bonus). Its TV to the
 target's law after h is exact, and so is the step's expected TV sum over its emitted tokens; the largest
 of those TVs (:attr:`SkipStepTV.max_tv`) decides a bounded skip (ours, docs/theory.md 15.7).
+
+The skip step's own rules live here too, one home for the simulator's oracle (``simulate.vvs_oracle``)
+and the reference decoder (``reference.vvs``): the leaves in node order and the path a skip step emits
+(:func:`skip_path`), the dynamic schedule's score (:func:`path_similarity`), and the TV of each token a
+skip step emitted, computed after the fact from the target rows after its emitted prefixes
+(:func:`skip_token_tvs`: what a decoder learns from the next target forward).
 """
 
 from __future__ import annotations
@@ -68,18 +74,63 @@ def _leaf_paths(parents: np.ndarray, tokens: np.ndarray) -> list[tuple[int, ...]
     return paths
 
 
-def skip_step_tv(parents: np.ndarray, tokens: np.ndarray, target: Target, stale: np.ndarray,
-                 mean_accepted: float) -> SkipStepTV:
-    """The exact per-token TV of one VVS skip step (module docstring).
+def leaves(parents: np.ndarray) -> np.ndarray:
+    """The leaves of a tree (parent array, root 0, parents before children) in node order."""
+    par = np.asarray(parents, dtype=np.int64)
+    has_child = np.zeros(par.size, dtype=bool)
+    has_child[par[1:]] = True
+    return np.flatnonzero(~has_child)
 
-    Parameters
-    ----------
-    parents : (N,) int, ``parents[0] = -1`` (the root), every other parent of smaller index.
-    tokens : (N,) the nodes' tokens (the root's is not read).
-    target : the target's law after the committed prefix and a tuple of tokens.
-    stale : (V,) the last target distribution held, the bonus token's law.
-    mean_accepted : Lbar >= 0, the running mean accepted length (gamma = min(L_s, floor(Lbar))).
-    """
+
+def root_path(parents: np.ndarray, v: int) -> list[int]:
+    """The nodes from the root to ``v``."""
+    out = [int(v)]
+    while out[-1] != 0:
+        out.append(int(parents[out[-1]]))
+    return out[::-1]
+
+
+def skip_path(parents: np.ndarray, u_leaf: float, cap: int) -> list[int]:
+    """The nodes a skip step emits, root first: leaf ``floor(u_leaf * n_leaves)`` of :func:`leaves` (each
+    leaf equally likely), its root path cut after ``cap`` = floor(Lbar) drafts (gamma = min(L_s, cap))."""
+    if not 0.0 <= u_leaf < 1.0:
+        raise ValueError(f"u_leaf must be a uniform in [0, 1), got {u_leaf!r}")
+    if isinstance(cap, bool) or int(cap) != cap or cap < 0:
+        raise ValueError(f"cap must be an integer >= 0, got {cap!r}")
+    chosen = leaves(parents)
+    leaf = chosen[min(int(u_leaf * chosen.size), chosen.size - 1)]
+    return root_path(parents, int(leaf))[: int(cap) + 1]
+
+
+def unit_rows(table: np.ndarray) -> np.ndarray:
+    """A code table (V, d) as float64 rows scaled to unit length (a zero row stays zero)."""
+    emb = np.asarray(table, dtype=np.float64)
+    norm = np.linalg.norm(emb, axis=1, keepdims=True)
+    return np.ascontiguousarray(np.divide(emb, norm, out=np.zeros_like(emb), where=norm > 0))
+
+
+def path_similarity(parents: np.ndarray, tokens: np.ndarray, emb: np.ndarray, alpha: float) -> float:
+    """VVS's dynamic score of a tree: at each depth l >= 1 where at least two root-to-leaf paths have a
+    node, the mean cosine of the code vectors (``emb``: unit rows, :func:`unit_rows`) of those nodes'
+    tokens over pairs of paths; averaged over those depths with weights alpha^(l-1); NaN when no depth
+    has two paths."""
+    paths = [root_path(parents, int(leaf)) for leaf in leaves(parents)]
+    num = den = 0.0
+    weight = 1.0
+    for lev in range(1, max(len(p) for p in paths)):
+        x = np.array([tokens[p[lev]] for p in paths if len(p) > lev], dtype=np.int64)
+        if x.size >= 2:
+            gram = emb[x] @ emb[x].T
+            num += weight * float(gram[np.triu_indices(x.size, 1)].mean())
+            den += weight
+        weight *= alpha
+    return num / den if den > 0.0 else float("nan")
+
+
+def skip_laws(parents: np.ndarray, tokens: np.ndarray, stale: np.ndarray, mean_accepted: float
+              ) -> tuple[dict[tuple[int, ...], tuple[float, np.ndarray]], float]:
+    """A skip step's token laws given its tree (module docstring), without the target: ``({h: (weight,
+    law)}, E[gamma + 1])`` over every prefix h the step can emit (arguments: :func:`skip_step_tv`)."""
     par = np.asarray(parents, dtype=np.int64)
     tok = np.asarray(tokens, dtype=np.int64)
     if tok.shape != par.shape:
@@ -107,10 +158,26 @@ def skip_step_tv(parents: np.ndarray, tokens: np.ndarray, target: Target, stale:
                 mix[h][path[i]] += w_leaf
             else:
                 mix[h] += w_leaf * st
+    return {h: (w, mix[h] / w) for h, w in weight.items()}, tokens_sum
+
+
+def skip_step_tv(parents: np.ndarray, tokens: np.ndarray, target: Target, stale: np.ndarray,
+                 mean_accepted: float) -> SkipStepTV:
+    """The exact per-token TV of one VVS skip step (module docstring).
+
+    Parameters
+    ----------
+    parents : (N,) int, ``parents[0] = -1`` (the root), every other parent of smaller index.
+    tokens : (N,) the nodes' tokens (the root's is not read).
+    target : the target's law after the committed prefix and a tuple of tokens.
+    stale : (V,) the last target distribution held, the bonus token's law.
+    mean_accepted : Lbar >= 0, the running mean accepted length (gamma = min(L_s, floor(Lbar))).
+    """
+    laws, tokens_sum = skip_laws(parents, tokens, stale, mean_accepted)
+    V = np.asarray(stale).size
     positions = {}
     total = 0.0
-    for h, w in weight.items():
-        law = mix[h] / w
+    for h, (w, law) in laws.items():
         p = validate_distribution(target(h), name=f"target{h}")
         if p.size != V:
             raise ValueError(f"target{h} has {p.size} tokens, stale has {V}")
@@ -120,4 +187,28 @@ def skip_step_tv(parents: np.ndarray, tokens: np.ndarray, target: Target, stale:
     return SkipStepTV(positions, tokens_sum, total)
 
 
-__all__ = ["SkipStepTV", "Target", "skip_step_tv"]
+def skip_token_tvs(parents: np.ndarray, tokens: np.ndarray, stale: np.ndarray, mean_accepted: float,
+                   emitted: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The TV of each token a skip step emitted, after the fact: token i (``emitted[i]``, the drafts
+    then the bonus) has the law :func:`skip_laws` gives after ``emitted[:i]``, and ``rows[i]`` is the
+    target's law after the committed prefix and ``emitted[:i]`` (what the next target forward computes
+    at the skipped tokens). Returns (len(emitted),) TVs, each ``skip_step_tv``'s value at that prefix."""
+    laws, _ = skip_laws(parents, tokens, stale, mean_accepted)
+    em = [int(x) for x in np.asarray(emitted).ravel()]
+    rows = np.asarray(rows, dtype=np.float64)
+    if rows.shape != (len(em), np.asarray(stale).size):
+        raise ValueError(f"rows must have shape ({len(em)}, V), one target row per emitted token, got "
+                         f"{rows.shape}")
+    out = np.empty(len(em))
+    for i in range(len(em)):
+        h = tuple(em[:i])
+        if h not in laws:
+            raise ValueError(f"the step cannot emit a token after {list(h)}: not a prefix of its tree's "
+                             "paths within gamma")
+        p = validate_distribution(rows[i], name=f"rows[{i}]")
+        out[i] = 0.5 * float(np.abs(laws[h][1] - p).sum())
+    return out
+
+
+__all__ = ["SkipStepTV", "Target", "leaves", "path_similarity", "root_path", "skip_laws", "skip_path",
+           "skip_step_tv", "skip_token_tvs", "unit_rows"]

@@ -30,13 +30,16 @@ from tqdm.auto import tqdm
 
 from relaxspec.results import config_key, read_results
 from relaxspec.studies.frontier_claims import budget_claims, claims_2026, verdicts
-from relaxspec.studies.frontier_methods import SHIPPED_K, Method, methods, neighbour_k, scan_methods
-from relaxspec.studies.optimality import (
-    fmt_tv,
-    optimality_table,
-    trace_optimality_rows,
-    world_optimality_row,
+from relaxspec.studies.frontier_methods import Method, methods, neighbour_k, scan_methods
+from relaxspec.studies.frontier_shipped import (
+    SHIPPED_MODELS,
+    shipped_configs,
+    shipped_methods,
+    shipped_optimality_rows,
+    shipped_rows,
+    shipped_table,
 )
+from relaxspec.studies.optimality import fmt_tv, optimality_table, world_optimality_row
 from relaxspec.studies.study_options import study_parser, study_setup
 from relaxspec.sweep import SweepConfig, jobs, run_sweep
 
@@ -47,8 +50,9 @@ a kept or coupled Jacobi draft can survive a rejection before it."""
 SKIPS = "skips.jsonl"
 # --quick, a smoke run of every method in a few minutes on 2 cores (BENCHMARKS.md): the worlds at
 # study_options.QUICK_WORLD's V, this many shipped images per method, and the shipped optimality row over
-# the first QUICK_TRACE_NODES tree nodes of one image (each node's optimum costs about 0.3 s).
-QUICK_SHIPPED_IMAGES, QUICK_TRACE_IMAGES, QUICK_TRACE_NODES = 3, 1, 24
+# the first QUICK_TRACE_NODES tree nodes of one image (each node's optimum costs about 0.3 s:
+# frontier_shipped).
+QUICK_SHIPPED_IMAGES = 3
 
 
 def skips_verification(method: Method) -> bool:
@@ -163,15 +167,15 @@ def world_table(rows: list[dict], overrides: dict, method_list: list[Method] | N
             if m.shipped_only:
                 continue
             if m.tree == "ar":
-                out.append({"setting": w, "method": "AR", "family": "ar", "tokens": 1.0, "se": 0.0,
-                            "tv": 0.0})
+                out.append({"setting": w, "method": "AR", "family": "ar", "lossy": False, "tokens": 1.0,
+                            "se": 0.0, "tv": 0.0})
                 continue
             hit = [r for r in rows if r["world"] == w and r["tree"] == m.tree
                    and r["verification"] == str(m.verification_for(world_k(w, overrides)))]
             if hit:
                 r = hit[-1]
-                out.append({"setting": w, "method": m.label, "family": m.family, "tokens": r["tokens"],
-                            "se": r["se"], "tv": r["tv"]})
+                out.append({"setting": w, "method": m.label, "family": m.family, "lossy": m.lossy,
+                            "tokens": r["tokens"], "se": r["se"], "tv": r["tv"]})
     return out
 
 
@@ -186,86 +190,12 @@ def optimality_rows(overrides: dict, n_sequences: int, seq_len: int, drafts: int
     return [world_optimality_row(w, overrides, n_sequences, seq_len, drafts, group) for w in WORLDS]
 
 
-# ---------------------------------------------------------------- the shipped model
-def shipped_methods() -> list[Method]:
-    """The methods the shipped model's reference decoder runs (``Method.decoder``)."""
-    return [m for m in methods() if m.decoder]
-
-
-def shipped_configs() -> list:
-    """The methods as the mini model's decoding configurations (EAGLE head as the drafter)."""
-    from relaxspec.mini.decoding import DecodeConfig
-
-    return [DecodeConfig(m.label) if m.tree == "ar" else
-            DecodeConfig(m.label, tree=m.tree, verification=m.verification_for(SHIPPED_K))
-            for m in shipped_methods()]
-
-
-def shipped_rows(out: Path, n_images: int, generate: bool = True) -> tuple[list[dict], dict]:
-    """Generate (resuming) ``n_images`` per method on the shipped model; score each; the noise floor.
-    ``generate=False`` scores the images already generated (methods with fewer than 2 are left out)."""
-    import torch
-
-    from relaxspec.mini.fashion_mnist import load_sample
-    from relaxspec.mini.quality import (
-        generate_config,
-        noise_floor,
-        read_records,
-        real_halves,
-        slug,
-        summarise,
-    )
-    from relaxspec.mini.shipped import load_mini
-
-    torch.set_num_threads(1)
-    mini = load_mini()
-    rows = []
-    for c, m in zip(tqdm(shipped_configs(), desc="shipped methods", unit="method"), shipped_methods(),
-                    strict=True):
-        if generate:
-            records = generate_config(mini, c, n_images, out, progress=False)
-        else:
-            records = sorted(read_records(out / slug(c.name) / "images.jsonl"), key=lambda r: r["index"])
-            records = [r for i, r in enumerate(records[:n_images]) if r["index"] == i]
-            if len(records) < 2:
-                continue
-        row = summarise(mini, c, records)
-        row.update({"setting": "shipped", "method": m.label, "family": m.family,
-                    "tokens": row["tokens_per_step"], "se": float("nan"), "tv": row["tv_bound_per_sequence"]})
-        rows.append(row)
-    images, labels = load_sample()
-    halves = real_halves(images, labels, min(max(n_images, 20), len(labels) // 2))
-    floor = noise_floor(mini, (halves[0][0], halves[1][0]), out)
-    return rows, floor
-
-
 # ---------------------------------------------------------------- table, figure
-SHIPPED_TRACE_IMAGES = 10  # images whose every tree node enters the shipped model's optimality row
-
-
-def shipped_optimality_rows(out: Path, quick: bool = False) -> list[dict]:
-    """:func:`trace_optimality_rows` on the shipped model: a trace (resumable, ``OUT/<config>.trace``) of
-    the exact static tree (R2) over :data:`SHIPPED_TRACE_IMAGES` images, GSD on the target's token
-    embedding. Returns one row per number of children, setting ``shipped``."""
-    import torch
-
-    from relaxspec.mini.shipped import load_mini
-    from relaxspec.mini.validation import capture
-    from relaxspec.reference.decode import gsd_embedding
-
-    torch.set_num_threads(1)
-    mini = load_mini()
-    config = next(c for c, m in zip(shipped_configs(), shipped_methods(), strict=True)
-                  if m.label == "exact static tree (R2)")
-    path = capture(mini, config, QUICK_TRACE_IMAGES if quick else SHIPPED_TRACE_IMAGES, out, progress=False)
-    return trace_optimality_rows(path, "shipped", emb=gsd_embedding("token", mini.target),
-                                 max_nodes=QUICK_TRACE_NODES if quick else None)
-
-
-def table(world: list[dict], shipped: list[dict], n_images: int, floor: dict | None,
+def table(world: list[dict], shipped: list[dict], n_images: int, floors: dict[str, dict] | None,
           vocab: dict[str, int] | int, scan: list[dict] | None = None) -> list[str]:
     """The report's tables; ``vocab``: the V the worlds ran at (:func:`world_vocab`; one V for all);
-    ``scan``: the window-length scan's rows (:func:`scan_table`)."""
+    ``scan``: the window-length scan's rows (:func:`scan_table`); ``floors``: each shipped model's noise
+    floor (``mini.quality.noise_floor``'s record)."""
     vocab = vocab if isinstance(vocab, dict) else dict.fromkeys(WORLDS, int(vocab))
     lines = [f"### Synthetic worlds ({_vocab_note(vocab)})", "",
              "| world | method | tokens per target forward | exact TV per token |", "|---|---|---|---|"]
@@ -282,22 +212,7 @@ def table(world: list[dict], shipped: list[dict], n_images: int, floor: dict | N
                 by = {r["method"]: r for r in scan if r["setting"] == w}
                 cells = [_fmt_tokens(by.get(f"{name} L={L}")) for L in Ls]
                 lines.append(f"| {w} | {name} | " + " | ".join(cells) + " |")
-    if shipped:
-        counts = sorted({r["n_images"] for r in shipped})
-        count = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-        lines += ["", f"### Shipped model ({count} images per row, the same classes and uniforms)", "",
-                  "| method | tokens per target forward | TV bound per image | FD ± bootstrap sd | "
-                  "class accuracy |",
-                  "|---|---|---|---|---|"]
-        for r in shipped:
-            lines.append(f"| {r['method']} | {r['tokens']:.3f} | "
-                         f"{fmt_tv(r['tv_bound_per_sequence'])} | "
-                         f"{r['fd']:.2f} ± {r['fd_bootstrap_sd']:.2f} | {r['class_accuracy']:.3f} |")
-        if floor:
-            pairs = ", ".join(f"{k}: {v:.2f}" for k, v in floor["fd_between"].items())
-            lines += ["", f"Noise floor (FD between sets of one distribution, {floor['n_images']} images): "
-                          f"{pairs}."]
-    return lines
+    return lines + shipped_table(shipped, floors or {})
 
 
 def _fmt_tokens(r: dict | None) -> str:
@@ -309,12 +224,13 @@ def figure(world: list[dict], shipped: list[dict], out: Path, name: str = "front
     from relaxspec.figstyle import figure_legend, method_style, panel_label, pyplot, save, subplots
 
     plt = pyplot(headless=True)
-    n = len(WORLDS) + bool(shipped)
+    models = list(dict.fromkeys(r["setting"] for r in shipped))
+    n = len(WORLDS) + len(models)
     fig, axes = subplots(1, n, width="full", height=2.3)
     xlabel = "TV per token (exact; ours: proved bound)"
     panels = [(w, [r for r in world if r["setting"] == w], "tv", xlabel) for w in WORLDS]
-    if shipped:
-        panels.append(("shipped model", shipped, "fd", "FD (Fashion-MNIST features)"))
+    panels += [(m.replace("shipped", "shipped model"), [r for r in shipped if r["setting"] == m], "fd",
+                "FD (Fashion-MNIST features)") for m in models]
     for i, (ax, (title, rows, xcol, xlabel)) in enumerate(zip(np.atleast_1d(axes), panels, strict=True)):
         for fam in dict.fromkeys(r["family"] for r in rows):
             pts = sorted((r for r in rows if r["family"] == fam and np.isfinite(r[xcol])),
@@ -327,12 +243,24 @@ def figure(world: list[dict], shipped: list[dict], out: Path, name: str = "front
         ax.set_xlabel(xlabel)
         ax.set_ylabel("tokens per target forward")
         ax.set_title(title)
-        panel_label(ax, "abcd"[i])
+        panel_label(ax, "abcdef"[i])
     fig.tight_layout()
     figure_legend(fig)
     paths = save(fig, out, name)
     plt.close(fig)
     return paths
+
+
+def _shipped_models(option: str | None, quick: bool) -> list[str]:
+    """The shipped models a run generates on (``--shipped-models``; default both, ``--quick`` the first)."""
+    if option is None:
+        return ["shipped"] if quick else list(SHIPPED_MODELS)
+    names = [n.strip() for n in option.split(",") if n.strip()]
+    for n in names:
+        if n not in SHIPPED_MODELS:
+            raise ValueError(f"--shipped-models: unknown model {n!r}; expected some of "
+                             f"{tuple(SHIPPED_MODELS)}")
+    return names
 
 
 def main(argv: list[str] | None = None) -> tuple[list[str], Path]:
@@ -343,6 +271,12 @@ def main(argv: list[str] | None = None) -> tuple[list[str], Path]:
                     help="generate no shipped image: score the images already generated")
     ap.add_argument("--skip-worlds", action="store_true",
                     help="run no world configuration (report the rows already in OUT/worlds.csv)")
+    ap.add_argument("--shipped-models", default=None,
+                    help=f"comma-separated shipped models of {tuple(SHIPPED_MODELS)} (default: both; "
+                         "--quick: shipped)")
+    ap.add_argument("--ambiguous-images", type=int, default=None,
+                    help="images per method on the shipped ambiguous model (default: --shipped-images; its "
+                         "decoding is 4-15x slower per image)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     overrides, out = study_setup(args, "frontier", shipped_images=QUICK_SHIPPED_IMAGES)
@@ -351,11 +285,17 @@ def main(argv: list[str] | None = None) -> tuple[list[str], Path]:
     else:
         rows = world_rows(out, args.sequences, args.seq_len, overrides)
     world, scan = world_table(rows, overrides), scan_table(rows, overrides)
-    shipped, floor = ([], None) if args.skip_shipped else shipped_rows(out / "shipped", args.shipped_images,
-                                                                          not args.report_only)
-    fd_floor = max(floor["fd_between"].values()) if floor else None
-    claims = (verdicts(world + shipped, fd_floor) + budget_claims(world + shipped, fd_floor)
-              + claims_2026(world + shipped, scan, fd_floor))
+    models = _shipped_models(args.shipped_models, args.quick)
+    shipped, floors = [], {}
+    for m in [] if args.skip_shipped else models:
+        n = args.shipped_images
+        if m == "shipped ambiguous" and args.ambiguous_images:
+            n = args.ambiguous_images
+        rows_m, floors[m] = shipped_rows(out, n, not args.report_only, m)
+        shipped += rows_m
+    fd_floors = {m: max(f["fd_between"].values()) for m, f in floors.items() if f}
+    claims = (verdicts(world + shipped, fd_floors) + budget_claims(world + shipped, fd_floors)
+              + claims_2026(world + shipped, scan, fd_floors))
     opt_path = out / "optimality.json"
     if not opt_path.exists() and not args.skip_worlds:
         opt_path.write_text(json.dumps(optimality_rows(overrides, *((2, 16) if args.quick else (2, 32))),
@@ -364,7 +304,7 @@ def main(argv: list[str] | None = None) -> tuple[list[str], Path]:
     if not args.skip_shipped:
         opt_rows += shipped_optimality_rows(out / "shipped", args.quick)
     figure(world, shipped, out)
-    report = [*table(world, shipped, args.shipped_images, floor, world_vocab(overrides), scan), "",
+    report = [*table(world, shipped, args.shipped_images, floors, world_vocab(overrides), scan), "",
               "### Claims", "", *claims, "",
               "### Distance to the optimal multi-draft acceptance (SPEC 9.7)", "",
               *(optimality_table(opt_rows) if opt_rows else
@@ -372,7 +312,7 @@ def main(argv: list[str] | None = None) -> tuple[list[str], Path]:
               f"{args.sequences} sequences x {args.seq_len} tokens per world row; "
               f"{time.perf_counter() - t0:.0f} s."]
     (out / "table.md").write_text("\n".join(report) + "\n")
-    (out / "verdicts.json").write_text(json.dumps({"claims": claims, "noise_floor": fd_floor}, indent=1))
+    (out / "verdicts.json").write_text(json.dumps({"claims": claims, "noise_floor": fd_floors}, indent=1))
     return report, out
 
 

@@ -1,8 +1,10 @@
 """The frontier comparison's claims, computed from its rows (:mod:`relaxspec.studies.frontier`).
 
-A row is a dict with ``setting`` (a world, or ``shipped``), ``method`` (a :class:`Method` label),
-``family``, ``tokens`` (per target forward), ``se`` (its standard error over sequences, worlds) and ``tv``
-(exact TV per token; the proved bound for ours; NaN where none is known); shipped rows also carry ``fd``.
+A row is a dict with ``setting`` (a world, or a shipped model: ``shipped``, ``shipped ambiguous``),
+``method`` (a :class:`Method` label), ``family``, ``tokens`` (per target forward), ``se`` (its standard error
+over sequences, worlds) and ``tv`` (exact TV per token; the proved bound for ours; NaN where none is
+known; shipped rows: the TV bound per image), ``lossy`` (whether the method is lossless by theorem) and,
+shipped, ``fd``.
 Each claim is one Markdown line with its numbers and a bold verdict.
 
 - Issues 14-15 (:func:`verdicts`, :func:`budget_claims`): GSD > SJD > AR; Cool-SD against LANTERN++ at
@@ -57,9 +59,14 @@ def settings_of(rows: list[dict]) -> list[str]:
 
 
 # ---------------------------------------------------------------- issues 14 and 15
-def verdicts(rows: list[dict], floor: float | None) -> list[str]:
+def is_shipped(setting: str) -> bool:
+    """Whether a setting is a shipped model's (its rows carry FD) rather than a world's."""
+    return setting.startswith("shipped")
+
+
+def verdicts(rows: list[dict], floors: dict[str, float] | None) -> list[str]:
     """Issue 14's claims, each checked on every setting with numbers: GSD > SJD > AR in tokens per forward;
-    on the shipped model, Cool-SD > LANTERN++ at equal FD (within the noise ``floor``)."""
+    on a shipped model, Cool-SD > LANTERN++ at equal FD (within its noise floor, ``floors[setting]``)."""
     lines = []
     for name in settings_of(rows):
         by = _by(rows, name)
@@ -71,30 +78,30 @@ def verdicts(rows: list[dict], floor: float | None) -> list[str]:
             lines.append(f"- {name}: GSD > SJD > AR in tokens per forward: "
                          f"{_verdict(gsd['tokens'] > sjd > ar)} "
                          f"(best GSD {gsd['tokens']:.3f}, SJD {sjd:.3f}, AR {ar:.3f}).")
-    by = _by(rows, "shipped")
-    if by and floor is not None:
+    for name, floor in (floors or {}).items():
+        by = _by(rows, name)
         for cs in (r for k, r in by.items() if k.startswith("Cool-SD")):
             peers = [r for k, r in by.items()
                      if k.startswith("LANTERN++") and abs(r["fd"] - cs["fd"]) <= floor]
             if not peers:
-                lines.append(f"- shipped: {cs['method']} (FD {cs['fd']:.2f}) has no LANTERN++ row within the "
+                lines.append(f"- {name}: {cs['method']} (FD {cs['fd']:.2f}) has no LANTERN++ row within the "
                              f"noise floor {floor:.2f} of its FD: no comparison at equal FD.")
                 continue
             best = max(peers, key=lambda r: r["tokens"])
-            lines.append(f"- shipped: {cs['method']} > LANTERN++ at equal FD (within {floor:.2f}): "
+            lines.append(f"- {name}: {cs['method']} > LANTERN++ at equal FD (within {floor:.2f}): "
                          f"{_verdict(cs['tokens'] > best['tokens'])} ({cs['tokens']:.3f} vs "
                          f"{best['method']} {best['tokens']:.3f} tokens per forward; FD "
                          f"{cs['fd']:.2f} vs {best['fd']:.2f}).")
     return lines
 
 
-def budget_claims(rows: list[dict], floor: float | None) -> list[str]:
+def budget_claims(rows: list[dict], floors: dict[str, float] | None) -> list[str]:
     """Issue 15's goal: the best configuration with a proved per-node TV bound (traversal R4, the budgeted
     relaxation) against the best anchor (SJD, GSD, Cool-SD, LANTERN++), within the anchor's TV per token
     (worlds; LANTERN++'s relaxed R2 has no computable TV at V = 16384, so it is compared at any budget and
     said so) and at equal or better FD within the noise floor (shipped)."""
     lines = []
-    for w in (s for s in settings_of(rows) if s != "shipped"):
+    for w in (s for s in settings_of(rows) if not is_shipped(s)):
         here = [r for r in rows if r["setting"] == w]
         anchors = [r for r in here if r["family"] in ANCHOR_FAMILIES]
         mine = [r for r in here if r["family"] in OUR_FAMILIES]
@@ -118,20 +125,20 @@ def budget_claims(rows: list[dict], floor: float | None) -> list[str]:
             lines.append(f"- {w}: against {a['method']} ({a['tokens']:.3f}; its TV is not computable, so at "
                          f"no equal budget): our best {o['method']} {o['tokens']:.3f} (TV {o['tv']:.4f}): "
                          f"{100 * (o['tokens'] / a['tokens'] - 1):+.1f}%.")
-    shipped = [r for r in rows if r["setting"] == "shipped"]
-    if shipped and floor is not None:
+    for name, floor in (floors or {}).items():
+        shipped = [r for r in rows if r["setting"] == name]
         anchors = [r for r in shipped if r["family"] in ANCHOR_FAMILIES]
         if anchors:
             a = max(anchors, key=lambda r: r["tokens"])
             mine = [r for r in shipped if r["family"] in OUR_FAMILIES and r["fd"] <= a["fd"] + floor]
             if mine:
                 o = max(mine, key=lambda r: r["tokens"])
-                lines.append(f"- shipped: at FD <= {a['fd']:.2f} + {floor:.2f} (the best anchor, "
+                lines.append(f"- {name}: at FD <= {a['fd']:.2f} + {floor:.2f} (the best anchor, "
                              f"{a['method']}, {a['tokens']:.3f} tokens per forward, plus the noise floor): "
                              f"{o['method']} {o['tokens']:.3f} (FD {o['fd']:.2f}): "
                              f"{_goal(o['tokens'] / a['tokens'] - 1)}.")
             else:
-                lines.append(f"- shipped: no configuration of ours within the noise floor of "
+                lines.append(f"- {name}: no configuration of ours within the noise floor of "
                              f"{a['method']}'s FD.")
     return lines
 
@@ -153,7 +160,7 @@ def window_claim(scan: dict[str, dict], name: str) -> str | None:
             f"{', '.join(f'{x:.3f}' for x in scd)}, {100 * rise:+.1f}%).")
 
 
-def claims_2026(rows: list[dict], scan: list[dict], floor: float | None) -> list[str]:
+def claims_2026(rows: list[dict], scan: list[dict], floors: dict[str, float] | None) -> list[str]:
     """Issue 29's claims (module docstring) on every setting the rows hold; ``scan``: the window-length
     scan's rows (:func:`relaxspec.studies.frontier_methods.scan_methods`)."""
     lines = []
@@ -179,7 +186,7 @@ def claims_2026(rows: list[dict], scan: list[dict], floor: float | None) -> list
             lines.append(f"- {name}: VVS above LANTERN at δ = {d} in tokens per forward: {_verdict(holds)} "
                          f"(LANTERN {lantern['tokens']:.3f}, TV {lantern['tv']:.4f}; {parts}; TV: exact TV "
                          f"per token, VVS's skipped tokens included).")
-        line = goal_line(by, name, floor)
+        line = goal_line(by, name, (floors or {}).get(name))
         if line:
             lines.append(line)
     return lines
@@ -189,14 +196,14 @@ def goal_line(by: dict[str, dict], name: str, floor: float | None) -> str | None
     """Issue 29's goal in one setting: our best rule with a proved TV bound against the best lossless anchor
     (SCD or SJD-PAC, principled), in tokens per forward, and our best within the smallest budget's TV per
     token (worlds); on the shipped model, at FD within the noise ``floor`` of the anchor's."""
-    anchors = [r for r in by.values() if r["family"] in LOSSLESS_2026_FAMILIES and r["tv"] == 0.0]
+    anchors = [r for r in by.values() if r["family"] in LOSSLESS_2026_FAMILIES and not r.get("lossy", False)]
     mine = [r for r in by.values() if r["family"] in OUR_FAMILIES and np.isfinite(r["tv"])]
     if not anchors or not mine:
         return None
     a = max(anchors, key=lambda r: r["tokens"])
     head = (f"- {name}: issue 29's goal, our best rule with a proved TV bound against the best lossless "
             f"anchor ({a['method']}, {_fmt(a)}): ")
-    if name == "shipped":
+    if is_shipped(name):
         if floor is None:
             return None
         mine = [r for r in mine if r["fd"] <= a["fd"] + floor]
@@ -216,4 +223,5 @@ def goal_line(by: dict[str, dict], name: str, floor: float | None) -> str | None
     return line + "."
 
 
-__all__ = ["RISE", "budget_claims", "claims_2026", "goal_line", "settings_of", "verdicts", "window_claim"]
+__all__ = ["RISE", "budget_claims", "claims_2026", "goal_line", "is_shipped", "settings_of", "verdicts",
+           "window_claim"]

@@ -38,7 +38,7 @@ class Method:
     """One row of the comparison: a label, its family (the figure's style key), tree spec and
     verification spec (``{k}``, the proximity-set size, is filled per setting). ``shipped_only``: a
     setting the worlds cannot vary (GSD's embedding: a world has one); ``decoder``: whether the shipped
-    model's reference decoder runs it (SPEC 10's methods come with issue 29 item 3's decoder)."""
+    models' reference decoder runs it."""
 
     label: str
     family: str
@@ -97,17 +97,19 @@ def methods_2026() -> list[Method]:
     ``official`` as variants), SJD-PAC's ablation (+PD, +PD+AC) at L = 32, VVS (every 2nd and 4th step,
     dynamic) with LANTERN's delta on its verify steps, and ours: the budgeted relaxation on SCD's and
     SJD-PAC's windows, and VVS's skips within a TV bound per token (docs/theory.md 15.7, exact verify
-    steps). The shipped model's decoder runs none of them yet (``decoder=False``)."""
+    steps). The shipped models' reference decoder runs SJD, SCD, SJD-PAC and VVS; ours run in the worlds
+    only (``decoder=False``: the decoder verifies windows by the exact test, and a bounded skip reads the
+    target's rows the skip saves)."""
     L = PAC_WINDOW
     return [
-        Method(f"SJD L={L}", "jacobi", f"jacobi:{L}", "r2", decoder=False),
+        Method(f"SJD L={L}", "jacobi", f"jacobi:{L}", "r2"),
         *[Method("SCD" if c is Coupling.PRINCIPLED else f"SCD, {c} coupling", "scd",
-                 f"jacobi:{L},coupled={c}", "r2", lossy=not c.is_lossless, decoder=False)
+                 f"jacobi:{L},coupled={c}", "r2", lossy=not c.is_lossless)
           for c in (Coupling.PRINCIPLED, Coupling.GUMBEL, Coupling.OFFICIAL)],
-        Method("SJD-PAC +PD", "pac", f"pac:{L},ac=off", "r2", decoder=False),
-        Method("SJD-PAC +PD+AC", "pac", f"pac:{L}", "r2", decoder=False),
+        Method("SJD-PAC +PD", "pac", f"pac:{L},ac=off", "r2"),
+        Method("SJD-PAC +PD+AC", "pac", f"pac:{L}", "r2"),
         *[Method(f"VVS {name} + LANTERN δ={d}", "vvs", f"vvs:{VVS_TREE},{schedule}",
-                 f"r1+lantern:k={{k}},delta={d}", lossy=True, decoder=False)
+                 f"r1+lantern:k={{k}},delta={d}", lossy=True)
           for d in VVS_DELTAS
           for name, schedule in [*((f"every {i}", f"uniform={i}") for i in VVS_INTERVALS),
                                  ("dynamic", "dynamic")]],

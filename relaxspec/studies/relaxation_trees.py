@@ -125,7 +125,7 @@ def root_budget(world: LatentWorld, relax: Relax, selector: ChildSelector | None
         for t in range(seq_len):
             p, q = world.target_probs(z), world.draft_probs(z, h)
             kids = top_ranked(q, 10) if selector is None else selector.select(q, 10)[0]
-            out = node_outcome(p, kids, rule="r1", relax=relax, neighbours=nb)
+            out = node_outcome(p, kids, Verification("r1", relax), neighbours=nb)
             d = r1_distortion(p, kids, relax=relax, neighbours=nb)
             acc.append(1.0 - out.reject_prob)
             mass.append(float(p[kids].sum()))

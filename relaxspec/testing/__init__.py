@@ -1,8 +1,11 @@
 """Property-test a verification rule: the suite's Hypothesis strategies and guarantee checks.
 
 A rule is a callable ``rule(p, q, children, relax, neighbours, variant, u) -> Verdict``
-(:mod:`relaxspec.testing.rules`); the checks run Hypothesis over the strategies and raise an
-``AssertionError`` naming the rule and the shrunk failing input. See docs/testing.md.
+(:mod:`relaxspec.testing.rules`; the node gives the relaxation and the variant); the checks run
+Hypothesis over the strategies and raise an ``AssertionError`` naming the rule and the shrunk failing
+input. The suite's rules and the proved values take one verification (a
+:class:`~relaxspec.theory.verification.Verification` or its spec: ``TheoryRule("r2+gsd:G=4")``,
+``proved_bound("r1")``). See docs/testing.md.
 
 ============================  ===========================================================
 name                          what it is
@@ -13,11 +16,11 @@ name                          what it is
 ``check_monotone``            acceptance non-decreasing in delta, lam or k
 ``check_expected_tokens``     E[tokens per step] on small trees equals the exact value
 ``check_consistent``          the rule's decisions follow its own law
-``proved_bound``              theory's proved per-node TV bound of R1, R2, R3 (R4: 0, lossless)
-``boost_bound``               the proved TV bound of R2 boosted (GSD, Cool-SD: SPEC 9.4; budget: delta)
-``theory_expected_tokens``    theory's exact E[tokens per step] of R1, R2 or R3
+``proved_bound``              theory's proved per-node TV bound of a verification: R1, R2, R3
+                              (LANTERN), R4 (0, lossless), R2 boosted (SPEC 9.4), the budget (tv)
+``theory_expected_tokens``    theory's exact E[tokens per step] of R1, R2 or R3 (boosted or not)
 ``Verdict``, ``Law``, ``Rule``  the protocol; ``TheoryRule``, ``KernelRule`` the suite's rules
-                              (boosted with ``boost=``; ``grid_embedding`` GSD's test table)
+                              (``TheoryRule("r2+gsd:G=4")``; ``grid_embedding`` GSD's test table)
 strategies                    ``distributions``, ``codebooks``, ``neighbour_tables``,
                               ``relaxations``, ``nodes`` (``Node``), ``uniforms``,
                               ``static_trees``, ``tree_policies``, ``trees``,
@@ -40,7 +43,6 @@ if TYPE_CHECKING:
     from relaxspec.testing.checks import (
         EXACT_TOL,
         SEED,
-        boost_bound,
         check_consistent,
         check_expected_tokens,
         check_lossless,
@@ -70,7 +72,7 @@ if TYPE_CHECKING:
     )
 
 _LAZY = {
-    "relaxspec.testing.checks": ("EXACT_TOL", "SEED", "boost_bound", "check_consistent",
+    "relaxspec.testing.checks": ("EXACT_TOL", "SEED", "check_consistent",
                                  "check_expected_tokens", "check_lossless", "check_matches", "check_monotone",
                                  "check_tv_bound", "proved_bound", "theory_expected_tokens"),
     "relaxspec.testing.rules": ("KernelRule", "Law", "Rule", "TheoryRule", "Verdict", "grid_embedding"),
@@ -84,7 +86,7 @@ _WHERE = {name: module for module, names in _LAZY.items() for name in names}
 __all__ = [
     "ALPHA", "EXACT_TOL", "PROFILES", "SEED", "VARIANTS",
     "KernelRule", "Law", "Node", "Rule", "TheoryRule", "TreeCase", "Verdict",
-    "assert_counts_match", "binomial_bounds", "boost_bound", "grid_embedding",
+    "assert_counts_match", "binomial_bounds", "grid_embedding",
     "check_consistent", "check_expected_tokens", "check_lossless", "check_matches", "check_monotone",
     "check_tv_bound", "codebooks", "distributions", "load_profile", "neighbour_tables", "nodes",
     "proved_bound", "register_profiles", "relaxations", "static_trees", "theory_expected_tokens",

@@ -39,20 +39,19 @@ from relaxspec.testing.harness import (
     target_law,
     walk_tokens,
 )
-from relaxspec.testing.rules import grid_embedding
+from relaxspec.testing.rules import at_node, grid_embedding, rule_verification
 from relaxspec.testing.stats import ALPHA, counts_mismatch, mean_below, mean_outside, tv_exceeds
-from relaxspec.theory.boost import Boost
 from relaxspec.theory.bounds import tv_bound
 from relaxspec.theory.distributions import total_variation
 from relaxspec.theory.relax import Relax
-from relaxspec.theory.rules import RULES, Rule, check_step_boost
+from relaxspec.theory.rules import Rule
 from relaxspec.theory.tree import Tree, expected_tokens_per_step, path_probs
+from relaxspec.theory.verification import Verification
 from relaxspec.theory.verify import node_outcome
 
 __all__ = [
     "EXACT_TOL",
     "SEED",
-    "boost_bound",
     "check_consistent",
     "check_expected_tokens",
     "check_lossless",
@@ -169,46 +168,48 @@ def check_lossless(rule: object, *, nodes: st.SearchStrategy[S.Node] | None = No
 
 
 # ---------------------------------------------------------------- distortion
-def proved_bound(rule: str) -> Bound:
-    """The suite's proved per-node TV bound for SPEC rule ``rule`` (``theory.bounds.tv_bound``) as a
-    callable of the node: R1 p(D) (docs/theory.md Theorems 6-7), R2 with children drawn from q, R3; R4
-    (traversal verification, unrelaxed) 0: it is lossless (Theorem 12.2)."""
-    if rule not in RULES:
-        raise ValueError(f"unknown rule {rule!r}; expected 'r1', 'r2', 'r3' or 'r4'")
+def proved_bound(verification: Verification | str, depth: int = 1,
+                 embedding: Callable[[int], np.ndarray] = grid_embedding) -> Bound:
+    """The suite's proved per-node TV bound under ``verification`` (a
+    :class:`~relaxspec.theory.verification.Verification` or its spec: the rule and its boost, each node
+    giving the relaxation and variant, as :class:`~relaxspec.testing.TheoryRule`'s) as a callable of the
+    node.
 
-    def bound(node: S.Node) -> float:
-        if rule == Rule.R4:
-            return 0.0
-        children = node.m if rule == Rule.R2 else node.kids
-        return tv_bound(node.p, children, rule=rule, relax=node.relax, neighbours=node.nb,
-                        q=node.q if rule == Rule.R2 else None, variant=node.variant)
+    - R1, R2 (children drawn from q), R3 with LANTERN's relaxations: ``theory.bounds.tv_bound``
+      (R1: p(D), docs/theory.md Theorems 6-7);
+    - R4 (traversal verification, unboosted): 0, it is lossless (Theorem 12.2);
+    - R2 boosted by GSD or Cool-SD, for children at ``depth`` (GSD reading ``embedding(V)``): SPEC 9.4
+      stage by stage, ``theory.node_outcome(p, m, "r2+...").stage_tv`` averaged over the draw orders of
+      the node's m children (exact for m = 1, docs/theory.md section 11);
+    - the budget boost (SPEC 9.5): its ``tv`` at every node (Theorem 14.1; for R4 at one node too, which
+      is R2 there).
 
-    bound.__name__ = f"proved_bound({rule!r})"
-    return bound
-
-
-def boost_bound(boost: Boost, depth: int = 1,
-                embedding: Callable[[int], np.ndarray] = grid_embedding) -> Bound:
-    """The proved per-node TV bound of R2 boosted by ``boost`` (GSD, Cool-SD) for children at ``depth``,
-    GSD reading ``embedding(V)``: SPEC 9.4 stage by stage, ``theory.node_outcome(p, m, rule="r2",
-    boost=...).stage_tv`` averaged over the draw orders of the node's m children (exact for m = 1,
-    docs/theory.md section 11). The budget boost (SPEC 9.5) has the bound ``tv`` at every node
-    (Theorem 14.1; for R4 at one node too, which is R2 there). Use it with
-    ``TheoryRule("r2", boost=boost)`` or a port of it."""
-    check_step_boost("r2", Relax.none(), boost)
-    if boost.uses_budget:
+    R4 boosted by GSD or Cool-SD has no proved per-node bound here: ``ValueError``.
+    """
+    v = rule_verification(verification, "proved_bound")
+    if v.is_traversal and not v.boost.is_none and not v.uses_budget:
+        raise ValueError(f"proved_bound: no per-node bound is proved for {str(v)!r} (rule r4 boosted by "
+                         f"{v.boost.kind}); pass a bound of your own")
+    if v.uses_budget:
         def budget(node: S.Node) -> float:
-            return boost.tv
+            return v.boost.tv
 
-        budget.__name__ = f"boost_bound({str(boost)!r})"
+        budget.__name__ = f"proved_bound({str(v)!r})"
         return budget
 
     def bound(node: S.Node) -> float:
-        emb = embedding(node.V) if boost.reads_embedding else None
-        return node_outcome(node.p, node.m, rule="r2", relax=node.relax, neighbours=node.nb, q=node.q,
-                            variant=node.variant, boost=boost, depth=depth, emb=emb).stage_tv
+        if v.is_traversal:
+            return 0.0
+        at = at_node(v, node.relax, node.variant)
+        if not v.boost.is_none:
+            emb = embedding(node.V) if v.reads_embedding else None
+            return node_outcome(node.p, node.m, at, neighbours=node.nb, q=node.q, depth=depth,
+                                emb=emb).stage_tv
+        children = node.m if v.rule == Rule.R2 else node.kids
+        return tv_bound(node.p, children, at, neighbours=node.nb, q=node.q if v.rule == Rule.R2 else None)
 
-    bound.__name__ = f"boost_bound({str(boost)!r}, depth={depth})"
+    boosted = "" if v.boost.is_none else f", depth={depth}"
+    bound.__name__ = f"proved_bound({str(v)!r}{boosted})"
     return bound
 
 
@@ -384,21 +385,26 @@ def check_monotone(rule: object, parameter: str, *, nodes: st.SearchStrategy[S.N
 
 
 # ---------------------------------------------------------------- trees
-def theory_expected_tokens(rule: str) -> Callable[[S.TreeCase], float]:
-    """theory's exact E[tokens per step] (``theory.tree.expected_tokens_per_step``) for SPEC rule
-    ``rule``, as a callable of a :class:`~relaxspec.testing.strategies.TreeCase`."""
-    if rule == Rule.R4:
+def theory_expected_tokens(verification: Verification | str,
+                           embedding: Callable[[int], np.ndarray] = grid_embedding
+                           ) -> Callable[[S.TreeCase], float]:
+    """theory's exact E[tokens per step] (``theory.tree.expected_tokens_per_step``) under ``verification``
+    (a value or its spec: the rule and its boost, the case giving the relaxation and variant; GSD reads
+    ``embedding(V)``), as a callable of a :class:`~relaxspec.testing.strategies.TreeCase`."""
+    v = rule_verification(verification, "theory_expected_tokens")
+    if v.is_traversal:
         raise ValueError("rule r4 (traversal verification) is not a node-by-node walk: a rejected subtree "
                          "changes its parent's test, so E[tokens per step] is not composed from node laws "
                          "(theory.traversal.traversal_ends gives it on a drawn tree)")
-    if rule not in (Rule.R1, Rule.R2, Rule.R3):
-        raise ValueError(f"unknown rule {rule!r}; expected 'r1', 'r2' or 'r3'")
+    v.check_node_by_node()
 
     def expected(case: S.TreeCase) -> float:
-        return expected_tokens_per_step(case.tree, case.p, rule=rule, relax=case.relax, neighbours=case.nb,
-                                        q_dists=case.q if rule == Rule.R2 else None, variant=case.variant)
+        emb = embedding(case.V) if v.reads_embedding else None
+        return expected_tokens_per_step(case.tree, case.p, at_node(v, case.relax, case.variant),
+                                        neighbours=case.nb, q_dists=case.q if v.samples_drafts else None,
+                                        emb=emb)
 
-    expected.__name__ = f"theory_expected_tokens({rule!r})"
+    expected.__name__ = f"theory_expected_tokens({str(v)!r})"
     return expected
 
 
@@ -418,7 +424,7 @@ def _composed_tokens(info: RuleInfo, case: S.TreeCase) -> float | None:
 
 
 def _tree_strategy(info: RuleInfo, tree: object) -> st.SearchStrategy[S.TreeCase]:
-    kinds = ("none",) if info.spec_rule == Rule.R3 else S.KINDS
+    kinds = ("none",) if info.spec_rule is not None and info.spec_rule.rule.is_greedy else S.KINDS
     max_v = 6 if info.drafts == "sampled" else 8
     if tree is None:
         return S.tree_cases(max_v=max_v, kinds=kinds)

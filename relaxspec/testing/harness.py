@@ -15,10 +15,11 @@ from typing import NoReturn
 
 import numpy as np
 
-from relaxspec.testing.rules import Law, Verdict
+from relaxspec.testing.rules import Law, Verdict, rule_verification
 from relaxspec.testing.strategies import Node, TreeCase
 from relaxspec.theory.sampler import draw_without_replacement
 from relaxspec.theory.stages import draft_residual
+from relaxspec.theory.verification import Verification
 
 __all__ = ["RuleInfo", "call", "children_for", "fail", "node_law", "rule_info", "sample_emitted",
            "target_law", "walk_tokens"]
@@ -31,13 +32,14 @@ TARGETS = ("p", "argmax")
 
 @dataclass(frozen=True)
 class RuleInfo:
-    """A rule and what the checks know about it (the protocol's optional attributes)."""
+    """A rule and what the checks know about it (the protocol's optional attributes; ``spec_rule`` parsed
+    into the :class:`~relaxspec.theory.verification.Verification` it claims, or None)."""
 
     fn: Callable[..., object]
     name: str
     drafts: str
     target: str
-    spec_rule: str | None
+    spec_rule: Verification | None
 
 
 def rule_info(rule: object) -> RuleInfo:
@@ -54,7 +56,15 @@ def rule_info(rule: object) -> RuleInfo:
         raise AssertionError(f"rule {name!r} has drafts = {drafts!r}; expected one of {DRAFTS}")
     if target not in TARGETS:
         raise AssertionError(f"rule {name!r} has target = {target!r}; expected one of {TARGETS}")
-    return RuleInfo(rule, str(name), drafts, target, getattr(rule, "spec_rule", None))
+    spec = getattr(rule, "spec_rule", None)
+    if spec is not None:
+        try:
+            spec = rule_verification(spec, "spec_rule")
+        except ValueError as err:  # one line naming the rule: its claim is not a verification
+            msg = str(err)
+            raise AssertionError(f"rule {name!r}: " + (msg if msg.startswith("spec_rule") else
+                                                       f"spec_rule {spec!r}: {msg}")) from None
+    return RuleInfo(rule, str(name), drafts, target, spec)
 
 
 def fail(info: RuleInfo, problem: str, node: Node | TreeCase, children: np.ndarray | None = None,

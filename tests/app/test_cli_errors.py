@@ -124,7 +124,7 @@ def test_world_stats_lists_the_presets(capsys) -> None:
     (["demo", "--model", "llamagen"], "--model must be one of mini, ambiguous"),
     (["mini", "--seed", "-1", "ambiguity"], "--seed must be >= 0"),
     (["mini", "quality", "--n-images", "1"], "--n-images must be >= 2"),
-    (["mini", "validate", "--n-sequences", "0"], "--n-sequences must be >= 1"),
+    (["mini", "validate", "--n-sequences", "1"], "--n-sequences must be >= 2"),
 ])
 def test_bad_option_values_are_named(capsys, argv, named) -> None:
     code, line = run_cli(capsys, *argv)

@@ -31,12 +31,16 @@ from relaxspec.testing import (
     check_tv_bound,
     nodes,
     proved_bound,
+    theory_expected_tokens,
     tree_cases,
     uniforms,
 )
 from relaxspec.theory import Relax, node_outcome
+from relaxspec.theory.boost import Boost
+from relaxspec.theory.relax import KINDS
 from relaxspec.theory.sampler import draw_token
 from relaxspec.theory.stages import r1_reject, r1_stage
+from relaxspec.theory.verification import Verification
 from relaxspec.theory.verify import check_node_inputs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,7 +166,7 @@ def test_forgetful_rule_counterexample_of_the_docs():
     stays within the nominal budget delta E[#tested]: only the proved bound p(D) catches it."""
     node = _docs_node()
     p, nb = node.p, node.nb
-    right = node_outcome(p, node.kids, rule="r1", relax=node.relax, neighbours=nb)
+    right = node_outcome(p, node.kids, Verification("r1", node.relax), neighbours=nb)
     wrong = forgetful_r1(p, node.q, node.kids, node.relax, nb, node.variant, np.zeros(3)).law
     assert proved_bound("r1")(node) == pytest.approx(p[0], abs=1e-15)
     assert right.tv == pytest.approx(p[0], abs=1e-15)
@@ -286,6 +290,32 @@ def test_not_a_rule_and_bad_parameters():
         check_matches(TheoryRule("r1"), TheoryRule("r2"))
 
 
+def test_the_suites_rules_take_one_verification():
+    """A rule, a bound and an expected value are named by one verification (a value or its spec): its rule
+    and boost; each node gives the relaxation and the variant, so a spec naming them is refused."""
+    gsd = Verification("r2", boost=Boost.group(2))
+    assert TheoryRule("r2+gsd:G=2").verification == TheoryRule(gsd).verification == gsd
+    assert KernelRule("r2+gsd:G=2", depth=2).name == "simulate r2+gsd:G=2,tau=0.15,dist=0.5 kernel depth 2"
+    assert TheoryRule("r2+gsd:G=2").kinds == ("none",) and TheoryRule("r1").kinds == KINDS
+    assert proved_bound("r2+budget:tv=0.05,k=2").__name__ == "proved_bound('r2+budget:tv=0.05,k=2')"
+    for make in (TheoryRule, KernelRule, proved_bound, theory_expected_tokens):
+        with pytest.raises(ValueError, match="give every node its relaxation and variant"):
+            make("r1+lantern:k=2,delta=0.1")
+        with pytest.raises(ValueError, match="give every node its relaxation and variant"):
+            make("r1/official")
+    with pytest.raises(ValueError, match="no per-node bound is proved for 'r4\\+gsd"):
+        proved_bound("r4+gsd:G=2")
+    with pytest.raises(ValueError, match="needs rule r2 or r4"):
+        TheoryRule("r1+cool:delta=2")
+
+    def claims_r9(p, q, children, relax, neighbours, variant, u):
+        return _exact_r1(p, q, children, relax, neighbours, variant, u)
+
+    claims_r9.spec_rule = "r9"
+    with pytest.raises(AssertionError, match="rule 'claims_r9': spec_rule 'r9': verification 'r9': unknown"):
+        check_expected_tokens(claims_r9, settings=NO_SHRINK)
+
+
 def test_a_rule_that_is_not_deterministic_is_named():
     calls = []
 
@@ -312,8 +342,8 @@ def test_bound_that_raises_is_named():
 @settings(max_examples=30, deadline=None)
 @given(node=nodes(), u=uniforms(5))
 def test_strategies_generate_valid_nodes_and_uniforms(node, u):
-    check_node_inputs(node.p, node.kids, rule="r1", relax=node.relax, neighbours=node.nb, q=None,
-                      variant=node.variant)
+    check_node_inputs(node.p, node.kids, Verification("r1", node.relax, node.variant), neighbours=node.nb,
+                      q=None)
     assert node.q.shape == node.p.shape and abs(node.q.sum() - 1.0) < 1e-9
     assert u.shape == (5,) and np.all((u >= 0.0) & (u < 1.0))
 
@@ -326,8 +356,8 @@ def test_strategies_generate_valid_tree_cases(case):
     for u in range(case.tree.size):
         if case.tree.children(u).size:
             node = case.node(u)
-            check_node_inputs(node.p, node.kids, rule="r1", relax=node.relax, neighbours=node.nb, q=None,
-                              variant=node.variant)
+            check_node_inputs(node.p, node.kids, Verification("r1", node.relax, node.variant),
+                              neighbours=node.nb, q=None)
 
 
 # --- profiles and the pytest plugin ---------------------------------------------------------------

@@ -8,6 +8,7 @@ import pytest
 from relaxspec.simulate.worlds import PRESETS
 from relaxspec.studies.frontier import (
     WORLDS,
+    _shipped_models,
     scan_table,
     table,
     world_k,
@@ -17,6 +18,7 @@ from relaxspec.studies.frontier import (
 )
 from relaxspec.studies.frontier_claims import claims_2026, goal_line, window_claim
 from relaxspec.studies.frontier_methods import SCAN_WINDOWS, methods, methods_2026, neighbour_k, scan_methods
+from relaxspec.studies.frontier_shipped import tokens_per_forward
 from relaxspec.studies.study_options import QUICK_WORLD
 
 
@@ -41,12 +43,13 @@ def test_the_proximity_set_scales_with_the_vocabulary() -> None:
 
 
 def test_the_2026_rows_and_the_scan() -> None:
-    """Issue 29's rows are in the table, run in the worlds only (the shipped decoder runs none yet), and
-    the window scan adds SJD and SCD at every L without running a configuration twice."""
+    """Issue 29's rows are in the table (the shipped models' decoder runs the anchors, ours run in the worlds
+    only), and the window scan adds SJD and SCD at every L without running a configuration twice."""
     every = methods()
     assert len({m.label for m in every}) == len(every)
     new = methods_2026()
-    assert every[-len(new):] == new and not any(m.decoder for m in new)
+    assert every[-len(new):] == new
+    assert {m.family for m in new if not m.decoder} == {"budget-scd", "budget-pac", "vvs-bounded"}  # ours
     assert {m.family for m in new} == {"jacobi", "scd", "pac", "vvs", "budget-scd", "budget-pac",
                                        "vvs-bounded"}
     runs = world_methods()
@@ -120,3 +123,19 @@ def test_the_goal_line_on_the_shipped_model_is_at_equal_fd() -> None:
     assert "near 3.300" in line and "+10.0%" in line and "**not met**" in line
     assert goal_line(by, "shipped", None) is None
     assert "no rule of ours" in goal_line({k: by[k] for k in ("SCD", "ours")}, "shipped", 2.0)
+
+
+def test_shipped_tokens_per_forward_counts_skips_without_a_forward() -> None:
+    """A VVS skip step's tokens count with no target forward; records from before skips were recorded count
+    none; AR (no speculative step) is one token per forward."""
+    records = [{"emitted": [3, 1, 4], "skips": 1}, {"emitted": [2, 2], "skips": 0}]
+    assert tokens_per_forward(records) == round(12 / 4, 4)
+    assert tokens_per_forward([{"emitted": [3, 1]}]) == 2.0 and tokens_per_forward([{"emitted": []}]) == 1.0
+
+
+def test_shipped_models_option() -> None:
+    assert _shipped_models(None, False) == ["shipped", "shipped ambiguous"]
+    assert _shipped_models(None, True) == ["shipped"]
+    assert _shipped_models("shipped ambiguous", False) == ["shipped ambiguous"]
+    with pytest.raises(ValueError, match="unknown model 'nope'"):
+        _shipped_models("shipped,nope", False)

@@ -12,6 +12,7 @@ from relaxspec.simulate.latent_kernels import select_children
 from relaxspec.simulate.world_kernels import NCH, chunk_maxima
 from relaxspec.simulate.worlds import StationaryWorld
 from relaxspec.theory import Relax, neighbour_table, node_outcome, proximity_set
+from relaxspec.theory.verification import Verification
 
 V = 60
 RELAXES = [Relax.additive(12, 0.1), Relax.additive(40, 0.3), Relax.multiplicative(12, 3.0),
@@ -113,7 +114,7 @@ def test_walk_values_are_r1_acceptance_on_q(table):
         sel = ChildSelector("walk", relax, table, pool=30)
         for q in rows():
             kids, vals = sel.select(q, 8)
-            out = node_outcome(q, kids, rule="r1", relax=relax, neighbours=table)
+            out = node_outcome(q, kids, Verification("r1", relax), neighbours=table)
             np.testing.assert_allclose(vals, out.accept_probs, rtol=1e-12, atol=1e-15)
             assert np.all(q[kids] > 0)
 

@@ -48,16 +48,6 @@ GRAMMAR = {
     ("core/trees/windows.py", "parse_pac"),
 }
 """The grammar code: it reads the spellings (parse) and may compare them."""
-PENDING = {
-    ("simulate/vvs.py", 'tree.schedule.kind == "dynamic"'),
-    ("simulate/vvs.py", 'sched.kind == "dynamic"'),
-    ("simulate/vvs_oracle.py", 'sched.kind == "uniform"'),
-}
-"""Comparisons in modules whose signatures another change of issue 27 rewrites at the same time (they work:
-``SkipSchedule.kind`` is a ``Schedule``): they become ``kind.reads_similarity`` / ``kind.is_periodic``
-when the two meet; the set is emptied then (:func:`test_pending_comparisons_are_still_there`)."""
-
-
 def _literals(node: ast.expr) -> set[str]:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return {node.value}
@@ -93,8 +83,7 @@ class _Finder(ast.NodeVisitor):
             if not bad or (self.path, ".".join(self.scope)) in GRAMMAR:
                 continue
             segment = ast.get_source_segment(self.source, node)
-            if (self.path, segment) not in PENDING:
-                self.found.append(f"{self.path}:{node.lineno}: {segment}")
+            self.found.append(f"{self.path}:{node.lineno}: {segment}")
         self.generic_visit(node)
 
 
@@ -129,13 +118,6 @@ def test_the_check_finds_what_it_looks_for(tmp_path: Path) -> None:
     finder = _Finder("x.py", source)
     finder.visit(ast.parse(source))
     assert [line.split(":")[1] for line in finder.found] == ["2", "3", "4", "5", "6", "8", "9", "10", "11"]
-
-
-def test_pending_comparisons_are_still_there() -> None:
-    """Each :data:`PENDING` comparison still stands where it is named (else it is taken out of the set, so
-    that the check refuses it again)."""
-    for path, segment in PENDING:
-        assert segment in (ROOT / path).read_text(), f"{path} no longer compares {segment!r}: drop it"
 
 
 def test_window_and_tree_options_are_named_values() -> None:

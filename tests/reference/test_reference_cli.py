@@ -102,8 +102,8 @@ def write_trace(path: Path, *, rule: str = "r1", relax: Relax = Relax.none(), ta
             tl, dl = (rng.standard_normal((4, V)).astype(np.float32) for _ in range(2))
             ua, ud = rng.random(4), rng.random(4)
             p = header.target_sampling.probs(tl.astype(np.float64))
-            acc, bonus = sample_step(Tree(parents, tokens), p, ua, ud, rule=rule, relax=relax,
-                                     neighbours=neighbour_rows(table, V, relax, "principled"))
+            acc, bonus = sample_step(Tree(parents, tokens), p, ua, ud, Verification(rule, relax),
+                                     neighbours=neighbour_rows(table, V, relax))
             tw.add(TraceStep(0, t, parents, tokens, tl, dl, ua, ud, np.array(acc), bonus))
 
 

@@ -177,17 +177,21 @@ def test_chunks_without_fresh_uniforms_read_and_replay(tmp_path, models) -> None
     assert replay(tmp_path / "t", require_simulate=True).ok
 
 
-def test_a_trace_of_the_older_format_is_refused_in_one_line(tmp_path, models) -> None:
-    """Version 1 stored rule, relax, variant and boost apart; version 2 holds one verification."""
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_trace_of_the_older_format_is_refused_in_one_line(tmp_path, models, version) -> None:
+    """Version 1 stored rule, relax, variant and boost apart; version 2 had no record of SPEC 10's windows
+    and skip steps; version 3 holds both (``core.trace_step``)."""
     dec = Decoder(models[0], settings(), drafter=GPTDraftSession(models[1]), policy=StaticTree(CHOICES))
     capture_trace(dec, tmp_path / "t", [0], seed=2)
     d = json.loads((tmp_path / "t" / "header.json").read_text())
-    assert d["version"] == TRACE_VERSION == 2 and d["verification"] == "r2"
-    del d["verification"]
-    d.update(version=1, rule="r2", relax="none", variant="principled", boost="none")
+    assert d["version"] == TRACE_VERSION == 3 and d["verification"] == "r2"
+    if version == 1:
+        del d["verification"]
+        d.update(rule="r2", relax="none", variant="principled", boost="none")
+    d["version"] = version
     (tmp_path / "t" / "header.json").write_text(json.dumps(d))
-    with pytest.raises(ValueError, match=r"header.json: trace version 1 is not 2 \(written by an older "
-                                         r"relaxspec: record the trace again\)$") as err:
+    with pytest.raises(ValueError, match=rf"header.json: trace version {version} is not 3 \(written by an "
+                                         r"older relaxspec: record the trace again\)$") as err:
         read_trace(tmp_path / "t")
     assert "\n" not in str(err.value)
 

@@ -154,8 +154,7 @@ def test_decisions_equal_the_theory_oracle(models, rule, boost, source) -> None:
         else:
             got = sample_budget_r2_step(step.tree, p, q, step.u_accept, step.u_draw, boost=b, neighbours=NB)
         assert (got[0], got[1]) == (step.path.tolist(), step.bonus)
-        r2 = sample_step(step.tree, p, step.u_accept, step.u_draw, rule="r2", relax=Relax.none(),
-                         neighbours=None, q_dists=q)
+        r2 = sample_step(step.tree, p, step.u_accept, step.u_draw, "r2", neighbours=None, q_dists=q)
         differs += (list(r2[0]), r2[1]) != (got[0], got[1])
     assert differs > 0
 
@@ -263,12 +262,12 @@ def test_bad_traversal_and_budget_settings_are_named(tmp_path, models) -> None:
         TraceWriter(tmp_path / "u", decoder_header(dec), NB[:, :2])
     p = np.full((3, 8), 1 / 8)
     with pytest.raises(ValueError, match="rule r4 verifies sampled drafts: it needs q_dists"):
-        sample_rule_step(Tree(np.array([-1, 0, 1]), np.array([0, 1, 2])), p, np.zeros(3), np.zeros(3),
-                         rule="r4", relax=Relax.none(), neighbours=None)
+        sample_rule_step(Tree(np.array([-1, 0, 1]), np.array([0, 1, 2])), p, np.zeros(3), np.zeros(3), "r4",
+                         neighbours=None)
     with pytest.raises(ValueError, match="needs rule r2 or r4, got rule 'r1'"):
-        sample_window_step(p, np.array([1, 2]), p[:2], np.zeros(2), np.zeros(3), rule="r1")
+        sample_window_step(p, np.array([1, 2]), p[:2], np.zeros(2), np.zeros(3), "r1")
     with pytest.raises(ValueError, match="u_accept must have shape"):
-        sample_window_step(p, np.array([1, 2]), p[:2], np.zeros(3), np.zeros(3), rule="r4")
+        sample_window_step(p, np.array([1, 2]), p[:2], np.zeros(3), np.zeros(3), "r4")
     capture_trace(dec, tmp_path / "v", [0], neighbours=NB)
     (tmp_path / "v" / "neighbours.npy").unlink()
     with pytest.raises(ValueError, match="verifies with r4\\+budget:tv=0.1,k=3 but has no neighbours.npy"):

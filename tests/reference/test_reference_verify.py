@@ -28,6 +28,7 @@ from relaxspec.theory.rule_step import sample_rule_step, sample_window_step
 from relaxspec.theory.sampler import draw_token, sample_node
 from relaxspec.theory.stages import r1_reject, r1_stage
 from relaxspec.theory.tree import Tree
+from relaxspec.theory.verification import Verification
 from relaxspec.theory.verify import BoostAt, r1_walk, r2_given_states
 
 BOOSTS = (NO_BOOST, Boost.group(3, 0.3, 2.0), Boost.group(5, 1.0, 50.0),
@@ -53,7 +54,7 @@ def verifier(rule: str, relax: Relax = Relax.none(), variant: str = "principled"
              ) -> DeviceVerifier:
     """The verifier under test; ``mode="device"`` by default: the GPU's torch kernels and batched walk, whose
     one read per step the tests count (``auto`` would pick ``host`` on this CPU)."""
-    return DeviceVerifier(rule=rule, relax=relax, variant=variant, boost=boost, vocab_size=V, neighbours=nb,
+    return DeviceVerifier(Verification(rule, relax, variant, boost), vocab_size=V, neighbours=nb,
                           embedding=emb, device=device, dtype=dtype, mode=mode)
 
 
@@ -72,9 +73,9 @@ def test_step_takes_theorys_decisions(case, rule, boost, seed, data):
     relax = case.relax if boost.is_none else Relax.none()
     emb = np.random.default_rng(seed).standard_normal((V, 1 + seed % 3))
     ua, ud = data.draw(uniforms(n)), data.draw(uniforms(n))
-    expected = outcome(lambda: sample_rule_step(case.tree, case.p, ua, ud, rule=rule, relax=relax,
-                                                neighbours=case.nb, q_dists=case.q, variant=case.variant,
-                                                boost=boost, emb=emb))
+    expected = outcome(lambda: sample_rule_step(case.tree, case.p, ua, ud,
+                                                Verification(rule, relax, case.variant, boost),
+                                                neighbours=case.nb, q_dists=case.q, emb=emb))
     ver = verifier(rule, relax, case.variant, boost, V=V, nb=case.nb, emb=emb,
                    mode=data.draw(st.sampled_from(["device", "host"])))
     if data.draw(st.booleans()):
@@ -104,7 +105,8 @@ def test_window_takes_theorys_decisions(window, boost, seed, data):
     V, L = p.shape[1], drafts.size
     emb = np.random.default_rng(seed).standard_normal((V, 2))
     ua, ud = data.draw(uniforms(L)), data.draw(uniforms(L + 1))
-    expected = outcome(lambda: sample_window_step(p, drafts, q, ua, ud, rule="r2", boost=boost, emb=emb))
+    expected = outcome(lambda: sample_window_step(p, drafts, q, ua, ud, Verification("r2", boost=boost),
+                                                  emb=emb))
     ver = verifier("r2", boost=boost, V=V, emb=emb, mode=data.draw(st.sampled_from(["device", "host"])))
     got = outcome(lambda: ver.window(torch.from_numpy(p), drafts, torch.from_numpy(q), ua, ud))
     assert got == expected
@@ -143,8 +145,7 @@ def test_verify_nodes_is_sample_node(rule, relax, variant):
     p, q, kids, counts, ua, ud = random_nodes(rng, 60, V, 4)
     ver = verifier(rule, relax, variant, V=V, nb=nb)
     expected = [outcome(lambda i=i: sample_node(p[i], kids[i, : counts[i]], ua[i, : counts[i]], ud[i],
-                                                 rule=rule, relax=relax, neighbours=nb, q=q[i],
-                                                 variant=variant))
+                                                Verification(rule, relax, variant), neighbours=nb, q=q[i]))
                 for i in range(60)]
     ok = [i for i, e in enumerate(expected) if e[0] != "ValueError"]
     index, token = ver.verify_nodes(torch.from_numpy(p[ok]), kids[ok], ua[ok], ud[ok],
@@ -171,8 +172,7 @@ def test_r2_stops_when_the_draft_residual_has_no_mass(support):
     for _ in range(40):
         p = rng.dirichlet(np.ones(V), 4)
         ua, ud = rng.random(4) * 1.5 % 1.0, rng.random(4)
-        expected = sample_rule_step(tree, p, ua, ud, rule="r2", relax=Relax.none(), neighbours=None,
-                                    q_dists=q)
+        expected = sample_rule_step(tree, p, ua, ud, "r2", neighbours=None, q_dists=q)
         path, token = ver.step(tree, torch.from_numpy(p), ua, ud, q=torch.from_numpy(q))
         assert (path.tolist(), token) == expected
         tokens.add(token if path.size == 1 else -1)
@@ -192,8 +192,8 @@ def test_tables_that_repeat_tokens_are_read_as_theory_reads_them(rule):
                 torch.from_numpy(p[ok]), kids[ok], ua[ok], ud[ok], q=torch.from_numpy(q[ok]))
             for j, i in enumerate(ok):
                 m = counts[i]
-                expected = sample_node(p[i], kids[i, :m], ua[i, :m], ud[i], rule=rule, relax=relax,
-                                       neighbours=nb, q=q[i], variant=variant)
+                expected = sample_node(p[i], kids[i, :m], ua[i, :m], ud[i],
+                                       Verification(rule, relax, variant), neighbours=nb, q=q[i])
                 assert (index[j], token[j]) == expected
 
 
@@ -229,8 +229,7 @@ def test_r1_official_residual_exhaustion_hand_case():
         cases.append(u)
     for ua in cases:
         ud = rng.random(5)
-        expected = sample_rule_step(tree, dists, ua, ud, rule="r1", relax=relax, neighbours=nb,
-                                    variant="official")
+        expected = sample_rule_step(tree, dists, ua, ud, Verification("r1", relax, "official"), neighbours=nb)
         path, token = ver.step(tree, torch.from_numpy(dists), ua, ud)
         assert (path.tolist(), token) == expected
     assert ver.link.syncs == len(cases)
@@ -251,8 +250,8 @@ def test_r1_official_exhaustion_on_random_nodes():
         index, token = verifier("r1", relax, "official", V=V, nb=nb).verify_nodes(torch.from_numpy(p), kids,
                                                                                  ua, ud)
         for i in range(m):
-            assert (index[i], token[i]) == sample_node(p[i], kids[i], ua[i], ud[i], rule="r1", relax=relax,
-                                                       neighbours=nb, variant="official")
+            assert (index[i], token[i]) == sample_node(p[i], kids[i], ua[i], ud[i],
+                                                       Verification("r1", relax, "official"), neighbours=nb)
             resets += any(s.mass == V for s in r1_walk(p[i], kids[i], nb, relax, "official"))
     assert resets > 20
 
@@ -283,8 +282,8 @@ def test_large_vocabulary_tree_is_theorys():
         for seed in range(2 if rule == "r1" else 1):
             u = np.random.default_rng(seed)
             ua, ud = u.random(n) * 0.5, u.random(n)
-            expected = sample_rule_step(tree, p, ua, ud, rule=rule, relax=relax, neighbours=nb, q_dists=q,
-                                        variant=variant, boost=boost, emb=emb)
+            expected = sample_rule_step(tree, p, ua, ud, Verification(rule, relax, variant, boost),
+                                        neighbours=nb, q_dists=q, emb=emb)
             path, token = ver.step(tree, torch.from_numpy(p), ua, ud, q=torch.from_numpy(q))
             assert (path.tolist(), token) == expected
             depths.append(len(path) - 1)
@@ -361,8 +360,8 @@ def float32_differences(device: str) -> tuple[int, list[tuple[float, bool]]]:
                                         q=torch.from_numpy(q).to(device))
         for i in range(len(keep)):
             kk = kids[i, : counts[i]]
-            expected = sample_node(p[i], kk, ua[i, : counts[i]], ud[i], rule=rule, relax=relax, neighbours=nb,
-                                   q=q[i], variant=variant)
+            expected = sample_node(p[i], kk, ua[i, : counts[i]], ud[i], Verification(rule, relax, variant),
+                                   neighbours=nb, q=q[i])
             total += 1
             if expected != (index[i], token[i]):
                 differ.append((threshold_gap(p[i], q[i], kk, ua[i], ud[i], rule, relax, variant, nb),
@@ -580,7 +579,7 @@ def test_host_mode_is_theory_on_the_tensors_memory():
     from relaxspec.theory.distributions import logits_to_probs
 
     z = np.random.default_rng(3).normal(size=(4, 32)).astype(np.float32)
-    ver = DeviceVerifier(rule="r1", relax=Relax.none(), variant="principled", boost=NO_BOOST, vocab_size=32)
+    ver = DeviceVerifier("r1", vocab_size=32)
     assert ver.mode == "host"
     for sampling in (Sampling(1.0, 0, 1.0), Sampling(0.7, 5, 0.9), Sampling(0.0, 0, 1.0)):
         expected = logits_to_probs(z.astype(np.float64), temperature=sampling.temperature,
@@ -590,5 +589,4 @@ def test_host_mode_is_theory_on_the_tensors_memory():
     with pytest.raises(ValueError, match="NaN"):
         ver.probs(torch.from_numpy(z), Sampling())
     with pytest.raises(ValueError, match="mode 'host'.*needs a CPU"):
-        DeviceVerifier(rule="r1", relax=Relax.none(), variant="principled", boost=NO_BOOST, vocab_size=32,
-                       device="meta", mode="host")
+        DeviceVerifier("r1", vocab_size=32, device="meta", mode="host")

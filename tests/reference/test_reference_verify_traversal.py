@@ -40,6 +40,7 @@ from relaxspec.theory.traversal import (
     sample_traversal_step,
 )
 from relaxspec.theory.tree import Tree, choices_to_parents
+from relaxspec.theory.verification import Verification
 
 SEEDS = st.integers(0, 2**32 - 1)
 ROW_STYLES = ("integer", "dirichlet", "sparse", "onehot")
@@ -321,7 +322,8 @@ def test_reference_jacobi_windows_as_chains_equal_theory(data, L, V, seed):
     rule = data.draw(st.sampled_from(["r4", "r2"]))
     boost, nb, emb = data.draw(boosts(V, ("none", "gsd", "cool", "budget") if rule == "r4" else ("budget",)))
     ua, ud = data.draw(uniforms(L)), data.draw(uniforms(L + 1))
-    want = sample_window_step(p_rows, drafts, q_rows, ua, ud, rule=rule, boost=boost, neighbours=nb, emb=emb)
+    want = sample_window_step(p_rows, drafts, q_rows, ua, ud, Verification(rule, boost=boost), neighbours=nb,
+                              emb=emb)
     tree = window_tree(drafts)
     q_chain = np.vstack((q_rows, np.full((1, V), 1.0 / V)))
     if rule == "r4":

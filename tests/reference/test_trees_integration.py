@@ -162,7 +162,7 @@ def test_trace_positional_acceptance_is_exact(tmp_path, models):
     for pi, qi in zip(p, q, strict=True):
         kids, _ = sel.select(qi, 4)
         acc = np.zeros(4)
-        acc[:kids.size] = node_outcome(pi, kids, rule="r1", relax=relax, neighbours=nb).accept_probs
+        acc[:kids.size] = node_outcome(pi, kids, Verification("r1", relax), neighbours=nb).accept_probs
         rows.append(acc)
     np.testing.assert_allclose(b, np.mean(rows, axis=0), rtol=1e-12)
     with pytest.raises(ValueError, match="r1 and r3"):

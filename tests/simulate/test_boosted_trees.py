@@ -18,10 +18,10 @@ from relaxspec.sweep import SweepConfig, jobs
 from relaxspec.testing import (
     KernelRule,
     TheoryRule,
-    boost_bound,
     check_matches,
     check_tv_bound,
     nodes,
+    proved_bound,
 )
 from relaxspec.testing.strategies import codebooks, distributions
 from relaxspec.theory import Relax, Tree, expected_tokens_per_step, node_outcome, sample_step
@@ -59,7 +59,7 @@ def test_one_child_node_is_spec_9_4(case):
     """One draw from q: the node's law and exact TV are boosted_law / boosted_tv of the boost's
     acceptance vector, and the per-stage sum equals the TV."""
     p, q, E, boost, depth, _ = case
-    o = node_outcome(p, 1, rule="r2", q=q, boost=boost, depth=depth, emb=E)
+    o = node_outcome(p, 1, Verification("r2", boost=boost), q=q, depth=depth, emb=E)
     a = acceptance_vector(p, q, boost, depth=depth, emb=E)
     np.testing.assert_allclose(o.emitted, boosted_law(p, q, a), rtol=0, atol=EXACT)
     assert abs(o.tv - boosted_tv(p, q, a)) <= EXACT
@@ -71,7 +71,7 @@ def test_one_child_node_is_spec_9_4(case):
 def test_multi_child_tv_within_the_stage_sum(case):
     """Recursive boosted verification: exact TV (enumerated draw orders) <= the per-stage 9.4 sum."""
     p, q, E, boost, depth, m = case
-    o = node_outcome(p, m, rule="r2", q=q, boost=boost, depth=depth, emb=E)
+    o = node_outcome(p, m, Verification("r2", boost=boost), q=q, depth=depth, emb=E)
     assert abs(o.emitted.sum() - 1.0) <= 1e-9
     assert o.tv <= o.stage_tv + EXACT
 
@@ -82,10 +82,10 @@ def test_identity_boosts_are_r2_bit_for_bit(case, u):
     """Cool-SD with omega = 1 and GSD whose groups are {x} take R2's path through the boosted stage and
     give its numbers bit for bit (the boosted stage's residual is R2's unrelaxed one)."""
     p, q, E, _, depth, m = case
-    plain = node_outcome(p, m, rule="r2", q=q)
+    plain = node_outcome(p, m, "r2", q=q)
     kids = draw_without_replacement(q, np.array(u[:m]))
     for boost in (Boost.depth([1.0]), Boost.group(1, 0.15, 0.5)):
-        o = node_outcome(p, m, rule="r2", q=q, boost=boost, depth=depth, emb=E)
+        o = node_outcome(p, m, Verification("r2", boost=boost), q=q, depth=depth, emb=E)
         for f in ("accept_probs", "emitted", "tried_probs"):
             np.testing.assert_array_equal(getattr(o, f), getattr(plain, f))
         assert abs(o.stage_tv) <= 1e-15  # 0 up to the rounding of the p = q convention
@@ -93,9 +93,9 @@ def test_identity_boosts_are_r2_bit_for_bit(case, u):
         rows = np.tile(p, (tree.size, 1))
         qs = np.tile(q, (tree.size, 1))
         uu = np.array(u[: tree.size] + [0.5] * (tree.size - len(u)))
-        kw = dict(rule="r2", relax=Relax.none(), neighbours=None, q_dists=qs)
-        boosted = sample_step(tree, rows, uu, uu, **kw, boost=boost, emb=E)
-        assert boosted == sample_step(tree, rows, uu, uu, **kw)
+        kw = dict(neighbours=None, q_dists=qs)
+        boosted = sample_step(tree, rows, uu, uu, Verification("r2", boost=boost), **kw, emb=E)
+        assert boosted == sample_step(tree, rows, uu, uu, "r2", **kw)
 
 
 # ---------------------------------------------------------------- Numba against theory, step by step
@@ -135,11 +135,11 @@ def test_verify_step_and_expectation_match_theory(boost):
         V = 24 if trial % 2 else 9
         E = rng.standard_normal((V, 3))
         tree, P, Q, ua, ud = _tree_case(rng, V)
-        kw = dict(rule="r2", relax=Relax.none(), neighbours=None, q_dists=Q, boost=boost, emb=E)
+        kw = dict(verification=Verification("r2", boost=boost), neighbours=None, q_dists=Q, emb=E)
         path, bonus, tv = verify_step(tree, P, ua, ud, with_tv=True, **kw)
         assert (path, bonus) == sample_step(tree, P, ua, ud, **kw)
-        want_tv = path_tv(tree, P, path, rule="r2", relax=Relax.none(), neighbours=np.zeros((V, 0), np.int64),
-                          q_dists=Q, boost=boost, emb=E)
+        want_tv = path_tv(tree, P, path, Verification("r2", boost=boost),
+                          neighbours=np.zeros((V, 0), np.int64), q_dists=Q, emb=E)
         assert abs(tv - want_tv) <= 1e-12
         e = step_expectation(tree, P, **kw)
         t = theory_step_expectation(tree, P, **{**kw, "neighbours": np.zeros((V, 0), np.int64)})
@@ -217,8 +217,8 @@ def test_stationary_world_matches_theory_averaged_over_draws():
     parents = np.array([-1, 0, 0, 1, 1, 2, 3])
     tree = Tree(parents, np.arange(parents.size))  # R2 ignores the tokens: children are draws
     for boost in (Boost.group(4, 0.15, 1.0), Boost.depth([2.0, 1.2])):
-        want = expected_tokens_per_step(tree, np.tile(p, (7, 1)), rule="r2", q_dists=np.tile(q, (7, 1)),
-                                        boost=boost, emb=E)
+        want = expected_tokens_per_step(tree, np.tile(p, (7, 1)), Verification("r2", boost=boost),
+                                        q_dists=np.tile(q, (7, 1)), emb=E)
         res = run(world, policy, Verification(rule="r2", boost=boost), n_sequences=40, seq_len=100, seed=1)
         se = res.tokens.std(ddof=1) / np.sqrt(res.n_steps)
         assert abs(res.mean_tokens_per_step - want) <= 5.3 * se, (res.mean_tokens_per_step, want, se)
@@ -228,11 +228,11 @@ def test_stationary_world_matches_theory_averaged_over_draws():
 def test_boosted_rules_in_the_testing_api():
     s = settings(max_examples=25, deadline=None)
     for boost, depth in ((Boost.group(4, 0.3, 0.6), 1), (Boost.depth([2.0, 1.3]), 2)):
-        check_tv_bound(TheoryRule("r2", boost=boost, depth=depth), boost_bound(boost, depth), settings=s)
-        check_matches(KernelRule("r2", boost=boost, depth=depth),
-                      TheoryRule("r2", boost=boost, depth=depth, law=False), settings=s)
-    official = Boost.group(3, 0.5, 0.3, window="official")  # V up to 24: windows past the fallback
-    check_matches(KernelRule("r2", boost=official), TheoryRule("r2", boost=official, law=False),
+        v = Verification("r2", boost=boost)
+        check_tv_bound(TheoryRule(v, depth=depth), proved_bound(v, depth), settings=s)
+        check_matches(KernelRule(v, depth=depth), TheoryRule(v, depth=depth, law=False), settings=s)
+    official = "r2+gsd:G=3,tau=0.5,dist=0.3,window=official"  # V up to 24: windows past the fallback
+    check_matches(KernelRule(official), TheoryRule(official, law=False),
                   nodes=nodes(max_v=24, max_m=3, kinds=("none",)), settings=s)
 
 
@@ -259,17 +259,17 @@ def test_bad_input_is_refused(small_world):
     E = np.zeros((6, 2))
     gsd = Boost.group(3)
     with pytest.raises(ValueError, match="needs rule r2"):
-        node_outcome(p, [0], rule="r1", boost=gsd, emb=E)
+        node_outcome(p, [0], Verification("r1", boost=gsd), emb=E)
     with pytest.raises(ValueError, match="needs rule r2"):
         run(small_world, StaticTree.chain(2), Verification(rule="r1", boost=Boost.depth([2.0])),
             n_sequences=1, seq_len=2)
     with pytest.raises(ValueError, match="no LANTERN relaxation"):
-        node_outcome(p, 1, rule="r2", q=q, relax=Relax.additive(2, 0.1), neighbours=np.zeros((6, 2), int),
-                     boost=Boost.depth([2.0]))
+        node_outcome(p, 1, Verification("r2", Relax.additive(2, 0.1), boost=Boost.depth([2.0])), q=q,
+                     neighbours=np.zeros((6, 2), int))
     with pytest.raises(ValueError, match="needs an embedding"):
-        node_outcome(p, 1, rule="r2", q=q, boost=gsd)
+        node_outcome(p, 1, Verification("r2", boost=gsd), q=q)
     with pytest.raises(ValueError, match="another vocabulary size"):
-        node_outcome(p, 1, rule="r2", q=q, boost=gsd, emb=np.zeros((5, 2)))
+        node_outcome(p, 1, Verification("r2", boost=gsd), q=q, emb=np.zeros((5, 2)))
     with pytest.raises(ValueError, match="another vocabulary size"):
         Verification("r2", boost=gsd).encode(6, emb=np.zeros((7, 2)))
     with pytest.raises(ValueError, match="another vocabulary size"):
@@ -278,15 +278,15 @@ def test_bad_input_is_refused(small_world):
         run(StationaryWorld(p, q), StaticTree.chain(2), Verification(rule="r2", boost=gsd), n_sequences=1,
             seq_len=2)
     with pytest.raises(ValueError, match="depth"):
-        node_outcome(p, 1, rule="r2", q=q, boost=Boost.depth([2.0]), depth=0)
+        node_outcome(p, 1, Verification("r2", boost=Boost.depth([2.0])), q=q, depth=0)
     with pytest.raises(ValueError, match="not verified on draft trees"):
-        node_outcome(p, 1, rule="r2", q=q, boost=Boost.budget(0.1, 4))
+        node_outcome(p, 1, Verification("r2", boost=Boost.budget(0.1, 4)), q=q)
     with pytest.raises(ValueError, match="relaxspec.theory.boost.Boost"):
-        node_outcome(p, 1, rule="r2", q=q, boost="gsd:G=3")
+        node_outcome(p, 1, Verification("r2", boost="gsd:G=3"), q=q)
     tree = Tree(np.array([-1, 0]), np.array([0, 1]))
     with pytest.raises(ValueError, match="needs rule r2"):
-        verify_step(tree, np.tile(p, (2, 1)), np.zeros(2), np.zeros(2), rule="r3", relax=Relax.none(),
-                    neighbours=None, boost=gsd, emb=E)
+        verify_step(tree, np.tile(p, (2, 1)), np.zeros(2), np.zeros(2), Verification("r3", boost=gsd),
+                    neighbours=None, emb=E)
     with pytest.raises(ValueError, match="needs rule r2"):
-        TheoryRule("r1", boost=gsd)
+        TheoryRule(Verification("r1", boost=gsd))
     assert NO_BOOST.is_none

@@ -98,6 +98,7 @@ def test_make_tests_warm_up_runs_without_a_warning(simulator_kernels) -> None:
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert (done.returncode, done.stderr, done.stdout) == (0, "", "the simulator's kernels are cached\n")
 
+
 def _bare_prange_indices(tree: ast.AST) -> list[int]:
     """Lines of calls inside a ``for i in prange(...)`` loop that pass the bare index ``i``."""
     lines = []

@@ -10,6 +10,7 @@ from relaxspec.simulate.verify import verify_step
 from relaxspec.theory import Relax, Tree, node_outcome, sample_step
 from relaxspec.theory.neighbours import neighbour_table
 from relaxspec.theory.stages import EXHAUSTION_CHECK, r1_reject, r1_stage
+from relaxspec.theory.verification import Verification
 
 
 def random_nodes(n: int, seed: int = 7):
@@ -42,7 +43,7 @@ def test_exhaustion_resets_to_uniform_on_random_nodes() -> None:
             assert Z > EXHAUSTION_CHECK or Z == true  # a small tracked mass is the residual's own sum
             assert Z > 0.0 and true > 0.0  # never an empty residual carried on
             hits += Z == p.size  # reset to uniform at least once somewhere
-        out = node_outcome(p, kids, rule="r1", relax=relax, neighbours=nb, variant="official")
+        out = node_outcome(p, kids, Verification("r1", relax, "official"), neighbours=nb)
         assert abs(out.emitted.sum() - 1.0) < 1e-9
     assert hits > 0  # the search does reach exhausted residuals
 
@@ -56,7 +57,7 @@ def test_kernel_takes_theorys_decisions_on_exhausted_residuals() -> None:
         dists = np.tile(p, (m + 1, 1))
         for _ in range(5):
             ua, ud = rng.random(m + 1), rng.random(m + 1)
-            kw = dict(rule="r1", relax=relax, neighbours=nb.astype(np.int64), variant="official")
+            kw = dict(verification=Verification("r1", relax, "official"), neighbours=nb.astype(np.int64))
             assert sample_step(tree, dists, ua, ud, **kw) == verify_step(tree, dists, ua, ud, **kw)
             checked += 1
     assert checked == 750

@@ -107,7 +107,7 @@ def test_stationary_world_matches_expected_tokens_per_step():
     tokens[1:] = order[ranks[1:]]
     tree = Tree(parents, tokens)
     for relax in (Relax.none(), Relax.additive(10, 0.1)):
-        want = expected_tokens_per_step(tree, np.tile(p, (tree.size, 1)), rule="r1", relax=relax,
+        want = expected_tokens_per_step(tree, np.tile(p, (tree.size, 1)), Verification("r1", relax),
                                         neighbours=nb)
         res = run(world, policy, Verification(rule="r1", relax=relax), n_sequences=32, seq_len=128, seed=1,
                   exact_expectations=True)

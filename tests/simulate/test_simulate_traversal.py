@@ -22,7 +22,6 @@ from relaxspec.sweep import SweepConfig, jobs, run_sweep
 from relaxspec.testing import (
     KernelRule,
     TheoryRule,
-    boost_bound,
     check_lossless,
     check_matches,
     check_tv_bound,
@@ -88,9 +87,9 @@ def test_step_kernel_takes_theorys_decisions_and_expectations(boost):
         ua, ud = rng.random(tree.size), rng.random(tree.size)
         rules = ["r4", "r2"] if boost.kind == "budget" else ["r4"]
         for rule in rules:
-            path, bonus, tv = verify_step(tree, P, ua, ud, rule=rule, relax=Relax.none(), q_dists=Q,
-                                          with_tv=True, **kw)
-            e = step_expectation(tree, P, rule=rule, q_dists=Q, **kw)
+            v, tables = Verification(rule, boost=boost), {"emb": kw["emb"], "neighbours": kw["neighbours"]}
+            path, bonus, tv = verify_step(tree, P, ua, ud, v, q_dists=Q, with_tv=True, **tables)
+            e = step_expectation(tree, P, v, q_dists=Q, **tables)
             if rule == "r4":
                 want = sample_traversal_step(tree, P, Q, ua, ud, **kw)
                 exact = traversal_ends(tree, P, Q, **kw)
@@ -114,7 +113,8 @@ def test_step_kernel_at_llamagen_size():
         kw = dict(boost=boost, neighbours=nb if boost.kind == "budget" else None)
         for _ in range(3):
             ua, ud = rng.random(tree.size), rng.random(tree.size)
-            got = verify_step(tree, P, ua, ud, rule="r4", relax=Relax.none(), q_dists=Q, **kw)
+            got = verify_step(tree, P, ua, ud, Verification("r4", boost=boost), q_dists=Q,
+                              neighbours=kw["neighbours"])
             want = sample_traversal_step(tree, P, Q, ua, ud, **kw)
             assert got == (list(want[0]), want[1])
 
@@ -127,8 +127,8 @@ def _budget_step_both(p, q, nb, kids, ua, ud, rule):
     tree = Tree(np.array([-1] + [0] * len(kids)), np.array([0, *kids]))
     P, Q = np.tile(p, (n, 1)), np.tile(q, (n, 1))
     boost = Boost.budget(1.0, nb.shape[1])
-    got = verify_step(tree, P, ua, ud, rule=rule, relax=Relax.none(), q_dists=Q, boost=boost, neighbours=nb)
-    e = step_expectation(tree, P, rule=rule, q_dists=Q, boost=boost, neighbours=nb)
+    got = verify_step(tree, P, ua, ud, Verification(rule, boost=boost), q_dists=Q, neighbours=nb)
+    e = step_expectation(tree, P, Verification(rule, boost=boost), q_dists=Q, neighbours=nb)
     if rule == "r4":
         want = sample_traversal_step(tree, P, Q, ua, ud, boost=boost, neighbours=nb)
         tokens = traversal_ends(tree, P, Q, boost=boost, neighbours=nb).tokens
@@ -268,8 +268,8 @@ def test_r4_is_lossless_in_a_stationary_world():
     stream: list[int] = []
     while len(stream) < 12000:
         tree, P, Q = draw_sampled_tree(parents, model, rng.random(len(parents)))
-        path, bonus = verify_step(tree, P, rng.random(len(parents)), rng.random(len(parents)), rule="r4",
-                                  relax=Relax.none(), neighbours=None, q_dists=Q)
+        path, bonus = verify_step(tree, P, rng.random(len(parents)), rng.random(len(parents)), "r4",
+                                  neighbours=None, q_dists=Q)
         stream += [int(t) for t in tree.tokens[path[1:]]] + [bonus]
     L = 4
     world = StationaryWorld(p, q)
@@ -289,13 +289,12 @@ def test_r4_and_the_budget_in_the_testing_api():
     check_lossless(TheoryRule("r4"), settings=s)
     check_tv_bound(TheoryRule("r4"), proved_bound("r4"), settings=s)
     check_matches(KernelRule("r4"), TheoryRule("r4", law=False), settings=s)
-    budget = Boost.budget(0.05, 3)
-    for rule in ("r2", "r4"):
-        check_tv_bound(TheoryRule(rule, boost=budget), boost_bound(budget), settings=s)
-        check_matches(KernelRule(rule, boost=budget), TheoryRule(rule, boost=budget, law=False), settings=s)
-    gsd = Boost.group(4, 0.3, 0.6)
-    check_matches(KernelRule("r4", boost=gsd), TheoryRule("r4", boost=gsd, law=False), settings=s)
-    assert boost_bound(budget)(None) == 0.05
+    for v in ("r2+budget:tv=0.05,k=3", "r4+budget:tv=0.05,k=3"):
+        check_tv_bound(TheoryRule(v), proved_bound(v), settings=s)
+        check_matches(KernelRule(v), TheoryRule(v, law=False), settings=s)
+    gsd = Verification("r4", boost=Boost.group(4, 0.3, 0.6))
+    check_matches(KernelRule(gsd), TheoryRule(gsd, law=False), settings=s)
+    assert proved_bound("r2+budget:tv=0.05,k=3")(None) == 0.05
 
 
 # ---------------------------------------------------------------- the sweep
@@ -339,17 +338,18 @@ def test_bad_input_is_refused(latent):
         (lambda: run(latent, JacobiWindow(3), "r1", n_sequences=1, seq_len=2), "needs rule r2 or r4"),
         (lambda: run(latent, SMALL, Verification(rule="r1", boost=budget), n_sequences=1, seq_len=2),
          "needs rule r2 or r4"),
-        (lambda: verify_step(tree, rows, u, u, rule="r4", relax=r0, neighbours=None), "needs q_dists"),
-        (lambda: verify_step(tree, rows, u, u, rule="r4", relax=r0, neighbours=np.zeros((6, 2), int),
-                             q_dists=rows, boost=budget), "lists the token itself"),
-        (lambda: verify_step(tree, rows, u, u, rule="r4", relax=r0, neighbours=None,
+        (lambda: verify_step(tree, rows, u, u, Verification("r4", r0), neighbours=None), "needs q_dists"),
+        (lambda: verify_step(tree, rows, u, u, Verification("r4", r0, boost=budget),
+                             neighbours=np.zeros((6, 2), int), q_dists=rows), "lists the token itself"),
+        (lambda: verify_step(tree, rows, u, u, Verification("r4", r0), neighbours=None,
                              q_dists=np.tile([0.0, 0.0, 0.5, 0.5, 0.0, 0.0], (3, 1))),
          "zero draft probability"),
-        (lambda: verify_step(tree, rows, u, u, rule="r4", relax=r0, neighbours=ring_table(6, 1),
-                             q_dists=rows, boost=budget), "reads k=2 neighbours but the table has only 1"),
-        (lambda: sample_step(tree, rows, u, u, rule="r4", relax=r0, neighbours=None, q_dists=rows),
+        (lambda: verify_step(tree, rows, u, u, Verification("r4", r0, boost=budget),
+                             neighbours=ring_table(6, 1), q_dists=rows),
+         "reads k=2 neighbours but the table has only 1"),
+        (lambda: sample_step(tree, rows, u, u, Verification("r4", r0), neighbours=None, q_dists=rows),
          "verifies a whole step, not node by node"),
-        (lambda: node_outcome(p, 1, rule="r2", q=q, boost=budget),
+        (lambda: node_outcome(p, 1, Verification("r2", boost=budget), q=q),
          "not verified on draft trees node by node"),
         (lambda: TheoryRule("r4", depth=2), "depth 1"),
         (lambda: KernelRule("r3"), "rule must be 'r1', 'r2' or 'r4'"),

@@ -11,6 +11,7 @@ from relaxspec.simulate import step_expectation, verify_step
 from relaxspec.theory import Relax, Tree, neighbour_table, node_outcome, sample_step
 from relaxspec.theory.rules import neighbour_rows
 from relaxspec.theory.tree import choices_to_parents, expected_tokens_per_step
+from relaxspec.theory.verification import Verification
 
 V = 24
 RELAXES = [
@@ -68,8 +69,8 @@ def emitted_tv(tree, p, path, rule, relax, table, variant):
         return 0.0
     if rule == "r2":
         return np.nan
-    return sum(node_outcome(p[u], tree.tokens[tree.children(u)], rule="r1", relax=relax, neighbours=table,
-                            variant=variant).tv for u in path if tree.children(u).size)
+    return sum(node_outcome(p[u], tree.tokens[tree.children(u)], Verification("r1", relax, variant),
+                            neighbours=table).tv for u in path if tree.children(u).size)
 
 
 @pytest.fixture(scope="module")
@@ -92,11 +93,11 @@ def test_verify_step_matches_theory_exactly(table, rule, variant):
         n = tree.size
         p, q = p[:n], q[:n]
         ua, ud = rng.random(n), rng.random(n)
-        kw = dict(rule=rule, relax=relax, neighbours=table, q_dists=q if rule == "r2" else None,
-                  variant=variant)
+        kw = dict(verification=Verification(rule, relax, variant), neighbours=table,
+                  q_dists=q if rule == "r2" else None)
         got = verify_step(tree, p, ua, ud, **kw)
-        want = sample_step(tree, p, ua, ud, rule=rule, relax=relax,
-                           neighbours=table.astype(np.int64), q_dists=kw["q_dists"], variant=variant)
+        want = sample_step(tree, p, ua, ud, Verification(rule, relax, variant),
+                           neighbours=table.astype(np.int64), q_dists=kw["q_dists"])
         assert got == (list(want[0]), int(want[1])), (trial, relax)
         *_, tv = verify_step(tree, p, ua, ud, with_tv=True, **kw)
         assert tv == pytest.approx(emitted_tv(tree, p, want[0], rule, relax, table, variant), rel=1e-9,
@@ -114,16 +115,16 @@ def test_step_expectation_matches_theory(table, rule, variant):
         p = np.array([random_dist(rng, V, sparsity=0.3 if trial % 2 else 0.0) for _ in range(n)])
         tree = random_tree(rng, V, n)
         p = p[: tree.size]
-        got = step_expectation(tree, p, rule=rule, relax=relax, neighbours=table, variant=variant)
-        want = expected_tokens_per_step(tree, p, rule=rule, relax=relax, neighbours=table, variant=variant)
+        got = step_expectation(tree, p, Verification(rule, relax, variant), neighbours=table)
+        want = expected_tokens_per_step(tree, p, Verification(rule, relax, variant), neighbours=table)
         assert got.tokens == pytest.approx(want, rel=1e-12, abs=1e-12)
         if rule == "r1":
             tv = 0.0
             for u in range(tree.size):
                 kids = tree.children(u)
                 if kids.size:
-                    o = node_outcome(p[u], tree.tokens[kids], rule="r1", relax=relax, neighbours=table,
-                                     variant=variant)
+                    o = node_outcome(p[u], tree.tokens[kids], Verification("r1", relax, variant),
+                                     neighbours=table)
                     tv += got.reach_probs[u] * o.tv
             assert got.tv == pytest.approx(tv, rel=1e-9, abs=1e-12)
 
@@ -136,13 +137,12 @@ def test_r2_expectation_conditional_on_draws(table):
             p = np.array([random_dist(rng, V) for _ in range(n)])
             q = np.array([random_dist(rng, V) for _ in range(n)])
             tree = random_tree(rng, V, n, q)
-            got = step_expectation(tree, p, rule="r2", relax=relax, neighbours=table, q_dists=q,
-                                   variant=variant)
+            got = step_expectation(tree, p, Verification("r2", relax, variant), neighbours=table, q_dists=q)
             for u in range(tree.size):
                 kids = tree.children(u)
                 if kids.size:
-                    o = node_outcome(p[u], tree.tokens[kids], rule="r2", relax=relax, neighbours=table,
-                                     q=q[u], variant=variant)
+                    o = node_outcome(p[u], tree.tokens[kids], Verification("r2", relax, variant),
+                                     neighbours=table, q=q[u])
                     np.testing.assert_allclose(got.edge_probs[kids], o.accept_probs, rtol=1e-12, atol=1e-15)
             assert np.isnan(got.tv) != relax.is_exact
 
@@ -160,9 +160,9 @@ def test_kernel_step_expectation_is_the_twin_of_theorys(table, rule):
             q = np.array([random_dist(rng, V) for _ in range(n)])
             tree = random_tree(rng, V, n, q if rule == "r2" else None)
             p, q = p[: tree.size], q[: tree.size]
-            kw = {"rule": rule, "relax": relax, "q_dists": q, "variant": variant}
+            kw = {"verification": Verification(rule, relax, variant), "q_dists": q}
             got = step_expectation(tree, p, neighbours=table, **kw)
-            want = theory_step_expectation(tree, p, neighbours=neighbour_rows(table, V, relax, variant), **kw)
+            want = theory_step_expectation(tree, p, neighbours=neighbour_rows(table, V, relax), **kw)
             assert got.tokens == pytest.approx(want.tokens, rel=1e-12, abs=1e-12)
             assert got.tv == pytest.approx(want.tv, rel=1e-9, abs=1e-12, nan_ok=True)
             np.testing.assert_allclose(got.edge_probs, want.edge_probs, rtol=1e-12, atol=1e-15)
@@ -175,8 +175,8 @@ def test_static_tree_expectation_mc_sim(table):
     tokens = np.array([0, 3, 5, 1, 2, 7, 9])
     tree = Tree(parents, tokens)
     p = np.array([random_dist(rng, V) for _ in range(tree.size)])
-    got = step_expectation(tree, p, rule="r1")
-    assert got.tokens == pytest.approx(expected_tokens_per_step(tree, p, rule="r1"), rel=1e-13)
+    got = step_expectation(tree, p, "r1")
+    assert got.tokens == pytest.approx(expected_tokens_per_step(tree, p, "r1"), rel=1e-13)
     assert got.tv == 0.0
 
 
@@ -184,22 +184,21 @@ def test_verify_step_rejects_bad_input(table):
     tree = Tree(np.array([-1, 0]), np.array([0, 1]))
     p = np.full((2, V), 1.0 / V)
     with pytest.raises(ValueError, match="node_dists"):
-        verify_step(tree, p[:1], np.zeros(2), np.zeros(2), rule="r1", relax=Relax.none(), neighbours=None)
+        verify_step(tree, p[:1], np.zeros(2), np.zeros(2), "r1", neighbours=None)
     with pytest.raises(ValueError, match="u_accept"):
-        verify_step(tree, p, np.ones(2), np.zeros(2), rule="r1", relax=Relax.none(), neighbours=None)
+        verify_step(tree, p, np.ones(2), np.zeros(2), "r1", neighbours=None)
     with pytest.raises(ValueError, match="unknown rule"):
-        verify_step(tree, p, np.zeros(2), np.zeros(2), rule="r9", relax=Relax.none(), neighbours=None)
+        verify_step(tree, p, np.zeros(2), np.zeros(2), "r9", neighbours=None)
     with pytest.raises(ValueError, match="neighbour table"):
-        verify_step(tree, p, np.zeros(2), np.zeros(2), rule="r1", relax=Relax.additive(2, 0.1),
+        verify_step(tree, p, np.zeros(2), np.zeros(2), Verification("r1", Relax.additive(2, 0.1)),
                     neighbours=None)
     with pytest.raises(ValueError, match="q_dists"):
-        verify_step(tree, p, np.zeros(2), np.zeros(2), rule="r2", relax=Relax.none(), neighbours=None)
+        verify_step(tree, p, np.zeros(2), np.zeros(2), "r2", neighbours=None)
     q = p.copy()
     q[0, 1] = 0.0
     q[0] /= q[0].sum()
     with pytest.raises(ValueError, match="zero draft probability"):
-        verify_step(tree, p, np.zeros(2), np.zeros(2), rule="r2", relax=Relax.none(), neighbours=None,
-                    q_dists=q)
+        verify_step(tree, p, np.zeros(2), np.zeros(2), "r2", neighbours=None, q_dists=q)
 
 
 def test_r1_exact_residual_without_mass():
@@ -209,18 +208,18 @@ def test_r1_exact_residual_without_mass():
     p = np.array([0.1, 0.2, 0.7 - 1e-7])
     nb = np.array([[1, 2], [0, 2], [0, 1]])
     relax = Relax.additive(2, 1.0)
-    o = node_outcome(p, [0], rule="r1", relax=relax, neighbours=nb)
+    o = node_outcome(p, [0], Verification("r1", relax), neighbours=nb)
     assert np.all(np.isfinite(o.emitted))
     reach = 1.0 - o.accept_probs[0]
     np.testing.assert_allclose(o.emitted, [o.accept_probs[0] + reach / 3, reach / 3, reach / 3])
     tree = Tree(np.array([-1, 0]), np.array([0, 0]))
-    got = step_expectation(tree, np.tile(p, (2, 1)), rule="r1", relax=relax, neighbours=nb)
+    got = step_expectation(tree, np.tile(p, (2, 1)), Verification("r1", relax), neighbours=nb)
     assert got.tv == pytest.approx(o.tv, rel=1e-9)
-    path, bonus = sample_step(tree, np.tile(p, (2, 1)), np.array([0.0, 0.9999999999]),
-                              np.array([0.5, 0.5]), rule="r1", relax=relax, neighbours=nb)
+    path, bonus = sample_step(tree, np.tile(p, (2, 1)), np.array([0.0, 0.9999999999]), np.array([0.5, 0.5]),
+                              Verification("r1", relax), neighbours=nb)
     assert path == [0] and bonus == 1  # floor(0.5 * 3): the uniform draw
     assert verify_step(tree, np.tile(p, (2, 1)), np.array([0.0, 0.9999999999]), np.array([0.5, 0.5]),
-                       rule="r1", relax=relax, neighbours=nb) == (path, bonus)
+                       Verification("r1", relax), neighbours=nb) == (path, bonus)
 
 
 def test_kernel_draw_token_matches_theory():

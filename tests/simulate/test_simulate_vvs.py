@@ -146,8 +146,8 @@ def test_skip_steps_token_tv_is_theory_vvs() -> None:
     res = _run(STATIONARY, spec, exact_expectations=True, n_sequences=2, seq_len=60)
     checked = 0
     for s in range(res.n_sequences):
-        steps = decode_vvs(STATIONARY, parse_tree(spec), Relax.none(), "principled",
-                           np.zeros((V_SMALL, 0), dtype=np.int64), None, 60, 1.0, 11, s, False)
+        steps = decode_vvs(STATIONARY, parse_tree(spec), "r1", np.zeros((V_SMALL, 0), dtype=np.int64), None,
+                           60, 1.0, 11, s, False)
         rows = np.flatnonzero(res.sequence == s)
         accepted = res.accepted_depth[rows]
         verify = res.target_forwards[rows] == 1

@@ -214,7 +214,7 @@ def _write_trace(path, rng, V=20, steps=6, relax=None):
                 dl = rng.standard_normal((n, V)).astype(np.float32)
                 ua, ud = rng.random(n), rng.random(n)
                 p = header.target_sampling.probs(tl.astype(np.float64))
-                path, bonus = sample_step(Tree(parents, tokens), p, ua, ud, rule="r1", relax=relax,
+                path, bonus = sample_step(Tree(parents, tokens), p, ua, ud, Verification("r1", relax),
                                           neighbours=nb.astype(np.int64))
                 tw.add(TraceStep(seq, t, parents, tokens, tl, dl, ua, ud, np.array(path), bonus))
                 recorded.append(len(path))

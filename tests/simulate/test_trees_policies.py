@@ -111,10 +111,10 @@ def test_lossless_exact_tree_expectation():
     for tree in built_trees(p, q, nb):
         rows = np.tile(p, (tree.size, 1))
         want = 1.0 + sum(np.prod(p[tree.tokens[path_nodes(tree, v)]]) for v in range(1, tree.size))
-        e = step_expectation(tree, rows, rule="r1", relax=Relax.none())
+        e = step_expectation(tree, rows, "r1")
         assert e.tokens == pytest.approx(want, rel=1e-12)
         assert e.tv == 0.0
-        assert expected_tokens_per_step(tree, rows, rule="r1") == pytest.approx(want, rel=1e-12)
+        assert expected_tokens_per_step(tree, rows, "r1") == pytest.approx(want, rel=1e-12)
 
 
 def path_nodes(tree: Tree, v: int) -> list[int]:
@@ -140,8 +140,8 @@ def test_lossless_emitted_tokens_chi_square():
         for _ in range(n):
             out: list[int] = []
             while len(out) < 2:
-                path, bonus = verify_step(tree, rows, rng.random(tree.size), rng.random(tree.size), rule="r1",
-                                          relax=Relax.none(), neighbours=None)
+                path, bonus = verify_step(tree, rows, rng.random(tree.size), rng.random(tree.size), "r1",
+                                          neighbours=None)
                 out += [int(t) for t in tree.tokens[path[1:]]] + [bonus]
             counts[out[0], out[1]] += 1
         expected = n * np.outer(p, p)

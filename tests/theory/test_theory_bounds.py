@@ -23,6 +23,7 @@ from relaxspec.theory import (
     tv_bound,
 )
 from relaxspec.theory.rules import neighbour_rows
+from relaxspec.theory.verification import Verification
 
 TOL = 1e-12
 
@@ -34,10 +35,9 @@ TOL = 1e-12
 @given(node=nodes())
 def test_theory_tv_bound_holds_r1_r3(node):
     for rule in ("r1", "r3"):
-        out = node_outcome(node.p, node.kids, rule=rule, relax=node.relax, neighbours=node.nb,
-                           variant=node.variant)
-        bound = tv_bound(node.p, node.kids, rule=rule, relax=node.relax, neighbours=node.nb,
-                         variant=node.variant)
+        out = node_outcome(node.p, node.kids, Verification(rule, node.relax, node.variant),
+                           neighbours=node.nb)
+        bound = tv_bound(node.p, node.kids, Verification(rule, node.relax, node.variant), neighbours=node.nb)
         assert out.tv <= bound + TOL, (rule, out.tv, bound)
 
 
@@ -45,10 +45,8 @@ def test_theory_tv_bound_holds_r1_r3(node):
 @given(node=nodes(max_v=7, max_m=3))
 def test_theory_tv_bound_holds_r2(node):
     m = int(node.kids.size)
-    out = node_outcome(node.p, m, rule="r2", relax=node.relax, neighbours=node.nb, q=node.q,
-                       variant=node.variant)
-    fine = tv_bound(node.p, m, rule="r2", relax=node.relax, neighbours=node.nb, q=node.q,
-                    variant=node.variant)
+    out = node_outcome(node.p, m, Verification("r2", node.relax, node.variant), neighbours=node.nb, q=node.q)
+    fine = tv_bound(node.p, m, Verification("r2", node.relax, node.variant), neighbours=node.nb, q=node.q)
     coarse = r2_tv_bound(node.p, node.q, m, relax=node.relax, neighbours=node.nb,
                          variant=node.variant, coarse=True)
     assert out.tv <= fine + 1e-9, (out.tv, fine)
@@ -62,8 +60,7 @@ def test_theory_tv_bound_holds_r2(node):
 def test_theory_r1_bound_is_exact_when_tight(node):
     """TV = p(D) when no tested child was removed before its test and the residual never
     ran out of target mass."""
-    out = node_outcome(node.p, node.kids, rule="r1", relax=node.relax, neighbours=node.nb,
-                       variant=node.variant)
+    out = node_outcome(node.p, node.kids, Verification("r1", node.relax, node.variant), neighbours=node.nb)
     dist = r1_distortion(node.p, node.kids, relax=node.relax, neighbours=node.nb,
                          variant=node.variant)
     if dist.tight:
@@ -76,7 +73,7 @@ def test_theory_r1_principled_bound_is_merged_mass_within_nominal(node):
     """Principled: p(D) = sum_i P(reach i) * C_i (normalised) <= delta * E[#tested], or
     <= (lam - 1) * p(tested children)."""
     dist = r1_distortion(node.p, node.kids, relax=node.relax, neighbours=node.nb)
-    nb = neighbour_rows(node.nb, node.V, node.relax, "principled")
+    nb = neighbour_rows(node.nb, node.V, node.relax)
     merged = 0.0
     for s in r1_walk(node.p, node.kids, nb, node.relax, "principled"):
         if s.index > 0 and s.mass == float(node.V) and np.all(s.residual == 1.0):
@@ -85,7 +82,7 @@ def test_theory_r1_principled_bound_is_merged_mass_within_nominal(node):
     assert dist.extra == 0.0
     assert abs(dist.merged - merged) <= TOL
     assert dist.bound <= dist.nominal + TOL
-    out = node_outcome(node.p, node.kids, rule="r1", relax=node.relax, neighbours=node.nb)
+    out = node_outcome(node.p, node.kids, Verification("r1", node.relax), neighbours=node.nb)
     if node.relax.kind == "additive":
         assert abs(dist.nominal - node.relax.delta * out.expected_tried) <= TOL
 
@@ -98,7 +95,7 @@ def test_theory_r1_additive_candidate_bound_is_attained():
     p = np.array([4, 8, 1, 5, 14]) / 32
     nb = np.array([[1, 2, 3, 4], [0, 2, 3, 4], [3, 0, 1, 4], [2, 0, 1, 4], [0, 1, 2, 3]])
     relax = Relax.additive(1, 0.25)
-    out = node_outcome(p, [0, 2], rule="r1", relax=relax, neighbours=nb)
+    out = node_outcome(p, [0, 2], Verification("r1", relax), neighbours=nb)
     assert out.expected_tried == pytest.approx(13 / 8, abs=1e-15)
     assert out.tv == pytest.approx(13 / 32, abs=1e-15)
     assert out.tv == pytest.approx(relax.delta * out.expected_tried, abs=1e-15)
@@ -111,7 +108,7 @@ def test_theory_r1_multiplicative_candidate_bound_is_attained():
     p = np.array([4, 8, 1, 2, 17]) / 32
     nb = np.array([[1, 2, 3, 4], [0, 2, 3, 4], [3, 0, 1, 4], [2, 0, 1, 4], [0, 1, 2, 3]])
     relax = Relax.multiplicative(1, 3.0)
-    out = node_outcome(p, [0, 2], rule="r1", relax=relax, neighbours=nb)
+    out = node_outcome(p, [0, 2], Verification("r1", relax), neighbours=nb)
     assert out.tv == pytest.approx(5 / 16, abs=1e-15)
     assert r1_distortion(p, [0, 2], relax=relax, neighbours=nb).nominal == pytest.approx(5 / 16)
 
@@ -122,13 +119,13 @@ def test_theory_r1_official_one_child_exceeds_its_budget(relax):
     heavy second neighbour: TV = 0.65."""
     p = np.array([0.1, 0.05, 0.6, 0.125, 0.125])
     nb = np.array([[1, 2, 3, 4], [0, 2, 3, 4], [1, 0, 3, 4], [4, 0, 1, 2], [3, 0, 1, 2]])
-    out = node_outcome(p, [0], rule="r1", relax=relax, neighbours=nb, variant="official")
+    out = node_outcome(p, [0], Verification("r1", relax, "official"), neighbours=nb)
     np.testing.assert_allclose(out.emitted, [0.15, 0.0, 0.0, 0.425, 0.425], atol=1e-15)
     assert out.tv == pytest.approx(0.65, abs=1e-15)
     dist = r1_distortion(p, [0], relax=relax, neighbours=nb, variant="official")
     assert dist.merged == pytest.approx(0.05) and dist.extra == pytest.approx(0.6)
     assert dist.nominal == pytest.approx(0.1 if relax.kind == "additive" else 0.05)
-    principled = node_outcome(p, [0], rule="r1", relax=relax, neighbours=nb)
+    principled = node_outcome(p, [0], Verification("r1", relax), neighbours=nb)
     assert principled.tv == pytest.approx(0.05, abs=1e-15)
 
 
@@ -151,7 +148,7 @@ def test_theory_r2_one_child_counterexample(n, variant):
                    + [y for y in range(V) if y not in (x, (n + x) % V if x < n else (x + 1) % V)]
                    for x in range(V)])
     relax = Relax.additive(1, delta)
-    out = node_outcome(p, 1, rule="r2", relax=relax, neighbours=nb, q=q, variant=variant)
+    out = node_outcome(p, 1, Verification("r2", relax, variant), neighbours=nb, q=q)
     assert out.tv == pytest.approx(n * delta, abs=1e-12)
     assert out.accept_probs[0] == pytest.approx(n * delta, abs=1e-12)
     bound = r2_tv_bound(p, q, 1, relax=relax, neighbours=nb, variant=variant)
@@ -167,8 +164,7 @@ def test_theory_r2_one_child_point_mass_draft_tv_is_merged_mass(node):
     c = int(node.kids[0])
     q = np.zeros(node.V)
     q[c] = 1.0
-    out = node_outcome(node.p, 1, rule="r2", relax=node.relax, neighbours=node.nb, q=q,
-                       variant=node.variant)
+    out = node_outcome(node.p, 1, Verification("r2", node.relax, node.variant), neighbours=node.nb, q=q)
     _, mass = proximity_set(node.p, c, node.nb, node.relax)
     assert abs(out.tv - (mass - node.p[c])) <= TOL
     if node.relax.kind == "additive":
@@ -182,11 +178,11 @@ def test_theory_r2_stage_bound_bad_input():
     with pytest.raises(ValueError, match="draw order"):
         r2_tv_bound(np.array([0.5, 0.5]), np.array([0.5, 0.5]), [0, 1])
     with pytest.raises(ValueError, match="draw order"):
-        tv_bound(np.array([0.5, 0.5]), [1], rule="r2", q=np.array([0.5, 0.5]))
+        tv_bound(np.array([0.5, 0.5]), [1], "r2", q=np.array([0.5, 0.5]))
     with pytest.raises(ValueError, match="needs the draft"):
-        tv_bound(np.array([0.5, 0.5]), 1, rule="r2")
+        tv_bound(np.array([0.5, 0.5]), 1, "r2")
     with pytest.raises(ValueError, match="unknown rule"):
-        tv_bound(np.array([0.5, 0.5]), [1], rule="r9")
+        tv_bound(np.array([0.5, 0.5]), [1], "r9")
 
 
 # --- R3 ----------------------------------------------------------------------------------------
@@ -197,7 +193,7 @@ def test_theory_r2_stage_bound_bad_input():
 def test_theory_r3_emits_an_approximate_mode(node):
     """The greedy rule emits e with p(e) >= max p - delta (additive), >= max p / lam
     (multiplicative), = max p (none)."""
-    out = node_outcome(node.p, node.kids, rule="r3", relax=node.relax, neighbours=node.nb)
+    out = node_outcome(node.p, node.kids, Verification("r3", node.relax), neighbours=node.nb)
     e = int(np.argmax(out.emitted))
     best = node.p.max()
     if node.relax.kind == "additive":
@@ -264,13 +260,12 @@ def decode_exactly(world, n, rule, shape, relax, nb, variant):
             return
         if rule == "r1":
             kids = [t for t, _ in tree]
-            out = node_outcome(p, kids, rule="r1", relax=relax, neighbours=nb, variant=variant)
+            out = node_outcome(p, kids, Verification("r1", relax, variant), neighbours=nb)
             tv_sum += prob * out.tv
             branches = [(1.0, kids, [sub for _, sub in tree], out)]
         else:  # R2 star: m leaves drawn from q without replacement
             q = world.q(prefix)
-            avg = node_outcome(p, tree, rule="r2", relax=relax, neighbours=nb, q=q,
-                               variant=variant)
+            avg = node_outcome(p, tree, Verification("r2", relax, variant), neighbours=nb, q=q)
             tv_sum += prob * avg.tv
             branches = []
             for order in itertools.permutations(range(world.V), tree):
@@ -278,8 +273,7 @@ def decode_exactly(world, n, rule, shape, relax, nb, variant):
                 for c in order:
                     w *= left[c] / left.sum()
                     left[c] = 0.0
-                out = node_outcome(p, list(order), rule="r2", relax=relax, neighbours=nb, q=q,
-                                   variant=variant)
+                out = node_outcome(p, list(order), Verification("r2", relax, variant), neighbours=nb, q=q)
                 branches.append((w, list(order), [0] * tree, out))
         for w, kids, subs, out in branches:
             residual = out.emitted.copy()
@@ -336,8 +330,8 @@ def test_theory_sequence_tv_bound_random_worlds(seed, case):
 def test_theory_r1_principled_emits_p_with_proximity_mass_moved(node):
     """Lemma: principled R1 emits p with the mass of each B_i = A_i minus earlier removals
     moved onto c_i; so P(some child accepted) = p(B_1 u ... u B_m)."""
-    out = node_outcome(node.p, node.kids, rule="r1", relax=node.relax, neighbours=node.nb)
-    nb = neighbour_rows(node.nb, node.V, node.relax, "principled")
+    out = node_outcome(node.p, node.kids, Verification("r1", node.relax), neighbours=node.nb)
+    nb = neighbour_rows(node.nb, node.V, node.relax)
     expected = node.p.copy()
     removed = np.zeros(node.V, dtype=bool)
     accepted = 0.0

@@ -17,7 +17,6 @@ from theory_strategies import (
 from relaxspec.theory import (
     Boost,
     PrefixModel,
-    Relax,
     Tree,
     node_outcome,
     sample_node,
@@ -119,7 +118,7 @@ def test_theory_budget_beats_lossless_example():
     p = np.array([0.25, 0.25, 0.25, 0.25])
     q = np.array([0.7, 0.1, 0.1, 0.1])
     nb = np.array([[1, 2, 3], [0, 2, 3], [3, 0, 1], [2, 0, 1]])
-    exact = node_outcome(p, 1, rule="r2", q=q)
+    exact = node_outcome(p, 1, "r2", q=q)
     out = budget_node_outcome(p, q, 1, boost=Boost.budget(0.05, 3), neighbours=nb)
     assert 1.0 - out.reject_prob == pytest.approx(1.0 - exact.reject_prob + 0.05)
     assert out.tv == pytest.approx(0.05)
@@ -133,19 +132,21 @@ def test_theory_budget_delta_zero_is_r2_bit_for_bit(node, m, data):
     boost = Boost.budget(0.0, boost.k)
     m = min(m, int(np.count_nonzero(q > 0)))
     a = budget_node_outcome(p, q, m, boost=boost, neighbours=nb)
-    b = node_outcome(p, m, rule="r2", q=q)
+    b = node_outcome(p, m, "r2", q=q)
     for x, y in ((a.accept_probs, b.accept_probs), (a.emitted, b.emitted), (a.tried_probs, b.tried_probs)):
         assert np.array_equal(x, y)
     assert a.stage_tv == 0.0 and a.tv == b.tv
     kids = draw_without_replacement(q, np.array(data.draw(st.lists(st.floats(0, 1, exclude_max=True),
                                                                    min_size=m, max_size=m))))
     a = budget_node_outcome(p, q, kids, boost=boost, neighbours=nb)
-    b = node_outcome(p, kids, rule="r2", q=q)
+    b = node_outcome(p, kids, "r2", q=q)
     assert np.array_equal(a.accept_probs, b.accept_probs) and np.array_equal(a.emitted, b.emitted)
     u = np.array(data.draw(st.lists(st.floats(0, 1, exclude_max=True), min_size=m + 1, max_size=m + 1)))
     nb64 = check_budget(boost, nb, p.size)
-    assert sample_budget_node(p, q, kids, u[:m], u[m], boost=boost, nb=nb64) == sample_node(
-        p, kids, u[:m], u[m], rule="r2", relax=Relax.none(), neighbours=nb64, q=q)
+    assert sample_budget_node(p, q, kids, u[:m], u[m], boost=boost, nb=nb64) == sample_node(p, kids, u[:m],
+                                                                                            u[m], "r2",
+                                                                                            neighbours=nb64,
+                                                                                            q=q)
 
 
 @settings(max_examples=40, deadline=None)
@@ -177,8 +178,7 @@ def test_theory_budget_delta_zero_on_trees_is_r2_and_r4_bit_for_bit(data, V, sha
         sample_traversal_step(tree, p_rows, q_rows, u[:n], u[n:])
 
     assert sample_budget_r2_step(tree, p_rows, q_rows, u[:n], u[n:], boost=boost, neighbours=nb) == \
-        tuple(sample_step(tree, p_rows, u[:n], u[n:], rule="r2", relax=Relax.none(), neighbours=None,
-                          q_dists=q_rows))
+        tuple(sample_step(tree, p_rows, u[:n], u[n:], "r2", neighbours=None, q_dists=q_rows))
 
 
 # ------------------------------------------------------------------ trees

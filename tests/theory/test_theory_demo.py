@@ -15,6 +15,7 @@ from relaxspec.theory import (
 )
 from relaxspec.theory.demo import exact_rows, make_example, r2_rows, relaxations, report
 from relaxspec.theory.sampler import draw_without_replacement
+from relaxspec.theory.verification import Verification
 
 
 def test_theory_demo_example_is_flat_with_top_children():
@@ -42,8 +43,7 @@ def test_theory_demo_r2_monte_carlo_is_unbiased(relax):
     orders = np.array([draw_without_replacement(ex.q, rng.random(3)) for _ in range(400)])
     z = stats.norm.isf(1e-6 / 2 / 6)  # six two-sided comparisons, 1e-6 in all
     for row in r2_rows(ex, relax, ["principled", "official"], orders):
-        out = node_outcome(ex.p, 3, rule="r2", relax=relax, neighbours=ex.neighbours, q=ex.q,
-                           variant=row.variant)
+        out = node_outcome(ex.p, 3, Verification("r2", relax, row.variant), neighbours=ex.neighbours, q=ex.q)
         S = ex.q > ex.p
         exact = {
             "accept": 1.0 - out.reject_prob,

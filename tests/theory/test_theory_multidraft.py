@@ -17,6 +17,7 @@ from relaxspec.theory import (
     wor_all_in_prefixes,
     wor_all_in_table,
 )
+from relaxspec.theory.verification import Verification
 
 
 @settings(max_examples=300, deadline=None)
@@ -48,7 +49,7 @@ def test_theory_multidraft_lossless_r2_single_draft_is_optimal(data, V):
     """SpecInfer with one draft attains the optimum 1 - TV(p, q)."""
     p = data.draw(distributions(V))
     q = data.draw(distributions(V))
-    out = node_outcome(p, 1, rule="r2", q=q)
+    out = node_outcome(p, 1, "r2", q=q)
     assert 1.0 - out.reject_prob == pytest.approx(optimal_multidraft_acceptance(p, q, 1),
                                                   abs=1e-12)
 
@@ -59,7 +60,7 @@ def test_theory_multidraft_deterministic_drafts_r1_is_optimal(data, V):
     """Lossless R1 with the fixed draft set S accepts with probability p(S), the optimum."""
     p = data.draw(distributions(V))
     S = data.draw(st.lists(st.integers(0, V - 1), min_size=1, max_size=V, unique=True))
-    out = node_outcome(p, S, rule="r1")
+    out = node_outcome(p, S, "r1")
     assert 1.0 - out.reject_prob == pytest.approx(optimal_deterministic_acceptance(p, S),
                                                   abs=1e-12)
 
@@ -194,12 +195,12 @@ def test_theory_node_acceptance_given_an_order_and_gsd():
     V = 10
     p, q, emb = rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V)), rng.standard_normal((V, 2))
     rep = node_acceptance(p, q, 3, children=[4, 1, 7], gsd=Boost.group(4, tau=0.5, dist=4.0), emb=emb)
-    assert rep.r2 == pytest.approx(1 - node_outcome(p, [4, 1, 7], rule="r2", q=q).reject_prob)
+    assert rep.r2 == pytest.approx(1 - node_outcome(p, [4, 1, 7], "r2", q=q).reject_prob)
     assert rep.r4 == pytest.approx(rep.r2, abs=1e-15)
     assert rep.gsd is not None and 0.0 <= rep.gsd_tv <= 1.0
     avg = node_acceptance(p, q, 2, gsd=Boost.group(4, tau=0.5, dist=4.0), emb=emb)
     assert avg.gsd_tv == pytest.approx(
-        node_outcome(p, 2, rule="r2", q=q, boost=Boost.group(4, tau=0.5, dist=4.0), emb=emb).tv)
+        node_outcome(p, 2, Verification("r2", boost=Boost.group(4, tau=0.5, dist=4.0)), q=q, emb=emb).tv)
 
 
 @pytest.mark.parametrize(

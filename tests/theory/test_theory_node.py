@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from theory_strategies import VARIANTS, distributions, neighbour_tables, nodes, relaxations
 
 from relaxspec.theory import Relax, node_outcome, proximity_set
+from relaxspec.theory.verification import Verification
 from relaxspec.theory.verify import R2_EXACT_MAX_V
 
 RULES = ("r1", "r2", "r3")
@@ -25,11 +26,10 @@ def order_probability(q, order):
 
 
 def outcome(node, rule, children=None, relax=None, variant=None):
-    return node_outcome(
-        node.p, node.kids if children is None else children, rule=rule,
-        relax=node.relax if relax is None else relax, neighbours=node.nb, q=node.q,
-        variant=node.variant if variant is None else variant,
-    )
+    return node_outcome(node.p, node.kids if children is None else children,
+                        Verification(rule, node.relax if relax is None else relax,
+                                     node.variant if variant is None else variant),
+                        neighbours=node.nb, q=node.q)
 
 
 def assert_is_outcome(out, m):
@@ -162,10 +162,10 @@ def test_theory_official_r1_delta_zero_is_lossy_with_a_massless_neighbour():
     p = np.array([0.5, 0.0, 0.3, 0.2])
     nb = np.array([[1, 2, 3], [0, 2, 3], [3, 1, 0], [2, 1, 0]])
     for relax in zero_relaxations(1):
-        out = node_outcome(p, [0], rule="r1", relax=relax, neighbours=nb, variant="official")
+        out = node_outcome(p, [0], Verification("r1", relax, "official"), neighbours=nb)
         np.testing.assert_array_equal(out.emitted, [0.5, 0.0, 0.0, 0.5])
         assert out.tv == pytest.approx(0.3, abs=1e-15)
-        ok = node_outcome(p, [0], rule="r1", relax=relax, neighbours=nb, variant="principled")
+        ok = node_outcome(p, [0], Verification("r1", relax), neighbours=nb)
         np.testing.assert_array_equal(ok.emitted, p)
 
 
@@ -175,8 +175,7 @@ def test_theory_official_r1_delta_zero_is_lossy_on_a_uniform_target():
     neighbours. Uniform p over 4 tokens, children [0, 1], row 1 = [0, 2, 3], k = 1."""
     p = np.full(4, 0.25)
     nb = np.array([[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]])
-    out = node_outcome(p, [0, 1], rule="r1", relax=Relax.additive(1, 0.0), neighbours=nb,
-                       variant="official")
+    out = node_outcome(p, [0, 1], Verification("r1", Relax.additive(1, 0.0), "official"), neighbours=nb)
     np.testing.assert_allclose(out.accept_probs, [0.25, 0.25], atol=1e-15)
     np.testing.assert_allclose(out.emitted, [0.25, 0.25, 0.0, 0.5], atol=1e-15)
     assert out.tv == pytest.approx(0.25, abs=1e-15)
@@ -188,10 +187,9 @@ def test_theory_official_r2_delta_zero_is_lossy_with_a_massless_neighbour():
     p = np.array([0.2, 0.0, 0.4, 0.4])
     q = np.array([0.5, 0.0, 0.5, 0.0])
     nb = np.array([[1, 2, 3], [0, 2, 3], [3, 1, 0], [2, 1, 0]])
-    ref = node_outcome(p, 1, rule="r2", q=q)
+    ref = node_outcome(p, 1, "r2", q=q)
     np.testing.assert_allclose(ref.emitted, p, atol=1e-15)
-    out = node_outcome(p, 1, rule="r2", relax=Relax.additive(1, 0.0), neighbours=nb, q=q,
-                       variant="official")
+    out = node_outcome(p, 1, Verification("r2", Relax.additive(1, 0.0), "official"), neighbours=nb, q=q)
     # draw 0 (prob 1/2): a = 0.4, J = 1 (p(1) = 0) zeroes q' on {1, 2}: residual (0, 0, .4, .4)/.8
     # draw 2 (prob 1/2): a = 0.8, J = 0: residual (p - q)^+ = (0, 0, 0, .4) -> token 3
     expected = 0.5 * np.array([0.4, 0, 0.3, 0.3]) + 0.5 * np.array([0, 0, 0.8, 0.2])
@@ -321,8 +319,9 @@ def test_theory_node_outcome_bad_input(kwargs, match):
             "neighbours": NB4, "variant": "principled"}
     args.update(kwargs)
     p, children = args.pop("p"), args.pop("children")
-    with pytest.raises(ValueError, match=match):
-        node_outcome(p, children, **args)
+    with pytest.raises(ValueError, match=match):  # a bad rule or variant: when the verification is built
+        verification = Verification(args.pop("rule"), args.pop("relax"), args.pop("variant"))
+        node_outcome(p, children, verification, **args)
 
 
 @pytest.mark.parametrize(
@@ -338,7 +337,7 @@ def test_theory_node_outcome_bad_input(kwargs, match):
 )
 def test_theory_node_outcome_bad_r2_input(p, children, q, match):
     with pytest.raises(ValueError, match=match):
-        node_outcome(p, children, rule="r2", q=q)
+        node_outcome(p, children, "r2", q=q)
 
 
 @pytest.mark.parametrize(
@@ -382,8 +381,8 @@ def test_theory_relax_parse_roundtrip(text):
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("rule", RULES)
 def test_theory_no_children(rule, variant):
-    out = node_outcome(P4, 0 if rule == "r2" else [], rule=rule, relax=Relax.additive(2, 0.1),
-                       neighbours=NB4, q=np.full(4, 0.25), variant=variant)
+    out = node_outcome(P4, 0 if rule == "r2" else [], Verification(rule, Relax.additive(2, 0.1), variant),
+                       neighbours=NB4, q=np.full(4, 0.25))
     assert out.reject_prob == 1.0
     target = P4 if rule != "r3" else np.eye(4)[3]
     np.testing.assert_allclose(out.emitted, target, atol=1e-15)

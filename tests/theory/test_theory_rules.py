@@ -31,7 +31,7 @@ def test_rules_read_k_or_k_plus_one_columns(relax, variant, width) -> None:
     assert rows_read(relax, variant) == (0 if relax.is_exact else relax.k + (variant == "official"))
     table = rule_table(NB, 12, relax, variant)
     assert table.dtype == np.int32 and table.flags.c_contiguous
-    np.testing.assert_array_equal(table, neighbour_rows(NB, 12, relax, variant)[:, :table.shape[1]])
+    np.testing.assert_array_equal(table, neighbour_rows(NB, 12, relax)[:, :table.shape[1]])
 
 
 def test_one_encoding_for_the_kernels_and_the_selection() -> None:

@@ -27,6 +27,7 @@ from relaxspec.theory import (
     sample_step,
 )
 from relaxspec.theory.rules import neighbour_rows
+from relaxspec.theory.verification import Verification
 
 RELAXATIONS = [
     Relax.none(),
@@ -79,14 +80,14 @@ def r2_exact_joint(p, q, m, nb, relax, variant):
 def test_theory_sampler_r1_matches_exact(relax, variant):
     p, _, nb = example(1)
     kids = np.array([4, 0, 2])
-    nb64 = neighbour_rows(nb, p.size, relax, variant)
+    nb64 = neighbour_rows(nb, p.size, relax)
     probs = r1_exact_joint(p, kids, nb64, relax, variant)
     rng = np.random.default_rng(11)
     n, m = 20000, kids.size
     counts = np.zeros(m + p.size)
     for _ in range(n):
-        i, tok = sample_node(p, kids, rng.random(m), rng.random(), rule="r1", relax=relax,
-                             neighbours=nb64, variant=variant)
+        i, tok = sample_node(p, kids, rng.random(m), rng.random(), Verification("r1", relax, variant),
+                             neighbours=nb64)
         counts[i if i >= 0 else m + tok] += 1
         assert i < 0 or tok == kids[i]
     assert_counts_match(counts, probs)
@@ -99,15 +100,15 @@ def test_theory_sampler_r1_official_uniform_restart_matches_exact():
     nb = np.array([[1, 2, 3], [0, 2, 3], [3, 0, 1], [2, 1, 0]])
     relax = Relax.additive(1, 0.25)
     kids = np.array([0, 3])
-    out = node_outcome(p, kids, rule="r1", relax=relax, neighbours=nb, variant="official")
+    out = node_outcome(p, kids, Verification("r1", relax, "official"), neighbours=nb)
     np.testing.assert_array_equal(out.accept_probs, [0.75, 0.125])
     np.testing.assert_array_equal(out.emitted, [0.875, 0.0, 0.0, 0.125])
     probs = r1_exact_joint(p, kids, nb, relax, "official")
     rng = np.random.default_rng(5)
     counts = np.zeros(2 + 4)
     for _ in range(5000):
-        i, tok = sample_node(p, kids, rng.random(2), rng.random(), rule="r1", relax=relax,
-                             neighbours=nb, variant="official")
+        i, tok = sample_node(p, kids, rng.random(2), rng.random(), Verification("r1", relax, "official"),
+                             neighbours=nb)
         counts[i if i >= 0 else 2 + tok] += 1
     assert_counts_match(counts, probs)
 
@@ -116,9 +117,9 @@ def test_theory_sampler_r1_official_uniform_restart_matches_exact():
 def test_theory_sampler_r2_matches_exact(relax, variant):
     p, q, nb = example(2)
     m = 3
-    nb64 = neighbour_rows(nb, p.size, relax, variant)
+    nb64 = neighbour_rows(nb, p.size, relax)
     probs = r2_exact_joint(p, q, m, nb64, relax, variant)
-    out = node_outcome(p, m, rule="r2", relax=relax, neighbours=nb, q=q, variant=variant)
+    out = node_outcome(p, m, Verification("r2", relax, variant), neighbours=nb, q=q)
     V = p.size
     np.testing.assert_allclose(probs.reshape(m + 1, V).sum(axis=0), out.emitted, atol=1e-12)
     rng = np.random.default_rng(12)
@@ -126,8 +127,8 @@ def test_theory_sampler_r2_matches_exact(relax, variant):
     counts = np.zeros((m + 1) * V)
     for _ in range(n):
         order = draw_without_replacement(q, rng.random(m))
-        i, tok = sample_node(p, order, rng.random(m), rng.random(), rule="r2", relax=relax,
-                             neighbours=nb64, q=q, variant=variant)
+        i, tok = sample_node(p, order, rng.random(m), rng.random(), Verification("r2", relax, variant),
+                             neighbours=nb64, q=q)
         counts[(i if i >= 0 else m) * V + tok] += 1
     assert_counts_match(counts, probs)
 
@@ -135,10 +136,10 @@ def test_theory_sampler_r2_matches_exact(relax, variant):
 @settings(max_examples=150, deadline=None)
 @given(node=nodes())
 def test_theory_sampler_r3_takes_the_exact_decision(node):
-    nb64 = neighbour_rows(node.nb, node.V, node.relax, node.variant)
-    out = node_outcome(node.p, node.kids, rule="r3", relax=node.relax, neighbours=node.nb)
-    i, tok = sample_node(node.p, node.kids, np.zeros(node.kids.size), 0.0, rule="r3",
-                         relax=node.relax, neighbours=nb64, variant=node.variant)
+    nb64 = neighbour_rows(node.nb, node.V, node.relax)
+    out = node_outcome(node.p, node.kids, Verification("r3", node.relax), neighbours=node.nb)
+    i, tok = sample_node(node.p, node.kids, np.zeros(node.kids.size), 0.0,
+                         Verification("r3", node.relax, node.variant), neighbours=nb64)
     assert out.emitted[tok] == 1.0
     if i >= 0:
         assert out.accept_probs[i] == 1.0
@@ -240,18 +241,17 @@ def test_theory_sample_step_matches_exact(rule, relax, variant):
     dists = rng.dirichlet(np.full(V, 0.8), size=tree.size)
     q_dists = np.full((tree.size, V), 1.0 / V)
     nb = np.array([rng.permutation(np.delete(np.arange(V), x)) for x in range(V)])
-    nb64 = neighbour_rows(nb, V, relax, variant)
+    nb64 = neighbour_rows(nb, V, relax)
     probs = tree_exact_end_law(tree, dists, rule, relax, nb64, q_dists, variant)
     if rule == "r1":  # consistent with the tree expectation
-        acc = node_accept_probs(tree, dists, rule="r1", relax=relax, neighbours=nb,
-                                variant=variant)
+        acc = node_accept_probs(tree, dists, Verification("r1", relax, variant), neighbours=nb)
         ends = probs.reshape(tree.size, V).sum(axis=1)
         assert abs(1 + (ends * tree.depths).sum() - (1 + path_probs(tree, acc)[1:].sum())) < 1e-12
     counts = np.zeros(tree.size * V)
     for _ in range(10000):
         path, bonus = sample_step(tree, dists, rng.random(tree.size), rng.random(tree.size),
-                                  rule=rule, relax=relax, neighbours=nb64,
-                                  q_dists=q_dists if rule == "r2" else None, variant=variant)
+                                  Verification(rule, relax, variant), neighbours=nb64,
+                                  q_dists=q_dists if rule == "r2" else None)
         counts[path[-1] * V + bonus] += 1
     assert_counts_match(counts, probs)
 
@@ -264,9 +264,9 @@ def test_theory_sampler_acceptance_binomial():
     nb = np.array([rng.permutation(np.delete(np.arange(V), x))[:20] for x in range(V)])
     kids = np.argsort(-p)[:4]
     relax = Relax.additive(20, 0.1)
-    out = node_outcome(p, kids, rule="r1", relax=relax, neighbours=nb)
+    out = node_outcome(p, kids, Verification("r1", relax), neighbours=nb)
     n = 20000
-    hits = sum(sample_node(p, kids, rng.random(4), rng.random(), rule="r1", relax=relax,
+    hits = sum(sample_node(p, kids, rng.random(4), rng.random(), Verification("r1", relax),
                            neighbours=nb.astype(np.int64))[0] >= 0 for _ in range(n))
     lo, hi = binomial_bounds(n, 1.0 - out.reject_prob)
     assert lo <= hits <= hi
@@ -284,7 +284,7 @@ def test_theory_r1_exhausted_residual_is_decided_on_the_residual():
     final = list(r1_walk(p, kids, nb, relax, "official"))[-1]
     assert final.index == 2 and final.mass == 5.0
     np.testing.assert_array_equal(final.residual, np.ones(5))
-    out = node_outcome(p, kids, rule="r1", relax=relax, neighbours=nb, variant="official")
+    out = node_outcome(p, kids, Verification("r1", relax, "official"), neighbours=nb)
     uniform = final.reach / 5
     # child 2 accepted w.p. 2/7, child 3 w.p. (5/7) * (1/5), the rest uniform
     np.testing.assert_allclose(out.emitted, [uniform, uniform, 2 / 7 + uniform, 1 / 7 + uniform,
@@ -293,8 +293,8 @@ def test_theory_r1_exhausted_residual_is_decided_on_the_residual():
     rng = np.random.default_rng(6)
     counts = np.zeros(2 + 5)
     for _ in range(5000):
-        i, tok = sample_node(p, kids, rng.random(2), rng.random(), rule="r1", relax=relax,
-                             neighbours=nb, variant="official")
+        i, tok = sample_node(p, kids, rng.random(2), rng.random(), Verification("r1", relax, "official"),
+                             neighbours=nb)
         counts[i if i >= 0 else 2 + tok] += 1
     assert_counts_match(counts, probs)
 

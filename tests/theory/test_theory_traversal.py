@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from theory_strategies import assert_counts_match, distributions, neighbour_tables
 
-from relaxspec.theory import Boost, PrefixModel, Relax, Tree, sample_step
+from relaxspec.theory import Boost, PrefixModel, Tree, sample_step
 from relaxspec.theory.sampled_trees import (
     draw_sampled_tree,
     end_probs,
@@ -110,7 +110,7 @@ def test_theory_traversal_equals_r2_on_one_level_trees_bit_for_bit(data, V, m):
                            max_size=2 * (m + 1)))
     ua, ud = np.array(u[: m + 1]), np.array(u[m + 1:])
     assert sample_traversal_step(tree, rows, qrows, ua, ud) == tuple(
-        sample_step(tree, rows, ua, ud, rule="r2", relax=Relax.none(), neighbours=None, q_dists=qrows))
+        sample_step(tree, rows, ua, ud, "r2", neighbours=None, q_dists=qrows))
 
 
 @settings(max_examples=40, deadline=None)

@@ -17,6 +17,7 @@ from relaxspec.theory import (
     sample_step,
 )
 from relaxspec.theory.rules import neighbour_rows
+from relaxspec.theory.verification import Verification
 
 
 @st.composite
@@ -49,7 +50,7 @@ def test_theory_tree_r1_none_is_sum_of_path_products(data, V):
             prod *= dists[tree.parents[w], tree.tokens[w]]
             w = tree.parents[w]
         expected += prod
-    got = expected_tokens_per_step(tree, dists, rule="r1")
+    got = expected_tokens_per_step(tree, dists, "r1")
     assert got == pytest.approx(expected, abs=1e-12)
 
 
@@ -66,14 +67,12 @@ def test_theory_tree_chain_matches_closed_form(data, V, gamma):
     tree = Tree(np.arange(-1, gamma), np.array([0] + [c] * gamma))
     dists = np.tile(p, (gamma + 1, 1))
     for rule in ("r1", "r3"):
-        a = node_outcome(p, [c], rule=rule, relax=relax, neighbours=nb,
-                         variant=variant).accept_probs[0]
-        got = expected_tokens_per_step(tree, dists, rule=rule, relax=relax, neighbours=nb,
-                                       variant=variant)
+        a = node_outcome(p, [c], Verification(rule, relax, variant), neighbours=nb).accept_probs[0]
+        got = expected_tokens_per_step(tree, dists, Verification(rule, relax, variant), neighbours=nb)
         assert got == pytest.approx(chain_expected_tokens(a, gamma), abs=1e-12)
     if V <= 12:  # R2 chain, one draft per node: a = sum min(p, q) with none
         q = data.draw(distributions(V))
-        got = expected_tokens_per_step(tree, dists, rule="r2", q_dists=np.tile(q, (gamma + 1, 1)))
+        got = expected_tokens_per_step(tree, dists, "r2", q_dists=np.tile(q, (gamma + 1, 1)))
         a = min(1.0, float(np.minimum(p, q).sum()))
         assert got == pytest.approx(chain_expected_tokens(a, gamma), abs=1e-12)
 
@@ -89,12 +88,11 @@ def test_theory_tree_r3_counts_the_greedy_chain(p2, path_none, path_relaxed):
     p = np.array([[0.1, 0.45, 0.45], [0.5, 0.2, 0.3], p2, [0.2, 0.3, 0.5]])
     nb = np.array([[1, 2], [2, 0], [0, 1]])
     none, relaxed = Relax.none(), Relax.additive(1, 0.1)  # node 1: 0.45 + 0.1 beats 0.45
-    assert greedy_path(tree, p, neighbour_rows(nb, 3, none, "principled"), none) == path_none
-    assert greedy_path(tree, p, neighbour_rows(nb, 3, relaxed, "principled"),
+    assert greedy_path(tree, p, neighbour_rows(nb, 3, none), none) == path_none
+    assert greedy_path(tree, p, neighbour_rows(nb, 3, relaxed),
                        relaxed) == path_relaxed
-    assert expected_tokens_per_step(tree, p, rule="r3") == len(path_none)
-    assert expected_tokens_per_step(tree, p, rule="r3", relax=relaxed,
-                                    neighbours=nb) == len(path_relaxed)
+    assert expected_tokens_per_step(tree, p, "r3") == len(path_none)
+    assert expected_tokens_per_step(tree, p, Verification("r3", relaxed), neighbours=nb) == len(path_relaxed)
 
 
 def test_theory_chain_expected_tokens():
@@ -142,13 +140,13 @@ def test_theory_tree_bad_input(parents, tokens, depths, match):
 def test_theory_tree_bad_dists():
     tree = Tree(np.array([-1, 0]), np.array([0, 5]))
     with pytest.raises(ValueError, match="out of range"):
-        expected_tokens_per_step(tree, np.full((2, 3), 1 / 3), rule="r1")
+        expected_tokens_per_step(tree, np.full((2, 3), 1 / 3), "r1")
     with pytest.raises(ValueError, match="shape"):
-        expected_tokens_per_step(tree, np.full((3, 6), 1 / 6), rule="r1")
+        expected_tokens_per_step(tree, np.full((3, 6), 1 / 6), "r1")
     with pytest.raises(ValueError, match="sum to 1"):
-        expected_tokens_per_step(tree, np.full((2, 6), 0.2), rule="r1")
+        expected_tokens_per_step(tree, np.full((2, 6), 0.2), "r1")
     with pytest.raises(ValueError, match="needs q_dists"):
-        expected_tokens_per_step(tree, np.full((2, 6), 1 / 6), rule="r2")
+        expected_tokens_per_step(tree, np.full((2, 6), 1 / 6), "r2")
 
 
 def test_sample_step_without_a_table() -> None:
@@ -156,6 +154,6 @@ def test_sample_step_without_a_table() -> None:
     tree = Tree(np.array([-1, 0, 0]), np.array([0, 1, 2]))
     p = np.full((3, 4), 0.25)
     u = np.array([0.9, 0.1, 0.1])
-    assert sample_step(tree, p, u, u, rule="r1", relax=Relax.none(), neighbours=None) == ([0, 1], 0)
+    assert sample_step(tree, p, u, u, "r1", neighbours=None) == ([0, 1], 0)
     with pytest.raises(ValueError, match="needs a neighbour table"):
-        sample_step(tree, p, u, u, rule="r1", relax=Relax.additive(2, 0.1), neighbours=None)
+        sample_step(tree, p, u, u, Verification("r1", Relax.additive(2, 0.1)), neighbours=None)

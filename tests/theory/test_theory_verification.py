@@ -10,10 +10,19 @@ from hypothesis import strategies as st
 
 from relaxspec.testing.strategies import relaxations
 from relaxspec.theory.boost import NO_BOOST, Boost, BoostKind
+from relaxspec.theory.bounds import tv_bound
 from relaxspec.theory.relax import Relax
-from relaxspec.theory.rule_step import own_oracle, step_neighbours
+from relaxspec.theory.rule_step import (
+    rule_step_expectation,
+    sample_rule_step,
+    sample_window_step,
+    step_neighbours,
+)
 from relaxspec.theory.rules import RULES, VARIANTS
+from relaxspec.theory.sampler import sample_node
+from relaxspec.theory.tree import Tree
 from relaxspec.theory.verification import DraftSource, Oracle, Verification, parse
+from relaxspec.theory.verify import node_outcome
 
 NUMBERS = st.floats(min_value=0.0, max_value=1.0, allow_nan=False).filter(lambda x: x == 0 or x > 1e-300)
 
@@ -102,13 +111,13 @@ def test_not_a_string() -> None:
 
 @given(verifications())
 def test_oracle_and_columns_agree_with_the_step_dispatch(v: Verification) -> None:
-    assert (v.oracle is not Oracle.TREE) == own_oracle(v.rule, v.boost)
+    assert v.walks_own_step == (v.rule == "r4" or v.boost.uses_budget)  # theory.rule_step's dispatch
     assert (v.oracle is Oracle.TRAVERSAL) == (v.rule == "r4")
     V = 70
     table = np.array([[(i + j) % V for j in range(1, 66)] for i in range(V)])
-    assert step_neighbours(table, V, v.relax, v.variant, v.boost).shape[1] >= v.neighbour_columns
+    assert step_neighbours(table, V, v).shape[1] >= v.neighbour_columns
     if v.neighbour_columns == 0:
-        assert step_neighbours(None, V, v.relax, v.variant, v.boost).shape[1] == 0
+        assert step_neighbours(None, V, str(v)).shape[1] == 0
     assert v.reads_embedding == (v.boost.kind == "group")
     assert v.is_exact == (v.relax.is_exact and v.boost.is_none)
 
@@ -150,3 +159,48 @@ def test_encode_is_the_rules_encoding(v: Verification) -> None:
     assert budget.shape[1] == (v.boost.k if v.uses_budget else 0)
     if v.reads_embedding:
         np.testing.assert_array_equal(enc.emb, emb)
+
+
+# ---------------------------------------------------------------- one verification in every signature
+P4 = np.array([0.4, 0.3, 0.2, 0.1])
+Q4 = np.array([0.1, 0.2, 0.3, 0.4])
+NB4 = np.array([[1, 2], [0, 2], [1, 3], [2, 1]])
+TREE = Tree(np.array([-1, 0, 0, 1]), np.array([0, 1, 2, 3]))
+
+
+@pytest.mark.parametrize("text", ["r1", "r1+lantern:k=2,delta=0.2/official", "r2+lantern++:k=1,lam=3",
+                                  "r3+lantern:k=1,delta=0.3", "r2+cool:omega=2/1.5", "r4+budget:tv=0.2,k=1"])
+def test_a_spec_and_its_value_give_the_same_numbers(text: str) -> None:
+    """Theory's functions take the verification as one argument, a spec string or the value alike."""
+    v = parse(text)
+    rows, q = np.tile(P4, (4, 1)), np.tile(Q4, (4, 1))
+    ua, ud = np.array([0.0, 0.35, 0.9, 0.2]), np.array([0.5, 0.1, 0.7, 0.3])
+    nb = step_neighbours(NB4, 4, v)
+    for spec in (text, v):
+        assert sample_rule_step(TREE, rows, ua, ud, spec, neighbours=nb, q_dists=q) == \
+            sample_rule_step(TREE, rows, ua, ud, v, neighbours=nb, q_dists=q)
+        got = rule_step_expectation(TREE, rows, spec, neighbours=nb, q_dists=q)
+        assert got.tokens == rule_step_expectation(TREE, rows, v, neighbours=nb, q_dists=q).tokens
+    if v.walks_own_step:
+        return
+    kids = 2 if v.samples_drafts else [1, 3]
+    a, b = (node_outcome(P4, kids, s, neighbours=NB4, q=Q4 if v.samples_drafts else None) for s in (text, v))
+    np.testing.assert_array_equal(a.emitted, b.emitted)
+    if v.boost.is_none:
+        assert tv_bound(P4, kids, text, neighbours=NB4, q=Q4) == tv_bound(P4, kids, v, neighbours=NB4, q=Q4)
+
+
+@pytest.mark.parametrize(("call", "says"), [
+    (lambda: node_outcome(P4, 2, "r4", q=Q4), "verifies a whole step, not node by node"),
+    (lambda: node_outcome(P4, 2, "r2+budget:tv=0.1,k=1", q=Q4, neighbours=NB4), "node by node"),
+    (lambda: sample_node(P4, np.array([1]), np.zeros(1), 0.5, "r4", neighbours=NB4[:, :0], q=Q4),
+     "verifies a whole step, not node by node"),
+    (lambda: tv_bound(P4, 2, "r2+gsd:G=2", q=Q4), "has its own bound"),
+    (lambda: sample_window_step(np.tile(P4, (2, 1)), np.array([1]), Q4[None], np.zeros(1), np.zeros(2),
+                                "r2+lantern:k=1,delta=0.1", neighbours=NB4), "no LANTERN relaxation"),
+    (lambda: node_outcome(P4, [1], "r9"), "unknown rule or method 'r9'"),
+])
+def test_node_functions_refuse_what_they_do_not_verify(call, says: str) -> None:
+    with pytest.raises(ValueError, match=says) as err:
+        call()
+    assert "\n" not in str(err.value)
