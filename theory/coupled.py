@@ -54,6 +54,8 @@ from relaxspec.theory.jacobi import (
     check_markov,
     long_run_reward,
 )
+from relaxspec.theory.rules import Rule
+from relaxspec.theory.verification import Verification
 
 
 class Coupling(enum.StrEnum):
@@ -391,18 +393,27 @@ def coupled_sequence_law(start: np.ndarray, trans: np.ndarray, window: int, n_to
 
 
 def coupled_budget_law(start: np.ndarray, trans: np.ndarray, window: int, n_tokens: int, rule: WindowRule, *,
-                       boost: Boost, neighbours: np.ndarray | None) -> SequenceLaw:
-    """:func:`coupled_sequence_law` with every node verified by the budgeted relaxation (SPEC 9.5,
-    docs/theory.md 15.6): ``boost`` = ``Boost.budget(tv, k)`` over the (V, >= k) table ``neighbours``.
-    Returns the exact law and E[sum over the first n tokens of the charges of the node that decided each]
-    (0 for a bonus token), the bound of Theorem 15.3 on the law's TV to the target's."""
+                       verification: Verification | str, neighbours: np.ndarray | None) -> SequenceLaw:
+    """:func:`coupled_sequence_law` with every node verified by ``verification``, R2 with the budgeted
+    relaxation (``r2+budget:tv=..,k=..``, SPEC 9.5, docs/theory.md 15.6) over the (V, >= k) table
+    ``neighbours``. Returns the exact law and E[sum over the first n tokens of the charges of the node that
+    decided each] (0 for a bonus token), the bound of Theorem 15.3 on the law's TV to the target's."""
     s, t = check_markov(start, trans)
     L = _check(window, n_tokens, rule)
+    boost = budget_of(verification)
     if rule.width > 1 and not rule.siblings.from_stored_law:
         raise ValueError("the budget tests candidates drawn without replacement from their column's stored "
                          "law: official siblings (which may repeat a token) are not")
     nb = check_budget(boost, neighbours, s.size)
     return _sequence_law(_Coupled(s, t, L, rule, boost, nb), int(n_tokens))
+
+
+def budget_of(verification: Verification | str) -> Boost:
+    """The budget boost of ``verification``, which must be rule R2 with the budgeted relaxation."""
+    v = Verification.parse(verification)
+    if v.rule != Rule.R2 or not v.uses_budget:
+        raise ValueError(f"expected rule r2 with the budget (r2+budget:tv=..,k=..), got {v}")
+    return v.boost
 
 
 def _sequence_law(en: _Coupled, n: int) -> SequenceLaw:
@@ -456,6 +467,7 @@ __all__ = [
     "WindowRule",
     "as_coupling",
     "as_siblings",
+    "budget_of",
     "coupled_budget_law",
     "coupled_sequence_law",
     "coupled_tokens_per_forward",

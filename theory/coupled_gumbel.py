@@ -20,9 +20,10 @@ from collections import defaultdict
 
 import numpy as np
 
-from relaxspec.theory.boost import Boost
 from relaxspec.theory.budget import budget_stage, check_budget
+from relaxspec.theory.coupled import budget_of
 from relaxspec.theory.jacobi import MAX_ENUM_TOKENS, MAX_ENUM_WINDOW, check_markov
+from relaxspec.theory.verification import Verification
 
 MAX_GUMBEL_VOCAB = 3
 """The noise polytopes are intervals or polygons: V <= 3."""
@@ -111,13 +112,15 @@ class _Noise:
 
 
 def gumbel_sequence_law(start: np.ndarray, trans: np.ndarray, window: int, n_tokens: int, *,
-                        boost: Boost | None = None, neighbours: np.ndarray | None = None) -> np.ndarray:
+                        verification: Verification | str | None = None,
+                        neighbours: np.ndarray | None = None) -> np.ndarray:
     """The exact law (shape (V,) * n) of the first ``n_tokens`` tokens SCD's `gumbel` coupling emits on
-    the Markov target (``start``, ``trans``), V <= 3, L <= 3, n <= 5 (module docstring); ``boost``: every
-    test is the budgeted relaxation's (SPEC 9.5, ``Boost.budget(tv, k)`` over the table ``neighbours``;
-    docs/theory.md 15.6), else the exact one."""
+    the Markov target (``start``, ``trans``), V <= 3, L <= 3, n <= 5 (module docstring); ``verification``:
+    ``r2+budget:tv=..,k=..`` tests every draft with the budgeted relaxation (SPEC 9.5, over the table
+    ``neighbours``; docs/theory.md 15.6), None the exact test."""
     s, t = check_markov(start, trans)
     V = s.size
+    boost = None if verification is None else budget_of(verification)
     nb = None if boost is None else check_budget(boost, neighbours, V)
     if V > MAX_GUMBEL_VOCAB:
         raise ValueError(f"the exact Gumbel enumeration is limited to V <= {MAX_GUMBEL_VOCAB}, got V = {V}")

@@ -201,8 +201,8 @@ def test_the_budgeted_oracles_law_is_theorys() -> None:
     oracle's budget stages run in NumPy). The budget moves this law 0.16 in TV from the target's: the
     sample against the target's law gives p below 1e-30."""
     boost, nb = Boost.budget(0.2, 2), np.array([[1, 2], [2, 0], [0, 1]])
-    exact = coupled_budget_law(START3, TRANS3, 2, 3, WindowRule.pac(width=2, depth=1), boost=boost,
-                               neighbours=nb).law.ravel()
+    exact = coupled_budget_law(START3, TRANS3, 2, 3, WindowRule.pac(width=2, depth=1),
+                               verification=f"r2+{boost}", neighbours=nb).law.ravel()
     counts = _sample_law(START3, TRANS3, "pac:2,width=2,depth=1", 3, seed=8, boost=boost, nb=nb, n_law=4000)
     _chi_square(counts.ravel(), exact)
 

@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relaxspec.testing.strategies import distributions
-from relaxspec.theory.boost import Boost
 from relaxspec.theory.coupled import WindowRule, coupled_budget_law, coupled_sequence_law
 from relaxspec.theory.coupled_gumbel import gumbel_sequence_law
 from relaxspec.theory.jacobi import markov_sequence_law, token_tvs
@@ -44,7 +43,7 @@ def test_theory_coupled_budget_token_tv_within_the_budget(V, L, n, name, tv, shi
     start = data.draw(distributions(V))
     trans = np.array([data.draw(distributions(V)) for _ in range(V)])
     k = data.draw(st.integers(1, V - 1))
-    r = coupled_budget_law(start, trans, L, n, RULES[name], boost=Boost.budget(tv, k),
+    r = coupled_budget_law(start, trans, L, n, RULES[name], verification=f"r2+budget:tv={tv},k={k}",
                            neighbours=_table(V, k, shift))
     assert abs(r.law.sum() - 1.0) < 1e-12
     assert _max_token_tv(r.law, start, trans) <= tv + TOL
@@ -56,7 +55,7 @@ def test_theory_coupled_budget_token_tv_within_the_budget(V, L, n, name, tv, shi
 def test_theory_coupled_budget_zero_is_the_lossless_rule(name):
     rng = np.random.default_rng(3)
     start, trans = rng.dirichlet(np.ones(3)), rng.dirichlet(np.full(3, 0.6), size=3)
-    r = coupled_budget_law(start, trans, 2, 3, RULES[name], boost=Boost.budget(0.0, 2),
+    r = coupled_budget_law(start, trans, 2, 3, RULES[name], verification="r2+budget:tv=0,k=2",
                            neighbours=_table(3, 2, 0))
     np.testing.assert_allclose(r.law, coupled_sequence_law(start, trans, 2, 3, RULES[name]), rtol=0, atol=TOL)
     np.testing.assert_allclose(r.law, markov_sequence_law(start, trans, 3), rtol=0, atol=TOL)
@@ -66,7 +65,7 @@ def test_theory_coupled_budget_zero_is_the_lossless_rule(name):
 def test_theory_coupled_budget_hand_case():
     """On 15.2's target (V = 2, each token's neighbour the other one), L = 2, tv = 0.05: SCD's third token
     moves by 0.0335 of the budget's 0.05, and the bound is not vacuous (the law is not the target's)."""
-    r = coupled_budget_law(START, TRANS, 2, 3, WindowRule.scd(), boost=Boost.budget(0.05, 1),
+    r = coupled_budget_law(START, TRANS, 2, 3, WindowRule.scd(), verification="r2+budget:tv=0.05,k=1",
                            neighbours=_table(2, 1, 0))
     per_token = [float(np.nanmax(t)) for t in token_tvs(r.law, START, TRANS)]
     np.testing.assert_allclose(per_token, [0.0, 0.0225, 0.033521], atol=1e-6)
@@ -80,17 +79,19 @@ def test_theory_gumbel_budget_token_tv_within_the_budget(V, L, tv, data):
     """The Gumbel coupling's drafts follow their stored laws too (Proposition 15.2): the same bound."""
     start = data.draw(distributions(V))
     trans = np.array([data.draw(distributions(V)) for _ in range(V)])
-    law = gumbel_sequence_law(start, trans, L, 3, boost=Boost.budget(tv, V - 1),
+    law = gumbel_sequence_law(start, trans, L, 3, verification=f"r2+budget:tv={tv},k={V - 1}",
                               neighbours=_table(V, V - 1, 0))
     assert _max_token_tv(law, start, trans) <= tv + TOL
-    zero = gumbel_sequence_law(start, trans, L, 3, boost=Boost.budget(0.0, 1), neighbours=_table(V, 1, 0))
+    zero = gumbel_sequence_law(start, trans, L, 3, verification="r2+budget:tv=0,k=1",
+                               neighbours=_table(V, 1, 0))
     np.testing.assert_allclose(zero, markov_sequence_law(start, trans, 3), rtol=0, atol=1e-11)
 
 
 def test_theory_official_coupling_breaks_the_budget_bound():
     """SCD's code stores a kept draft with its old q, which is not its law once kept: the budget's stage
     then overstates what it may move, and the third token's TV exceeds the budget (0.0609 > 0.05)."""
-    r = coupled_budget_law(START, TRANS, 2, 3, WindowRule.scd("official"), boost=Boost.budget(0.05, 1),
+    r = coupled_budget_law(START, TRANS, 2, 3, WindowRule.scd("official"),
+                           verification="r2+budget:tv=0.05,k=1",
                            neighbours=_table(2, 1, 0))
     third = float(np.nanmax(token_tvs(r.law, START, TRANS)[2]))
     assert abs(third - 0.060877) < 1e-6 and third > 0.05
@@ -100,10 +101,12 @@ def test_theory_coupled_budget_bad_input():
     nb = _table(2, 1, 0)
     with pytest.raises(ValueError, match="official siblings"):
         coupled_budget_law(START, TRANS, 2, 2, WindowRule.pac(width=2, depth=1, siblings="official"),
-                           boost=Boost.budget(0.1, 1), neighbours=nb)
-    with pytest.raises(ValueError, match="expected a budget boost"):
-        coupled_budget_law(START, TRANS, 2, 2, WindowRule.scd(), boost=Boost.cool(2.0), neighbours=nb)
+                           verification="r2+budget:tv=0.1,k=1", neighbours=nb)
+    with pytest.raises(ValueError, match="expected rule r2 with the budget"):
+        coupled_budget_law(START, TRANS, 2, 2, WindowRule.scd(), verification="r2+cool:delta=2",
+                           neighbours=nb)
     with pytest.raises(ValueError, match="neighbour"):
-        coupled_budget_law(START, TRANS, 2, 2, WindowRule.scd(), boost=Boost.budget(0.1, 1), neighbours=None)
+        coupled_budget_law(START, TRANS, 2, 2, WindowRule.scd(), verification="r2+budget:tv=0.1,k=1",
+                           neighbours=None)
     with pytest.raises(ValueError, match="law must have shape"):
         token_tvs(np.ones((2, 3)), START, TRANS)
