@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> tuple[list[str], Path]:
         n = args.shipped_images
         if m == "shipped ambiguous" and args.ambiguous_images:
             n = args.ambiguous_images
-        rows_m, floors[m] = shipped_rows(out, n, not args.report_only, m)
+        rows_m, floors[m] = shipped_rows(out, n, not args.report_only, m, with_2026=not args.quick)
         shipped += rows_m
     fd_floors = {m: max(f["fd_between"].values()) for m, f in floors.items() if f}
     claims = (verdicts(world + shipped, fd_floors) + budget_claims(world + shipped, fd_floors)

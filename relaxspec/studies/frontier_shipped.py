@@ -15,7 +15,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from relaxspec.core.trees.spec import draft_source
-from relaxspec.studies.frontier_methods import SHIPPED_K, Method, methods
+from relaxspec.studies.frontier_methods import SHIPPED_K, Method, methods, methods_2026
 from relaxspec.studies.optimality import fmt_tv, trace_optimality_rows
 from relaxspec.theory.verification import DraftSource
 
@@ -26,18 +26,21 @@ QUICK_TRACE_IMAGES, QUICK_TRACE_NODES = 1, 24
 SHIPPED_TRACE_IMAGES = 10  # images whose every tree node enters the shipped model's optimality row
 
 
-def shipped_methods() -> list[Method]:
-    """The methods the shipped models' reference decoder runs (``Method.decoder``)."""
-    return [m for m in methods() if m.decoder]
+def shipped_methods(with_2026: bool = True) -> list[Method]:
+    """The methods the shipped models' reference decoder runs (``Method.decoder``); without issue 29's rows
+    when not ``with_2026`` (``--quick``: SJD-PAC's column product makes its images 10x slower to decode,
+    and the decoder's own tests cover those rows)."""
+    new = {m.label for m in methods_2026()}
+    return [m for m in methods() if m.decoder and (with_2026 or m.label not in new)]
 
 
-def shipped_configs() -> list:
+def shipped_configs(with_2026: bool = True) -> list:
     """The methods as the mini model's decoding configurations (EAGLE head as the drafter)."""
     from relaxspec.mini.decoding import DecodeConfig
 
     return [DecodeConfig(m.label) if m.tree == "ar" else
             DecodeConfig(m.label, tree=m.tree, verification=m.verification_for(SHIPPED_K))
-            for m in shipped_methods()]
+            for m in shipped_methods(with_2026)]
 
 
 def load_model(setting: str):
@@ -59,11 +62,11 @@ def tokens_per_forward(records: list[dict]) -> float:
     return round(sum(emitted) / (len(emitted) - sum(r.get("skips", 0) for r in records)), 4)
 
 
-def shipped_rows(out: Path, n_images: int, generate: bool = True, setting: str = "shipped"
-                 ) -> tuple[list[dict], dict]:
-    """Generate (resuming, ``out/<model folder>``) ``n_images`` per method on the shipped model of
-    ``setting``; score each; the noise floor. ``generate=False`` scores the images already generated
-    (methods with fewer than 2 are left out)."""
+def shipped_rows(out: Path, n_images: int, generate: bool = True, setting: str = "shipped",
+                 with_2026: bool = True) -> tuple[list[dict], dict]:
+    """Generate (resuming, ``out/<model folder>``) ``n_images`` per method of :func:`shipped_methods` on the
+    shipped model of ``setting``; score each; the noise floor. ``generate=False`` scores the images already
+    generated (methods with fewer than 2 are left out)."""
     import torch
 
     from relaxspec.mini.fashion_mnist import load_sample
@@ -80,8 +83,8 @@ def shipped_rows(out: Path, n_images: int, generate: bool = True, setting: str =
     mini = load_model(setting)
     folder = out / SHIPPED_MODELS[setting][1]
     rows = []
-    for c, m in zip(tqdm(shipped_configs(), desc=f"{setting} methods", unit="method"), shipped_methods(),
-                    strict=True):
+    for c, m in zip(tqdm(shipped_configs(with_2026), desc=f"{setting} methods", unit="method"),
+                    shipped_methods(with_2026), strict=True):
         if generate:
             records = generate_config(mini, c, n_images, folder, progress=False)
         else:

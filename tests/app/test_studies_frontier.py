@@ -18,7 +18,7 @@ from relaxspec.studies.frontier import (
 )
 from relaxspec.studies.frontier_claims import claims_2026, goal_line, window_claim
 from relaxspec.studies.frontier_methods import SCAN_WINDOWS, methods, methods_2026, neighbour_k, scan_methods
-from relaxspec.studies.frontier_shipped import tokens_per_forward
+from relaxspec.studies.frontier_shipped import shipped_methods, tokens_per_forward
 from relaxspec.studies.study_options import QUICK_WORLD
 
 
@@ -50,6 +50,9 @@ def test_the_2026_rows_and_the_scan() -> None:
     new = methods_2026()
     assert every[-len(new):] == new
     assert {m.family for m in new if not m.decoder} == {"budget-scd", "budget-pac", "vvs-bounded"}  # ours
+    labels = {m.label for m in new}
+    assert {m.label for m in shipped_methods()} & labels == {m.label for m in new if m.decoder}
+    assert not {m.label for m in shipped_methods(with_2026=False)} & labels  # --quick's shipped rows
     assert {m.family for m in new} == {"jacobi", "scd", "pac", "vvs", "budget-scd", "budget-pac",
                                        "vvs-bounded"}
     runs = world_methods()
