@@ -41,7 +41,7 @@ from relaxspec.theory.rule_step import (
     rule_step_expectation,
     step_neighbours,
 )
-from relaxspec.theory.verification import DraftSource, Verification
+from relaxspec.theory.verification import Verification
 from relaxspec.theory.vvs import skip_laws
 from relaxspec.theory.window_walk import has_repeats
 
@@ -79,7 +79,7 @@ class DecodeConfig:
     @property
     def is_jacobi(self) -> bool:
         """Whether the tree is a window of sampled drafts (SJD's, SCD's coupled or SJD-PAC's): no drafter."""
-        return draft_source(self.tree) is DraftSource.JACOBI
+        return draft_source(self.tree).is_window
 
     def describe(self) -> str:
         if self.is_ar:

@@ -99,15 +99,17 @@ def pending_images(config: DecodeConfig, n_images: int,
 
 def generate_images(mini: MiniModel, config: DecodeConfig, indices: list[int],
                     seed: int = 0) -> Iterator[dict[str, Any]]:
-    """Generate images ``indices`` of ``config``, yielding each one's record (tokens, steps, the emitted and
-    exactly expected tokens of every speculative step, the summed TV bound, seconds) as it is done."""
+    """Generate images ``indices`` of ``config``, yielding each one's record (tokens, steps, VVS's skip steps
+    among them, the emitted and exactly expected tokens of every speculative step, the summed TV bound,
+    seconds) as it is done."""
     decoder = make_decoder(mini, config)
     for i in indices:
         scorer = StepScorer(mini, config)
         start = time.perf_counter()
         result = decoder.generate(i % NUM_CLASSES, seed, sequence=i, trace=scorer)
         yield {"index": i, "label": i % NUM_CLASSES, "seed": seed, "tokens": result.tokens.tolist(),
-               "steps": len(result.steps), "emitted": scorer.emitted,
+               "steps": len(result.steps), "skips": sum(st.skipped for st in result.steps),
+               "emitted": scorer.emitted,
                "tree_depths": [st.depth for st in result.steps if st.nodes > 1],
                "expected": [round(x, 6) for x in scorer.expected],
                "tv_bound": float(np.nansum(scorer.tv)) if scorer.tv else 0.0,

@@ -8,6 +8,7 @@ import numpy as np
 
 from relaxspec.core.trees.jacobi import JacobiWindow
 from relaxspec.core.trees.skips import SkipSchedule, VvsTree
+from relaxspec.core.trees.spec import draft_source
 from relaxspec.core.trees.windows import CoupledWindow, PacWindow
 from relaxspec.reference.coupled import WindowPlan
 from relaxspec.theory.boost import check_embedding
@@ -39,15 +40,24 @@ def check_frontier(policy: object, verification: Verification, codes: np.ndarray
 
 
 def check_frontier_rule(policy: object, verification: Verification) -> None:
-    """Raise ``ValueError`` (one line) unless ``verification`` verifies ``policy``'s drafts as its method
-    does (:func:`check_frontier`); any other policy passes."""
+    """Raise ``ValueError`` (one line) unless the decoder runs ``policy`` with ``verification``
+    (:func:`check_frontier`); any other policy passes. Which verification a window takes is
+    ``Verification.source_problem``'s (R2, exact or budgeted); the decoder runs the exact test on windows
+    (the budget on them, docs/theory.md 15.6, runs in the simulator), and VVS's schedules without a TV bound
+    (a bounded skip reads the target's rows after the skip's prefixes: a forward the decoder skips)."""
     if isinstance(policy, CoupledWindow | PacWindow):
-        if verification.rule != Rule.R2 or not verification.relax.is_exact or not verification.boost.is_none:
-            raise ValueError(f"{policy} is verified by the unboosted sampled-draft test (rule r2 with no "
-                             f"relaxation or boost, as SCD and SJD-PAC verify), got {verification}")
-    if isinstance(policy, VvsTree) and (verification.rule != Rule.R1 or not verification.boost.is_none):
-        raise ValueError(f"{policy}: VVS verifies its EAGLE-2 trees with rule r1 (LANTERN's relaxation or "
-                         f"none) and no boost, got {verification}")
+        verification.check_source(draft_source(policy), str(policy))
+        if not verification.is_exact:
+            raise ValueError(f"{policy}: the reference decoder verifies coupled and SJD-PAC windows by the "
+                             f"exact test (rule r2); {verification} on them runs in the simulator "
+                             "(relaxspec simulate)")
+    if isinstance(policy, VvsTree):
+        if verification.rule != Rule.R1 or not verification.boost.is_none:
+            raise ValueError(f"{policy}: VVS verifies its EAGLE-2 trees with rule r1 (LANTERN's relaxation "
+                             f"or none) and no boost, got {verification}")
+        if policy.schedule.bounded:
+            raise ValueError(f"{policy}: a skip bounded by tv reads the target's rows after the skip's "
+                             "prefixes, the forward a decoder skips: it runs in the simulator only")
 
 
 def tree_nodes_needed(policy: object) -> int:

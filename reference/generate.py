@@ -69,7 +69,7 @@ from relaxspec.reference.tree_attention import TreeExecution
 from relaxspec.reference.vq import VQModel, save_png, to_uint8, vq_config
 from relaxspec.theory.boost import EMBEDDINGS
 from relaxspec.theory.neighbours import DEFAULT_K_MAX, load_neighbours
-from relaxspec.theory.verification import DraftSource, Verification
+from relaxspec.theory.verification import Verification
 
 DEFAULT_TREE = "eagle2:10,4,59"
 SIZED_KINDS = ("jacobi", "pac", "vvs")
@@ -184,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
                          f"{args.classes!r}") from err
     tree = args.tree or DEFAULT_TREE
     check_tree_spec(tree)
-    is_ar, is_jacobi = tree_kind(tree) == "ar", draft_source(tree) is DraftSource.JACOBI
+    is_ar, is_jacobi = tree_kind(tree) == "ar", draft_source(tree).is_window
     nodes = tree_slots(parse_tree(tree)) if tree_kind(tree) in SIZED_KINDS else DEFAULT_TREE_NODES
     verification = parse_verification(args.verification or ("r2" if is_jacobi else "r1"), args.gsd_embedding)
     if is_jacobi and (args.eagle_ckpt or args.draft_ckpt):

@@ -124,6 +124,10 @@ METHODS: dict[str, MethodStyle] = {
     "scd": MethodStyle("SCD", PALETTE["olive"], "p", "--"),
     "pac": MethodStyle("SJD-PAC", PALETTE["green"], ">", "-."),
     "vvs": MethodStyle("VVS", _OI["blue"], "<", ":"),
+    # ours on the 2026 frontier: the budgeted relaxation on SCD's and SJD-PAC's windows (docs/theory.md 15.6)
+    "budget-scd": MethodStyle("SCD + budget (ours)", PALETTE["cyan"], "p", ":"),
+    "budget-pac": MethodStyle("SJD-PAC + budget (ours)", PALETTE["cyan"], ">", "-."),
+    "vvs-bounded": MethodStyle("VVS, bounded skips (ours)", PALETTE["cyan"], "<", ":"),
 }
 # Colours not yet taken by a family, in the order :func:`register_method` hands them out.
 RESERVED_COLOURS = [_OI["yellow"]]

@@ -3,7 +3,8 @@
 The twin of :mod:`simulate.coupled_oracle` (whose docstring states the rule and the uniforms' layout):
 same uniforms, same decisions. A window is L columns of at most ``width`` candidates (``cand``,
 ``ncand``) with their stored law (``qcol``, full rows); one forward computes p along the spine, R2 walks
-the column product (p off the spine computed along the path), and the next window's columns are formed
+the column product (p off the spine computed along the path; with the budget boost of ``bs``, SPEC 9.5,
+each node by ``simulate.verify_kernels.budget_r2_node_kernel``), and the next window's columns are formed
 by sampling, maximal coupling or Gumbel-max, with PD's siblings at the first ``depth`` new columns.
 """
 
@@ -17,6 +18,7 @@ from numba import njit, prange
 
 from relaxspec.core.trees.jacobi import JacobiWindow
 from relaxspec.core.trees.windows import MAX_PAC_WIDTH, CoupledWindow, PacWindow
+from relaxspec.simulate.boost_kernels import budget_r2_node_kernel
 from relaxspec.simulate.jacobi_kernels import F_ACCEPTED, F_CALLS, F_CHOICE, F_DEPTH, F_SIZE, F_TOKENS
 from relaxspec.simulate.rng import U_ACCEPT, U_DRAW, U_TREE, combine, step_counter, stream_key, uniform
 from relaxspec.simulate.verify_kernels import draw_token_kernel
@@ -30,6 +32,7 @@ from relaxspec.simulate.world_kernels import (
 )
 from relaxspec.theory.coupled import Coupling, Siblings
 from relaxspec.theory.jacobi_sampler import MAX_WINDOW
+from relaxspec.theory.rules import BOOST_BUDGET
 
 COUPLE_NONE, COUPLE_MAXIMAL, COUPLE_GUMBEL = 0, 1, 2
 """How the next window's spine drafts are formed: sampled afresh (SJD), maximal coupling, Gumbel-max."""
@@ -142,9 +145,11 @@ def _siblings(law, y, exclude_y, more, key, step, kk, cand_row, rest, tmp, cum):
 
 
 @njit(cache=True, error_model="numpy")
-def _sequence(s, W, L, copy, coupling, store_official, K, depth, siblings, exact, seq_len, seed, o_int,
-              o_exp, o_seq, n_steps):
+def _sequence(s, W, L, copy, coupling, store_official, K, depth, siblings, bs, exact, seq_len, seed, o_int,
+              o_exp, o_tv, o_ttv, o_seq, n_steps):
     V = vocab_size(W)
+    budget = bs[0] == BOOST_BUDGET
+    ukids, acc_b, ch_b = np.empty(K), np.empty(K), np.empty(K)
     d = W[1].shape[0]
     key = stream_key(seed, s)
     latent = W[0] == KIND_LATENT
@@ -178,13 +183,24 @@ def _sequence(s, W, L, copy, coupling, store_official, K, depth, siblings, exact
             target_row(W, zs[j], P[j], es[0], cmaxs[0])
         # R2 over the column product
         on_spine, choice, a, c, token = True, -1, 0, L, -1
+        t_tv = 0.0
         prow[:] = P[0]
         for col in range(L):
             r[:] = prow
             qp[:] = qcol[col]
             alive = True
             hit = -1
-            for i in range(ncand[col]):
+            if budget:  # SPEC 9.5: the node's stages share its budget; the charges of those tested
+                m = ncand[col]
+                for i in range(m):
+                    ukids[i] = uniform(key, step_counter(step, col * K + i, U_ACCEPT))
+                tested, hit = budget_r2_node_kernel(prow, qcol[col], cand[col, :m], ukids[:m], True, bs[8],
+                                                    bs[9], r, qp, res, acc_b, ch_b, m)
+                node_tv = 0.0
+                for i in range(tested):
+                    node_tv += ch_b[i]
+                t_tv += node_tv
+            for i in range(0 if budget else ncand[col]):
                 x = cand[col, i]
                 qx = qp[x] if alive else 0.0
                 acc = min(1.0, r[x] / qx) if qx > 0.0 else (1.0 if r[x] > 0.0 else 0.0)
@@ -226,12 +242,18 @@ def _sequence(s, W, L, copy, coupling, store_official, K, depth, siblings, exact
             level *= ncand[col]
             size += level
             single = single and ncand[col] == 1
-        e_tok = math.nan
+        e_tok, e_tv = math.nan, math.nan
         if exact and single:
-            reach, e_tok = 1.0, 1.0
+            reach, e_tok, e_tv = 1.0, 1.0, 0.0
             for col in range(L):
                 x = cand[col, 0]
-                reach *= min(1.0, P[col, x] / qcol[col, x])
+                if budget:  # the one stage of a single candidate, with the node's whole budget
+                    budget_r2_node_kernel(P[col], qcol[col], cand[col, :1], ukids[:1], False, bs[8], bs[9], r,
+                                          qp, res, acc_b, ch_b, 1)
+                    e_tv += reach * ch_b[0]
+                    reach *= acc_b[0]
+                else:
+                    reach *= min(1.0, P[col, x] / qcol[col, x])
                 e_tok += reach
         o_int[step, F_TOKENS] = a + 1
         o_int[step, F_SIZE] = size
@@ -240,6 +262,9 @@ def _sequence(s, W, L, copy, coupling, store_official, K, depth, siblings, exact
         o_int[step, F_CALLS] = 0
         o_int[step, F_CHOICE] = choice
         o_exp[step] = e_tok
+        if exact:
+            o_tv[step] = e_tv
+        o_ttv[step] = t_tv
         o_seq[pos + a] = token
         # the next window's columns from old columns c + 1..L
         n_new = 0
@@ -288,14 +313,19 @@ def _sequence(s, W, L, copy, coupling, store_official, K, depth, siblings, exact
 
 
 @njit(parallel=True, cache=True, error_model="numpy")
-def coupled_kernel(W, L, copy, coupling, store_official, width, depth, siblings, exact, n_seq, seq_len, seed,
-                   o_int, o_exp, seqs, n_steps):
-    """Decode ``n_seq`` sequences in parallel into ``o_int`` (n_seq, seq_len, 6: ``engine.STEP_FIELDS``),
-    ``o_exp`` (E[tokens] of single-candidate windows when ``exact``), ``seqs`` (n_seq, seq_len + L) and
-    ``n_steps``; every uniform comes from ``stream_key(seed, s)`` (thread-count invariant)."""
+def coupled_kernel(W, L, copy, coupling, store_official, width, depth, siblings, bs, exact, n_seq, seq_len,
+                   seed, out, seqs, n_steps):
+    """Decode ``n_seq`` sequences in parallel into ``out`` = (o_int (n_seq, seq_len, 6:
+    ``engine.STEP_FIELDS``), o_exp and o_tv (E[tokens] and E[TV] of single-candidate windows when
+    ``exact``), o_ttv (the budget's charges of the nodes that decided the emitted tokens; 0 unboosted)),
+    ``seqs`` (n_seq, seq_len + L) and ``n_steps``; ``bs``: ``Verification.encode``'s boost tuple (the
+    budget, or none). Every uniform comes from ``stream_key(seed, s)`` (thread-count invariant)."""
+    kind, before, after, fallback, tau, dist, omega, emb, delta, table = bs  # rebuilt: engine.simulate_kernel
+    o_int, o_exp, o_tv, o_ttv = out
     for s in prange(n_seq):
-        _sequence(np.int64(s), W, L, copy, coupling, store_official, width, depth, siblings, exact, seq_len,
-                  seed, o_int[s], o_exp[s], seqs[s], n_steps)
+        _sequence(np.int64(s), W, L, copy, coupling, store_official, width, depth, siblings,
+                  (kind, before, after, fallback, tau, dist, omega, emb, delta, table), exact, seq_len, seed,
+                  o_int[s], o_exp[s], o_tv[s], o_ttv[s], seqs[s], n_steps)
 
 
 __all__ = ["COUPLE_GUMBEL", "COUPLE_MAXIMAL", "COUPLE_NONE", "MAX_WIDTH", "REDRAW_BASE", "SIBLING_BASE",

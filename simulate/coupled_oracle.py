@@ -11,6 +11,8 @@ walked by rule R2 with children drawn without replacement: candidate i of column
 ``u < min(1, r(x)/q'(x))`` (``q'(x) = 0``: when ``r(x) > 0``), a rejection sets ``r := norm((r - q')^+)``
 and ``q' := q'`` without x; when all of a column's candidates fail, the residual is drawn and the step
 ends; after L columns the bonus is drawn from the path's p. Off the spine, p is computed along the path.
+With the budgeted relaxation (SPEC 9.5) a node is verified by ``theory.budget.sample_budget_node`` (its
+stages share its budget tv) and the step records the charges of the stages each deciding node tested.
 
 After a rejection at column c the next window's columns come from old columns kk = c + 1..L (P[kk] is
 their p): the spine draft is sampled from P[kk] (``coupling="none"``: SJD, PAC without AC), coupled
@@ -46,6 +48,8 @@ from relaxspec.simulate.coupled_kernels import (
     WindowCodes,
 )
 from relaxspec.simulate.rng import U_ACCEPT, U_DRAW, U_TREE
+from relaxspec.theory.boost import NO_BOOST, Boost
+from relaxspec.theory.budget import budget_r2_given_states, budget_stage, sample_budget_node
 from relaxspec.theory.sampler import draw_token
 from relaxspec.theory.stages import seqsum
 
@@ -58,14 +62,17 @@ Noise = Callable[[int, int], np.ndarray]
 @dataclass(frozen=True)
 class CoupledStep:
     """One forward: drafts accepted, tokens emitted (accepted + 1), the accepted candidate of column 0
-    (-1 if none), the verified tree's size, and the window's exact E[tokens] (NaN unless asked for, or
-    when a column holds several candidates)."""
+    (-1 if none), the verified tree's size, the window's exact E[tokens] and E[TV] (NaN unless asked for,
+    or when a column holds several candidates) and the budget's charges of the emitted tokens' nodes (0
+    unboosted)."""
 
     accepted: int
     tokens: np.ndarray
     choice: int
     tree_size: int
     expected_tokens: float
+    expected_tv: float = np.nan
+    token_tv: float = 0.0
 
 
 def _norm(w: np.ndarray) -> np.ndarray | None:
@@ -106,28 +113,54 @@ def tree_size(widths: list[int]) -> int:
     return size
 
 
-def _verify(cols, P, states, target, advance, step, codes: WindowCodes, u: Uniform):
-    """R2 over the column product: ``(emitted drafts, rejected column or L, token or -1, choice, the
-    state and p at the path's end)``."""
+def _r2_node(r, q, cands, c, step, codes: WindowCodes, u: Uniform) -> tuple[int, int, float]:
+    """R2 at the node of column ``c`` (module docstring): (accepted index or -1, the residual draw or -1,
+    0.0)."""
+    qp = q.copy()
+    for i, x in enumerate(cands):
+        qx = qp[x] if qp is not None else 0.0
+        a = min(1.0, r[x] / qx) if qx > 0.0 else (1.0 if r[x] > 0.0 else 0.0)
+        if u(step, c * codes.width + i, U_ACCEPT) < a:
+            return i, -1, 0.0
+        if qp is not None:
+            nr = _norm(np.maximum(r - qp, 0.0))
+            r = nr if nr is not None else np.full(r.size, 1.0 / r.size)
+            qp[x] = 0.0
+            qp = _norm(qp)
+    return -1, draw_token(r, u(step, c, U_DRAW)), 0.0
+
+
+def _budget_node(r, q, cands, c, step, codes: WindowCodes, u: Uniform, boost: Boost, nb: np.ndarray
+                 ) -> tuple[int, int, float]:
+    """Budgeted R2 at the node of column ``c``: (accepted index or -1, the residual draw or -1, the
+    charges of the stages it tested, summed in order as the kernel sums them)."""
+    kids = np.array(cands, dtype=np.int64)
+    ua = np.array([u(step, c * codes.width + i, U_ACCEPT) for i in range(kids.size)])
+    hit, tok = sample_budget_node(r, q, kids, ua, u(step, c, U_DRAW), boost=boost, nb=nb)
+    tested = hit + 1 if hit >= 0 else kids.size
+    charge = 0.0
+    for st in budget_r2_given_states(r, q, kids, nb, boost):
+        if st.stage is not None and st.index < tested:
+            charge += st.stage.charge
+    return hit, (-1 if hit >= 0 else tok), charge
+
+
+def _verify(cols, P, states, target, advance, step, codes: WindowCodes, u: Uniform, boost: Boost, nb):
+    """R2 (budgeted when ``boost`` is the budget) over the column product: ``(emitted drafts, rejected
+    column or L, token or -1, choice, the state and p at the path's end, the charges of the deciding
+    nodes)``."""
     L = len(cols)
     row, state, on_spine, choice = P[0], states[0], True, -1
     emitted: list[int] = []
+    charged = 0.0
     for c, (cands, q) in enumerate(cols):
-        r, qp = row, q.copy()
-        hit = -1
-        for i, x in enumerate(cands):
-            qx = qp[x] if qp is not None else 0.0
-            a = min(1.0, r[x] / qx) if qx > 0.0 else (1.0 if r[x] > 0.0 else 0.0)
-            if u(step, c * codes.width + i, U_ACCEPT) < a:
-                hit = i
-                break
-            if qp is not None:
-                nr = _norm(np.maximum(r - qp, 0.0))
-                r = nr if nr is not None else np.full(r.size, 1.0 / r.size)
-                qp[x] = 0.0
-                qp = _norm(qp)
+        if boost.uses_budget:
+            hit, token, node = _budget_node(row, q, cands, c, step, codes, u, boost, nb)
+        else:
+            hit, token, node = _r2_node(row, q, cands, c, step, codes, u)
+        charged += node
         if hit < 0:
-            return emitted, c, draw_token(r, u(step, c, U_DRAW)), choice, state, row
+            return emitted, c, token, choice, state, row, charged
         x = cands[hit]
         choice = hit if c == 0 else choice
         emitted.append(x)
@@ -137,7 +170,22 @@ def _verify(cols, P, states, target, advance, step, codes: WindowCodes, u: Unifo
             on_spine = False
             state = advance(state, x)
             row = target(state)
-    return emitted, L, -1, choice, state, row
+    return emitted, L, -1, choice, state, row, charged
+
+
+def _expected(cols, P, boost: Boost, nb) -> tuple[float, float]:
+    """E[tokens] and E[TV] of a window whose columns hold one candidate each, given its drafts."""
+    reach, e_tok, e_tv = 1.0, 1.0, 0.0
+    for k, (cands, q) in enumerate(cols):
+        x = cands[0]
+        if boost.uses_budget:  # one stage with the node's whole budget
+            st = budget_stage(P[k], q, nb, boost, boost.tv)
+            e_tv += reach * st.charge
+            reach *= float(st.accept[st.of(x)])
+        else:
+            reach *= min(1.0, P[k][x] / q[x])
+        e_tok += reach
+    return e_tok, e_tv
 
 
 def _next_columns(cols, P, c, pos, codes: WindowCodes, step, u: Uniform, noise: Noise):
@@ -187,12 +235,14 @@ def _fresh(cols, L, V, copy, last, step, u: Uniform):
 
 def decode_coupled(target: Callable[[object], np.ndarray], advance: Callable[[object, int], object],
                    state: object, vocab_size: int, codes: WindowCodes, n_tokens: int, u: Uniform,
-                   noise: Noise, *, exact: bool = False) -> list[CoupledStep]:
+                   noise: Noise, *, exact: bool = False, boost: Boost = NO_BOOST,
+                   nb: np.ndarray | None = None) -> list[CoupledStep]:
     """Decode at least ``n_tokens`` tokens with a coupled or PAC window (the last step may overshoot).
 
     ``target(state)`` is p after a prefix's state, ``advance(state, x)`` the state after token x,
     ``codes`` the window (:func:`simulate.coupled_kernels.window_codes`), ``u`` and ``noise`` the
-    uniforms (module docstring). ``exact`` adds E[tokens] given each single-candidate window."""
+    uniforms (module docstring). ``exact`` adds E[tokens] and E[TV] given each single-candidate window;
+    ``boost``: the budgeted relaxation (``nb`` its table, ``theory.budget.check_budget``) or none."""
     L, V = codes.window, vocab_size
     cols: list = []
     last, pos, steps = -1, 0, []
@@ -203,18 +253,16 @@ def decode_coupled(target: Callable[[object], np.ndarray], advance: Callable[[ob
         for cands, _ in cols:
             states.append(advance(states[-1], cands[0]))
         P = np.array([target(s) for s in states])
-        emitted, c, token, choice, before, row = _verify(cols, P, states, target, advance, step, codes, u)
+        emitted, c, token, choice, before, row, charged = _verify(cols, P, states, target, advance, step,
+                                                                  codes, u, boost, nb)
         if c == L:  # all L columns passed: the bonus from the path's p
             token = (_gumbel_max(row, noise(pos + L, V)) if codes.coupling == COUPLE_GUMBEL
                      else draw_token(row, u(step, L, U_DRAW)))
-        e_tok = np.nan
+        e_tok = e_tv = np.nan
         if exact and all(len(cands) == 1 for cands, _ in cols):
-            reach, e_tok = 1.0, 1.0
-            for k, (cands, q) in enumerate(cols):
-                reach *= min(1.0, P[k][cands[0]] / q[cands[0]])
-                e_tok += reach
+            e_tok, e_tv = _expected(cols, P, boost, nb)
         steps.append(CoupledStep(len(emitted), np.array([*emitted, token], dtype=np.int64), choice,
-                                 tree_size([len(cands) for cands, _ in cols]), e_tok))
+                                 tree_size([len(cands) for cands, _ in cols]), e_tok, e_tv, charged))
         cols = _next_columns(cols, P, c, pos, codes, step, u, noise) if c < L else []
         state = advance(before, token)
         last = token

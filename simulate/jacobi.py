@@ -28,14 +28,15 @@ import numba
 import numpy as np
 
 from relaxspec.core.trees.jacobi import JacobiWindow
-from relaxspec.simulate.coupled import check_coupled_run, is_coupled, run_coupled
+from relaxspec.core.trees.spec import draft_source
+from relaxspec.simulate.coupled import check_coupled_exact, is_coupled, run_coupled
 from relaxspec.simulate.jacobi_kernels import FRESH_COPY, FRESH_UNIFORM, jacobi_kernel
 from relaxspec.simulate.rng import U_ACCEPT, U_DRAW, U_TREE, step_uniforms, stream_key
 from relaxspec.simulate.worlds import LatentWorld, StationaryWorld, TraceWorld, World
 from relaxspec.theory.boost import Boost
 from relaxspec.theory.jacobi_sampler import Fresh, check_window, decode_jacobi, fill_window, kept_drafts
 from relaxspec.theory.rule_step import sample_window_step, window_rule_expectation
-from relaxspec.theory.verification import DraftSource, KernelArgs, Verification
+from relaxspec.theory.verification import KernelArgs, Verification
 
 FRESH_CODES = {Fresh.UNIFORM: FRESH_UNIFORM, Fresh.COPY: FRESH_COPY}
 
@@ -49,9 +50,7 @@ def check_jacobi_run(world: World, window: JacobiWindow, verification: Verificat
                          "in a LatentWorld or StationaryWorld")
     if not isinstance(world, (LatentWorld, StationaryWorld)):
         raise ValueError(f"{window} decodes in a LatentWorld or StationaryWorld, got {type(world).__name__}")
-    verification.check_source(DraftSource.JACOBI, str(window))
-    if is_coupled(window):
-        check_coupled_run(window, verification, False)
+    verification.check_source(draft_source(window), str(window))
 
 
 def run_windows(world: LatentWorld | StationaryWorld, window: JacobiWindow, spec: KernelArgs,
@@ -64,9 +63,9 @@ def run_windows(world: LatentWorld | StationaryWorld, window: JacobiWindow, spec
     (n_sequences, seq_len + L) int64 padded with -1 (the last step may overshoot seq_len).
     ``simulate.run`` and :func:`check_jacobi_run` check the arguments."""
     if is_coupled(window):  # SCD's and SJD-PAC's windows (SPEC 10.1-10.2): simulate.coupled
-        check_coupled_run(window, verification, exact)
-        return run_coupled(world, window, out, seq_len=seq_len, temperature=temperature, seed=seed,
-                           threads=threads, backend=backend, exact=exact)
+        check_coupled_exact(window, exact)
+        return run_coupled(world, window, spec, verification, out, seq_len=seq_len, temperature=temperature,
+                           seed=seed, threads=threads, backend=backend, exact=exact)
     seqs = np.full((len(out[4]), int(seq_len) + window.window), -1, dtype=np.int64)
     if backend == "numpy":
         emb = spec.emb if verification.reads_embedding else None

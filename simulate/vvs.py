@@ -6,7 +6,9 @@ EAGLE-2's tree ``eagle2:10,4,59`` every step and verifies it with R1 (LANTERN's 
 except on skip steps (every 2nd step here; ``dynamic``: when the tree's paths are alike),
 which make no target forward: a uniformly drawn root-to-leaf path's first gamma = min(L_s, floor(Lbar))
 drafts and a bonus from the stale row (:mod:`simulate.vvs_kernels`). The first step is never skipped
-(there is no stale row yet), nor two in a row.
+(there is no stale row yet), nor two in a row. A bounded schedule (``vvs:..,uniform=2,tv=0.1``, ours:
+docs/theory.md 15.7) takes a skip only when every token it can emit has exact TV <= 0.1 given the tree
+(the world gives the target's rows there; a decoder would need the forward the skip saves).
 
 What the result records, per step: ``tokens`` (emitted tokens: gamma + 1 on a skip step),
 ``accepted_depth`` (gamma on a skip step), ``tree_size``, ``tree_depth``, ``draft_calls`` (the tree is
@@ -81,7 +83,8 @@ def run_vvs(world: LatentWorld | StationaryWorld, tree: VvsTree, spec: KernelArg
     ps = tree.kernel_spec()
     policy = (ps.top_k, ps.max_calls, ps.total_tokens, ps.check_steps, ps.threshold, ps.selection,
               ps.max_nodes, ps.max_buffer)
-    sc = (SCHEDULE_CODES[sched.kind], sched.interval, float(sched.similarity), float(sched.alpha))
+    sc = (SCHEDULE_CODES[sched.kind], sched.interval, float(sched.similarity), float(sched.alpha),
+          -1.0 if sched.tv is None else float(sched.tv))
     W = world.kernel_world(float(temperature))
     old = numba.get_num_threads()
     try:

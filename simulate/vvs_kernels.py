@@ -15,7 +15,9 @@ step, makes no target forward:
 ``token_tv`` of a skip step is the exact TV (``theory.vvs.skip_step_tv``) of each emitted token's law
 given the tree, summed: at a node u of depth i on the emitted path, the law is the leaves' mixture,
 sum over children c of nleaf(c)/nleaf(u) on c's token if i < floor(Lbar) and u has children, else the
-stale row; the target's row at u is computed after the fact (it is no forward of the decoder).
+stale row; the target's row at u is computed after the fact (it is no forward of the decoder). A bounded
+schedule (``tv=B``, ours: docs/theory.md 15.7) takes a skip the schedule asks for only when that TV is at
+most B at every node of depth <= floor(Lbar) (:func:`skip_max_tv`: every token the skip can emit).
 """
 
 from __future__ import annotations
@@ -144,6 +146,24 @@ def skip_node_tv(u, depth, cap, cstart, cidx, tokens, nleaf, p, stale, law):
 
 
 @njit(cache=True, error_model="numpy")
+def skip_max_tv(W, cap, n, parents, tokens, depths, cstart, cidx, buf_of, bparent, btoken, zs, hs, have,
+                p_rows, prow, psums, es, cmaxs, stale, law, nleaf):
+    """The largest TV of a token a skip step can emit (``theory.vvs.SkipStepTV.max_tv``): over every node u
+    of depth <= ``cap``, :func:`skip_node_tv` with the target's row at u. Leaves ``prow`` at -1."""
+    leaf_counts(parents, n, cstart, nleaf)
+    npr = 0
+    worst = 0.0
+    for u in range(n):
+        if depths[u] <= cap:
+            npr = p_row(W, u, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs, npr)
+            worst = max(worst, skip_node_tv(u, depths[u], cap, cstart, cidx, tokens, nleaf, p_rows[prow[u]],
+                                            stale, law))
+    for u in range(n):  # the rows' slots are the step's again
+        prow[u] = -1
+    return worst
+
+
+@njit(cache=True, error_model="numpy")
 def _skip_step(W, key, step, cap, n, parents, tokens, depths, cstart, cidx, buf_of, bparent, btoken, zs, hs,
                have, p_rows, prow, psums, es, cmaxs, stale, law, nleaf, path, cum, exact):
     """One skip step on the built tree: returns (path length gamma + 1, bonus, token TV, E[tokens],
@@ -183,10 +203,10 @@ def _skip_step(W, key, step, cap, n, parents, tokens, depths, cstart, cidx, buf_
 @njit(cache=True, error_model="numpy")
 def _sequence(s, W, ps, rs, bs, sc, emb, exact, seq_len, seed, o, skipped, n_steps):
     """Decode sequence ``s`` (``ps``: EAGLE-2's policy tuple; ``rs``, ``bs``: R1's rule and the empty boost;
-    ``sc`` = (schedule code, interval, similarity, alpha)); per-step outputs ``o`` as ``simulate.engine``'s,
-    ``skipped[step]`` True for a skip step."""
+    ``sc`` = (schedule code, interval, similarity, alpha, TV bound or -1)); per-step outputs ``o`` as
+    ``simulate.engine``'s, ``skipped[step]`` True for a skip step."""
     top_k, max_calls, total_tokens, check_steps, threshold, S, max_nodes, max_buffer = ps
-    sched, interval, similarity, alpha = sc
+    sched, interval, similarity, alpha, bound = sc
     V = vocab_size(W)
     bparent, btoken, bdepth, zs, hs, have, qrow, score = buffer_scratch(max_buffer, W[1].shape[0])
     q_rows = np.empty((1, V))
@@ -226,6 +246,10 @@ def _sequence(s, W, ps, rs, bs, sc, emb, exact, seq_len, seed, o, skipped, n_ste
                 skip = step % interval == 1
             else:
                 skip = path_similarity(parents, tokens, depths, n, cstart, emb, alpha) >= similarity
+        if skip and bound >= 0.0:  # ours: only a skip whose every token is within the bound
+            skip = skip_max_tv(W, accepted // verified, n, parents, tokens, depths, cstart, cidx, buf_of,
+                               bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs, stale, law,
+                               nleaf) <= bound
         if skip:
             m, bonus, t_tv, e_tok, e_tv = _skip_step(W, key, step, accepted // verified, n, parents, tokens,
                                                      depths, cstart, cidx, buf_of, bparent, btoken, zs, hs,

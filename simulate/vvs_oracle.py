@@ -3,7 +3,8 @@
 The twin of :mod:`simulate.vvs_kernels` (same decisions given the same uniforms): EAGLE-2's tree from
 ``Eagle2Tree.build`` on the world's drafter, a verify step by ``theory.tree.sample_step`` (R1), a skip
 step by the module's rules (leaf, gamma, stale bonus: :mod:`simulate.vvs_kernels`' docstring), its
-``token_tv`` from ``theory.vvs.skip_step_tv``: the TVs of the emitted prefixes' laws, summed.
+``token_tv`` from ``theory.vvs.skip_step_tv``: the TVs of the emitted prefixes' laws, summed; a bounded
+schedule (``tv=B``) skips only where ``skip_step_tv``'s largest TV is at most B.
 """
 
 from __future__ import annotations
@@ -100,11 +101,13 @@ def decode_vvs(world, tree: VvsTree, verification: Verification | str, nb: np.nd
                 skip = step % sched.interval == 1
             else:
                 skip = bool(path_similarity(t, emb, sched.alpha) >= sched.similarity)
+        if skip:  # the exact TVs of what the skip can emit, given the tree (and its bound, when it has one)
+            r = skip_step_tv(t.parents, t.tokens, target, stale, accepted / verified)
+            skip = not sched.bounded or r.max_tv <= sched.tv
         if skip:
             u_leaf = uniform(key, step_counter(step, SKIP_NODE, U_TREE))
             path = vvs.skip_path(t.parents, u_leaf, accepted // verified)
             bonus = draw_token(stale, uniform(key, step_counter(step, SKIP_NODE, U_DRAW)))
-            r = skip_step_tv(t.parents, t.tokens, target, stale, accepted / verified)
             emitted = prefix_of(t, path[-1])
             tv = sum(r.positions[emitted[:i]][2] for i in range(len(path)))
             e = (r.expected_tokens, r.expected_tv) if exact else (np.nan, np.nan)

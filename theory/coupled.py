@@ -43,14 +43,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from relaxspec.theory.boost import Boost
+from relaxspec.theory.budget import budget_r2_given_states, check_budget
 from relaxspec.theory.jacobi import (
     MAX_ENUM_TOKENS,
     MAX_ENUM_VOCAB,
     MAX_ENUM_WINDOW,
     Move,
+    SequenceLaw,
     check_markov,
     long_run_reward,
 )
+from relaxspec.theory.rules import Rule
+from relaxspec.theory.verification import Verification
 
 
 class Coupling(enum.StrEnum):
@@ -181,6 +186,8 @@ class WindowRule:
 Column = tuple[tuple[int, ...], int]
 """(candidates, stored law): a row id of the target, or ONE_HOT."""
 Window = tuple[Column, ...]
+Outcome = tuple[float, tuple[int, ...], int, tuple[float, ...]]
+"""One forward's outcome: (probability, emitted tokens, rejected column, each token's budget charges)."""
 
 
 def _without(law: np.ndarray, drawn: tuple[int, ...]) -> np.ndarray | None:
@@ -213,14 +220,16 @@ def _wor(law: np.ndarray, first: tuple[int, ...], more: int) -> list[tuple[float
 
 
 class _Coupled:
-    """One forward's outcomes and the next windows, with caches (distributions numbered once)."""
+    """One forward's outcomes and the next windows, with caches (distributions numbered once); ``boost``
+    (with its int64 neighbour table ``nb``): the budgeted relaxation at every node (SPEC 9.5), else R2."""
 
-    def __init__(self, start: np.ndarray, trans: np.ndarray, L: int, rule: WindowRule) -> None:
-        self.V, self.L, self.rule = start.size, L, rule
+    def __init__(self, start: np.ndarray, trans: np.ndarray, L: int, rule: WindowRule,
+                 boost: Boost | None = None, nb: np.ndarray | None = None) -> None:
+        self.V, self.L, self.rule, self.boost, self.nb = start.size, L, rule, boost, nb
         self.rows: list[np.ndarray] = []
         self.row_of = [self._row_id(trans[x]) for x in range(self.V)]
         self.start = self._row_id(start)
-        self._verify: dict[tuple[int, Window], list[tuple[float, tuple[int, ...], int]]] = {}
+        self._verify: dict[tuple[int, Window], list[Outcome]] = {}
         self._next: dict[tuple[Window, int], list[tuple[float, tuple[Column, ...]]]] = {}
 
     def _row_id(self, row: np.ndarray) -> int:
@@ -237,8 +246,11 @@ class _Coupled:
             return q
         return self.rows[qid]
 
-    def node(self, r: np.ndarray, col: Column) -> list[tuple[float, int, np.ndarray | None]]:
-        """R2 at one node: ``(prob, i, None)`` for child i accepted, ``(prob, -1, residual)`` if all fail."""
+    def node(self, r: np.ndarray, col: Column) -> list[tuple[float, int, np.ndarray | None, float]]:
+        """R2 at one node: ``(prob, i, None, charge)`` for child i accepted, ``(prob, -1, residual, charge)``
+        if all fail; ``charge`` is the sum of the budget's charges of the stages tested (0 without it)."""
+        if self.boost is not None:
+            return self._budget_node(r, col)
         cands, qid = col
         qp: np.ndarray | None = self.law(qid, cands)
         out, reach = [], 1.0
@@ -246,37 +258,57 @@ class _Coupled:
             qx = 0.0 if qp is None else qp[x]
             a = min(1.0, r[x] / qx) if qx > 0.0 else float(r[x] > 0.0)
             if a > 0.0:
-                out.append((reach * a, i, None))
+                out.append((reach * a, i, None, 0.0))
             reach *= 1.0 - a
             if reach <= 0.0:
                 return out
             nr = _residual(r, qp) if qp is not None else r
             r = nr if nr is not None else np.full(self.V, 1.0 / self.V)
             qp = None if qp is None else _without(qp, (x,))
-        out.append((reach, -1, r))
+        out.append((reach, -1, r, 0.0))
         return out
 
-    def verify(self, ctx: int, w: Window) -> list[tuple[float, tuple[int, ...], int]]:
-        """Every outcome of one forward: ``(prob, emitted tokens, j)``, j the rejected column (L + 1:
-        all passed, the last token is the bonus)."""
+    def _budget_node(self, r: np.ndarray, col: Column) -> list[tuple[float, int, np.ndarray | None, float]]:
+        """Budgeted R2 at one node (``theory.budget``): its candidates, drawn without replacement from the
+        column's stored law, tested in order with the node's budget shared by its stages."""
+        cands, qid = col
+        kids = np.array(cands, dtype=np.int64)
+        out: list[tuple[float, int, np.ndarray | None, float]] = []
+        charged = 0.0
+        for s in budget_r2_given_states(r, self.law(qid, cands), kids, self.nb, self.boost):
+            if s.stage is None:
+                out.append((s.weight, -1, s.r, charged))
+                break
+            charged += s.stage.charge
+            a = float(s.stage.accept[s.stage.of(int(kids[s.index]))])
+            if a > 0.0:
+                out.append((s.weight * a, s.index, None, charged))
+        return out
+
+    def verify(self, ctx: int, w: Window) -> list[Outcome]:
+        """Every outcome of one forward: ``(prob, emitted tokens, j, charges)``, j the rejected column (L + 1:
+        all passed, the last token is the bonus) and ``charges`` the budget's charges of the stages the
+        node that decided each emitted token tested (0 for the bonus and without the budget)."""
         key = (ctx, w)
         if key in self._verify:
             return self._verify[key]
-        out: list[tuple[float, tuple[int, ...], int]] = []
+        out: list[Outcome] = []
 
-        def walk(c: int, row: int, path: tuple[int, ...], pr: float) -> None:
+        def walk(c: int, row: int, path: tuple[int, ...], pr: float, ch: tuple[float, ...]) -> None:
             if c > self.L:
                 bonus = self.rows[row]
-                out.extend((pr * bonus[y], path + (int(y),), c) for y in np.flatnonzero(bonus > 0))
+                out.extend((pr * bonus[y], path + (int(y),), c, ch + (0.0,))
+                           for y in np.flatnonzero(bonus > 0))
                 return
-            for pa, i, res in self.node(self.rows[row], w[c - 1]):
+            for pa, i, res, charge in self.node(self.rows[row], w[c - 1]):
                 if i >= 0:
                     x = w[c - 1][0][i]
-                    walk(c + 1, self.row_of[x], path + (x,), pr * pa)
+                    walk(c + 1, self.row_of[x], path + (x,), pr * pa, ch + (charge,))
                 else:
-                    out.extend((pr * pa * res[y], path + (int(y),), c) for y in np.flatnonzero(res > 0))
+                    out.extend((pr * pa * res[y], path + (int(y),), c, ch + (charge,))
+                               for y in np.flatnonzero(res > 0))
 
-        walk(1, ctx, (), 1.0)
+        walk(1, ctx, (), 1.0, ())
         self._verify[key] = out
         return out
 
@@ -357,9 +389,37 @@ def coupled_sequence_law(start: np.ndarray, trans: np.ndarray, window: int, n_to
     V <= 4, L <= 3, n <= 5 (module docstring)."""
     s, t = check_markov(start, trans)
     L = _check(window, n_tokens, rule)
-    n = int(n_tokens)
-    en = _Coupled(s, t, L, rule)
-    law = np.zeros((s.size,) * n)
+    return _sequence_law(_Coupled(s, t, L, rule), int(n_tokens)).law
+
+
+def coupled_budget_law(start: np.ndarray, trans: np.ndarray, window: int, n_tokens: int, rule: WindowRule, *,
+                       verification: Verification | str, neighbours: np.ndarray | None) -> SequenceLaw:
+    """:func:`coupled_sequence_law` with every node verified by ``verification``, R2 with the budgeted
+    relaxation (``r2+budget:tv=..,k=..``, SPEC 9.5, docs/theory.md 15.6) over the (V, >= k) table
+    ``neighbours``. Returns the exact law and E[sum over the first n tokens of the charges of the node that
+    decided each] (0 for a bonus token), the bound of Theorem 15.3 on the law's TV to the target's."""
+    s, t = check_markov(start, trans)
+    L = _check(window, n_tokens, rule)
+    boost = budget_of(verification)
+    if rule.width > 1 and not rule.siblings.from_stored_law:
+        raise ValueError("the budget tests candidates drawn without replacement from their column's stored "
+                         "law: official siblings (which may repeat a token) are not")
+    nb = check_budget(boost, neighbours, s.size)
+    return _sequence_law(_Coupled(s, t, L, rule, boost, nb), int(n_tokens))
+
+
+def budget_of(verification: Verification | str) -> Boost:
+    """The budget boost of ``verification``, which must be rule R2 with the budgeted relaxation."""
+    v = Verification.parse(verification)
+    if v.rule != Rule.R2 or not v.uses_budget:
+        raise ValueError(f"expected rule r2 with the budget (r2+budget:tv=..,k=..), got {v}")
+    return v.boost
+
+
+def _sequence_law(en: _Coupled, n: int) -> SequenceLaw:
+    """Enumerate every forward until ``n`` tokens are emitted: the law and the expected charge sum."""
+    law = np.zeros((en.V,) * n)
+    charged = 0.0
     frontier: dict[tuple[tuple[int, ...], Window], float] = defaultdict(float)
     for pr, w in en.first_windows():
         frontier[((), w)] += pr
@@ -367,15 +427,16 @@ def coupled_sequence_law(start: np.ndarray, trans: np.ndarray, window: int, n_to
         nxt: dict[tuple[tuple[int, ...], Window], float] = defaultdict(float)
         for (prefix, w), prob in frontier.items():
             ctx = en.row_of[prefix[-1]] if prefix else en.start
-            for pr, emitted, j in en.verify(ctx, w):
+            for pr, emitted, j, charges in en.verify(ctx, w):
                 seq = prefix + emitted
+                charged += prob * pr * sum(charges[:n - len(prefix)])
                 if len(seq) >= n:  # later forwards cannot change the first n tokens
                     law[seq[:n]] += prob * pr
                     continue
                 for pw, w2 in en.next_windows(w, j):
                     nxt[(seq, w2)] += prob * pr * pw
         frontier = nxt
-    return law
+    return SequenceLaw(law, charged)
 
 
 def coupled_tokens_per_forward(start: np.ndarray, trans: np.ndarray, window: int,
@@ -387,7 +448,7 @@ def coupled_tokens_per_forward(start: np.ndarray, trans: np.ndarray, window: int
     en = _Coupled(s, t, L, rule)
 
     def moves(state: tuple[int, Window]) -> Iterator[Move[tuple[int, Window]]]:
-        for pr, emitted, j in en.verify(*state):
+        for pr, emitted, j, _ in en.verify(*state):
             yield pr * len(emitted), [(pr * pw, (en.row_of[emitted[-1]], w2)) for pw, w2 in
                                       en.next_windows(state[1], j)]
 
@@ -406,6 +467,8 @@ __all__ = [
     "WindowRule",
     "as_coupling",
     "as_siblings",
+    "budget_of",
+    "coupled_budget_law",
     "coupled_sequence_law",
     "coupled_tokens_per_forward",
 ]

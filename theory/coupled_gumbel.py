@@ -20,7 +20,10 @@ from collections import defaultdict
 
 import numpy as np
 
+from relaxspec.theory.budget import budget_stage, check_budget
+from relaxspec.theory.coupled import budget_of
 from relaxspec.theory.jacobi import MAX_ENUM_TOKENS, MAX_ENUM_WINDOW, check_markov
+from relaxspec.theory.verification import Verification
 
 MAX_GUMBEL_VOCAB = 3
 """The noise polytopes are intervals or polygons: V <= 3."""
@@ -108,11 +111,17 @@ class _Noise:
         return out
 
 
-def gumbel_sequence_law(start: np.ndarray, trans: np.ndarray, window: int, n_tokens: int) -> np.ndarray:
+def gumbel_sequence_law(start: np.ndarray, trans: np.ndarray, window: int, n_tokens: int, *,
+                        verification: Verification | str | None = None,
+                        neighbours: np.ndarray | None = None) -> np.ndarray:
     """The exact law (shape (V,) * n) of the first ``n_tokens`` tokens SCD's `gumbel` coupling emits on
-    the Markov target (``start``, ``trans``), V <= 3, L <= 3, n <= 5 (module docstring)."""
+    the Markov target (``start``, ``trans``), V <= 3, L <= 3, n <= 5 (module docstring); ``verification``:
+    ``r2+budget:tv=..,k=..`` tests every draft with the budgeted relaxation (SPEC 9.5, over the table
+    ``neighbours``; docs/theory.md 15.6), None the exact test."""
     s, t = check_markov(start, trans)
     V = s.size
+    boost = None if verification is None else budget_of(verification)
+    nb = None if boost is None else check_budget(boost, neighbours, V)
     if V > MAX_GUMBEL_VOCAB:
         raise ValueError(f"the exact Gumbel enumeration is limited to V <= {MAX_GUMBEL_VOCAB}, got V = {V}")
     if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= MAX_ENUM_WINDOW:
@@ -153,7 +162,11 @@ def gumbel_sequence_law(start: np.ndarray, trans: np.ndarray, window: int, n_tok
                 x, qid, _ = w[j - 1]
                 p = rows[P[j - 1]]
                 q = np.eye(V)[x] if qid == ONE_HOT else rows[qid]
-                a = min(1.0, p[x] / q[x])
+                if boost is None:
+                    a = min(1.0, p[x] / q[x])
+                else:  # one candidate per column: one stage with the node's whole budget
+                    stage = budget_stage(p, q, nb, boost, boost.tv)
+                    a = float(stage.accept[stage.of(x)])
                 if a < 1.0:
                     res = np.maximum(p - q, 0.0)
                     res /= res.sum()

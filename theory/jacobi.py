@@ -208,6 +208,26 @@ def markov_sequence_law(start: np.ndarray, trans: np.ndarray, n_tokens: int) -> 
     return law
 
 
+def token_tvs(law: np.ndarray, start: np.ndarray, trans: np.ndarray) -> list[np.ndarray]:
+    """Each token's conditional TV to the Markov target, from a law of the first n tokens (shape (V,) * n):
+    entry t (0-based) has shape (V,) * t and holds TV(P(x_t = . | x_{<t} = h), p(. | h)) for every prefix h
+    of positive probability (NaN elsewhere), p(. | h) = ``trans[h[-1]]`` (``start`` for h empty)."""
+    s, t = check_markov(start, trans)
+    law = np.asarray(law, dtype=np.float64)
+    if law.ndim < 1 or law.shape != (s.size,) * law.ndim:
+        raise ValueError(f"law must have shape (V,) * n with V = {s.size}, got {law.shape}")
+    out = []
+    for i in range(law.ndim):
+        joint = law.sum(axis=tuple(range(i + 1, law.ndim)))  # the law of x_0..x_i
+        mass = joint.sum(axis=-1, keepdims=True)
+        target = s if i == 0 else t[np.indices(joint.shape[:-1])[-1]]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            cond = joint / mass
+        tv = 0.5 * np.abs(cond - target).sum(axis=-1)
+        out.append(np.where(mass[..., 0] > 0.0, tv, np.nan))
+    return out
+
+
 Window = tuple[tuple[int, int], ...]
 """An enumerated window: (token, q) per slot, q a row id of the target (a kept draft) or ONE_HOT."""
 
@@ -395,4 +415,5 @@ __all__ = [
     "long_run_reward",
     "markov_sequence_law",
     "stationary_law",
+    "token_tvs",
 ]

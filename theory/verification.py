@@ -74,6 +74,17 @@ class DraftSource(enum.Enum):
     """A tree whose children are drawn from q without replacement (static and Sequoia trees with draws)."""
     JACOBI = "jacobi"
     """A Jacobi window (SPEC 9.1): sampled drafts kept from the target's own earlier samples."""
+    COUPLED = "coupled"
+    """A coupled Jacobi window or an SJD-PAC window (SPEC 10.1-10.2) whose every draft is distributed as
+    the law it is stored with (``principled`` and ``gumbel`` couplings, ``principled`` siblings)."""
+    COUPLED_OFFICIAL = "coupled-official"
+    """A coupled or SJD-PAC window whose kept drafts or siblings are not distributed as their stored laws
+    (SCD's code's ``official`` coupling, SJD-PAC's code's ``official`` siblings; docs/theory.md 15.2)."""
+
+    @property
+    def is_window(self) -> bool:
+        """True for the Jacobi windows, plain or coupled: no drafter, one target forward per window."""
+        return self in (DraftSource.JACOBI, DraftSource.COUPLED, DraftSource.COUPLED_OFFICIAL)
 
 
 class Oracle(enum.Enum):
@@ -176,12 +187,23 @@ class Verification:
     def source_problem(self, source: DraftSource) -> str | None:
         """Why this verification cannot verify drafts from ``source`` (None when it can): one place for
         "R2 and R4 need drawn children", "a Jacobi window needs a sampled-draft rule and no LANTERN
-        relaxation" and "AR sampling takes no boost"."""
+        relaxation", "a coupled window takes R2, exact or budgeted, and the budget only where its drafts
+        follow their stored laws" and "AR sampling takes no boost"."""
         if source is DraftSource.AR:
             if not self.boost.is_none:
                 return f"boost {self.boost} raises the acceptance of drafts: AR sampling has none"
             if self.rule.is_traversal:
                 return "rule r4 verifies sampled drafts by traversal: AR sampling has none"
+            return None
+        if source in (DraftSource.COUPLED, DraftSource.COUPLED_OFFICIAL):
+            exact_or_budget = self.relax.is_exact and (self.boost.is_none or self.uses_budget)
+            if self.rule != Rule.R2 or not exact_or_budget:
+                return (f"a coupled or SJD-PAC window is verified by rule r2 (as SCD and SJD-PAC verify), "
+                        f"exact or with the budget (r2+budget:tv=..,k=..), got {self}")
+            if self.uses_budget and source is DraftSource.COUPLED_OFFICIAL:
+                return ("the budget's TV bound needs every draft distributed as the law it is stored with "
+                        "(docs/theory.md 15.6): not so for the official coupling or siblings; use the "
+                        "principled or gumbel coupling and principled siblings")
             return None
         if source is DraftSource.JACOBI:
             if not self.samples_drafts:

@@ -6,7 +6,8 @@ path's length, Lbar the running mean accepted length) and then a bonus token dra
 distribution held (``stale``). Given the tree, the law of the token at block position i given the
 tokens h emitted before it is a mixture: over the leaves whose path starts with h, the point mass on
 the path's i-th token where gamma >= i, and ``stale`` where gamma = i - 1 (the bonus). Its TV to the
-target's law after h is exact, and so is the step's expected TV sum over its emitted tokens.
+target's law after h is exact, and so is the step's expected TV sum over its emitted tokens; the largest
+of those TVs (:attr:`SkipStepTV.max_tv`) decides a bounded skip (ours, docs/theory.md 15.7).
 
 The skip step's own rules live here too, one home for the simulator's oracle (``simulate.vvs_oracle``)
 and the reference decoder (``reference.vvs``): the leaves in node order and the path a skip step emits
@@ -47,6 +48,12 @@ class SkipStepTV:
     def tv_per_token(self) -> float:
         """Expected TV sum over expected tokens: the step's exact TV per emitted token."""
         return self.expected_tv / self.expected_tokens
+
+    @property
+    def max_tv(self) -> float:
+        """The largest TV of a token the step can emit (over every prefix h it emits a token after): a
+        bounded skip schedule (docs/theory.md 15.7) skips only when it is at most its bound."""
+        return max(tv for _, _, tv in self.positions.values())
 
 
 def _leaf_paths(parents: np.ndarray, tokens: np.ndarray) -> list[tuple[int, ...]]:

@@ -11,6 +11,12 @@ spec                                           policy
                                                pairwise cosine similarity of the paths' code
                                                vectors is >= S (defaults: VVS's code, S = 0.7,
                                                alpha = 0.9)
+``...,tv=B`` (after either schedule)           ours, bounded skips (docs/theory.md 15.7): a step the
+                                               schedule would skip is skipped only when every token
+                                               it can emit has exact TV <= B to the target's law
+                                               after its prefix (given the tree, the stale row and
+                                               the target's rows there, which a world has); else it
+                                               is verified
 =============================================  ====================================================
 
 A skip step makes no target forward: it emits the first gamma = min(L_s, floor(Lbar)) tokens of a
@@ -25,7 +31,8 @@ rides with the tree everywhere a tree goes (sweeps' ``trees`` lists, result rows
 labels) and ``str`` of the policy parses back to it, so a VVS row is told apart from an EAGLE-2 row by its
 spec alone; a verification value is left to say how a forward's tokens are tested.
 
-The canonical spec drops the dynamic schedule's defaults: ``vvs:10,4,59,dynamic`` is S = 0.7, alpha = 0.9.
+The canonical spec drops the dynamic schedule's defaults: ``vvs:10,4,59,dynamic`` is S = 0.7, alpha = 0.9;
+no ``tv`` is VVS's unbounded schedule.
 """
 
 from __future__ import annotations
@@ -69,18 +76,25 @@ DEFAULT_SIMILARITY, DEFAULT_ALPHA = 0.70, 0.9
 """The dynamic schedule's threshold S and depth decay alpha in VVS's code."""
 MAX_INTERVAL = 1 << 20
 """The largest uniform interval I (a run of at most 2**20 steps per sequence skips at most once)."""
-VVS_FORM = "vvs:K,D,M,uniform=I or vvs:K,D,M,dynamic[=S][,alpha=A]"
+VVS_FORM = "vvs:K,D,M,uniform=I[,tv=B] or vvs:K,D,M,dynamic[=S][,alpha=A][,tv=B]"
 
 
 @dataclass(frozen=True)
 class SkipSchedule:
     """When a step skips its target forward: ``uniform`` every ``interval``-th step, or ``dynamic`` when the
-    tree's paths' similarity is >= ``similarity`` (depth weights ``alpha ** l``)."""
+    tree's paths' similarity is >= ``similarity`` (depth weights ``alpha ** l``); with a ``tv`` bound
+    (ours), only when every token the skip can emit has exact TV <= ``tv`` (None: VVS's, unbounded)."""
 
     kind: Schedule
     interval: int = 0
     similarity: float = DEFAULT_SIMILARITY
     alpha: float = DEFAULT_ALPHA
+    tv: float | None = None
+
+    @property
+    def bounded(self) -> bool:
+        """True when a skip is taken only within the TV bound :attr:`tv` (docs/theory.md 15.7)."""
+        return self.tv is not None
 
     def __post_init__(self) -> None:
         if self.kind not in SCHEDULES:
@@ -98,13 +112,17 @@ class SkipSchedule:
                                  f"got {s!r}")
             if isinstance(a, bool) or not isinstance(a, int | float) or not 0.0 < a <= 1.0:
                 raise ValueError(f"dynamic's depth decay alpha must be a number in (0, 1], got {a!r}")
+        b = self.tv
+        if b is not None and (isinstance(b, bool) or not isinstance(b, int | float) or not 0.0 <= b <= 1.0):
+            raise ValueError(f"the skip's TV bound tv must be a number in [0, 1], got {b!r}")
 
     def __str__(self) -> str:
+        bound = "" if self.tv is None else f",tv={format_number(self.tv)}"
         if self.kind.is_periodic:
-            return f"{self.kind}={self.interval}"
+            return f"{self.kind}={self.interval}{bound}"
         s = self.similarity
         out = str(self.kind) if s == DEFAULT_SIMILARITY else f"{self.kind}={format_number(s)}"
-        return out + ("" if self.alpha == DEFAULT_ALPHA else f",alpha={format_number(self.alpha)}")
+        return out + ("" if self.alpha == DEFAULT_ALPHA else f",alpha={format_number(self.alpha)}") + bound
 
 
 def parse_schedule(parts: list[str]) -> SkipSchedule:
@@ -115,20 +133,22 @@ def parse_schedule(parts: list[str]) -> SkipSchedule:
     if name not in SCHEDULES:
         raise ValueError(f"the skip schedule must be one of {SCHEDULES}, got {name!r} ({VVS_FORM})")
     kind = Schedule(name)
-    if kind.is_periodic:
-        if not eq or len(parts) > 1:
-            raise ValueError(f"uniform takes its interval and nothing else: uniform=I ({VVS_FORM})")
-        return SkipSchedule(kind, interval=spec_int(value, VVS_FORM))
-    similarity = spec_float(value, f"S ({VVS_FORM})") if eq else DEFAULT_SIMILARITY
-    alpha = DEFAULT_ALPHA
-    for n, extra in enumerate(parts[1:]):
-        key, eq, value = (s.strip() for s in extra.partition("="))
-        if key != "alpha" or not eq:
+    allowed = ("tv",) if kind.is_periodic else ("alpha", "tv")
+    settings: dict[str, float] = {}
+    for extra in parts[1:]:
+        key, eq2, val = (s.strip() for s in extra.partition("="))
+        if key not in allowed or not eq2:
             raise ValueError(f"unknown setting {extra.strip()!r} ({VVS_FORM})")
-        if n > 0:
-            raise ValueError(f"alpha is given twice ({VVS_FORM})")
-        alpha = spec_float(value, f"alpha ({VVS_FORM})")
-    return SkipSchedule(kind, similarity=similarity, alpha=alpha)
+        if key in settings:
+            raise ValueError(f"{key} is given twice ({VVS_FORM})")
+        settings[key] = spec_float(val, f"{key} ({VVS_FORM})")
+    if kind.is_periodic:
+        if not eq:
+            raise ValueError(f"uniform takes its interval: uniform=I ({VVS_FORM})")
+        return SkipSchedule(kind, interval=spec_int(value, VVS_FORM), tv=settings.get("tv"))
+    similarity = spec_float(value, f"S ({VVS_FORM})") if eq else DEFAULT_SIMILARITY
+    return SkipSchedule(kind, similarity=similarity, alpha=settings.get("alpha", DEFAULT_ALPHA),
+                        tv=settings.get("tv"))
 
 
 class VvsTree(Eagle2Tree):

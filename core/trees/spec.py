@@ -67,7 +67,14 @@ from relaxspec.core.trees.policies import (
 from relaxspec.core.trees.selection import SELECTION_MODES, ChildSelector
 from relaxspec.core.trees.sequoia import SequoiaTree
 from relaxspec.core.trees.skips import VVS_FORM, VvsTree
-from relaxspec.core.trees.windows import JACOBI_COUPLED_FORM, PAC_FORM, parse_jacobi, parse_pac
+from relaxspec.core.trees.windows import (
+    JACOBI_COUPLED_FORM,
+    PAC_FORM,
+    CoupledWindow,
+    PacWindow,
+    parse_jacobi,
+    parse_pac,
+)
 from relaxspec.theory.relax import Relax
 from relaxspec.theory.verification import DraftSource
 
@@ -235,7 +242,11 @@ def draft_source(tree: str | TreePolicy | JacobiWindow | None) -> DraftSource:
     (``theory.verification.Verification.source_problem`` says whether it can)."""
     if tree is None or (isinstance(tree, str) and tree_kind(tree) == "ar"):
         return DraftSource.AR
-    if isinstance(tree, JacobiWindow) or (isinstance(tree, str) and tree_kind(tree) in ("jacobi", "pac")):
+    if isinstance(tree, str) and tree_kind(tree) in ("jacobi", "pac"):
+        tree = parse_tree(tree)
+    if isinstance(tree, CoupledWindow | PacWindow):  # SPEC 10.1-10.2
+        return DraftSource.COUPLED if tree.follows_stored_laws else DraftSource.COUPLED_OFFICIAL
+    if isinstance(tree, JacobiWindow):
         return DraftSource.JACOBI
     draws = draws_children(tree) if isinstance(tree, str) else tree.supports_draws
     return DraftSource.DRAWN if draws else DraftSource.RANKED

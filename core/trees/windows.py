@@ -110,9 +110,16 @@ class CoupledWindow(JacobiWindow):
         self.name = f"{self.name},coupled={self.coupling}"
 
     @property
+    def follows_stored_laws(self) -> bool:
+        """Whether every draft is distributed as the law it is stored with, given everything before its
+        position (docs/theory.md 15.2-15.3 and 15.6: ``principled`` and ``gumbel``; not ``official``,
+        whose kept draft keeps its old q): what makes the window lossless and the budget's bound hold."""
+        return not self.coupling.keeps_old_law
+
+    @property
     def lossless(self) -> bool:
         """Whether the emitted law is the target's (docs/theory.md 15.2-15.3: not for ``official``)."""
-        return self.coupling.is_lossless
+        return self.follows_stored_laws
 
     def __eq__(self, other: object) -> bool:
         return type(other) is CoupledWindow and str(self) == str(other)
@@ -152,9 +159,16 @@ class PacWindow(JacobiWindow):
         return Coupling.PRINCIPLED if self.ac else Coupling.NONE
 
     @property
+    def follows_stored_laws(self) -> bool:
+        """Whether every candidate is a draw (without replacement) from the law its column is stored with,
+        given everything before its position (docs/theory.md 15.2 and 15.6): not for ``official`` siblings,
+        drawn from the coupling's residual with a kept spine not excluded."""
+        return self.siblings.is_lossless or self.width == 1
+
+    @property
     def lossless(self) -> bool:
         """Whether the emitted law is the target's (docs/theory.md 15.2: not for ``official`` siblings)."""
-        return self.siblings.is_lossless or self.width == 1
+        return self.follows_stored_laws
 
     def __eq__(self, other: object) -> bool:
         return type(other) is PacWindow and str(self) == str(other)

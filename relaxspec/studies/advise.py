@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from relaxspec.studies.frontier import WORLD_K, Method, methods
+from relaxspec.studies.frontier_methods import Method, methods, neighbour_k
 from relaxspec.studies.study_options import QUICK_SEQ_LEN, QUICK_SEQUENCES, QUICK_WORLD
 
 TV_LOSSLESS, TV_EXACT, TV_BOUND, TV_MEASURED, TV_UNKNOWN = (
@@ -35,7 +35,6 @@ TV_LOSSLESS, TV_EXACT, TV_BOUND, TV_MEASURED, TV_UNKNOWN = (
 TV_KINDS = (TV_LOSSLESS, TV_EXACT, TV_BOUND, TV_MEASURED, TV_UNKNOWN)
 """What a row's TV per token is; :data:`RANKED_KINDS` may enter the ranking."""
 RANKED_KINDS = (TV_LOSSLESS, TV_EXACT, TV_BOUND, TV_MEASURED)
-REFERENCE_V = 16384  # the V at which WORLD_K is the proximity-set size (the presets')
 RUNS = "runs.jsonl"
 DEFAULT_SEQUENCES, DEFAULT_SEQ_LEN = 16, 256
 
@@ -117,16 +116,14 @@ def tv_kind(method: Method, tree_kind: str, verification) -> str:
     where the run's numbers are read)."""
     if not method.lossy:
         return TV_LOSSLESS
-    if tree_kind == "vvs":
-        return TV_MEASURED
+    if tree_kind == "vvs":  # the skipped tokens' exact TV: bounded by ours (docs/theory.md 15.7), else not
+        from relaxspec.core.trees.spec import parse_tree
+
+        bounded = parse_tree(method.tree).schedule.bounded and verification.is_exact
+        return TV_BOUND if bounded else TV_MEASURED
     if verification.uses_budget or (verification.is_traversal and not verification.is_exact):
         return TV_BOUND
     return TV_EXACT
-
-
-def neighbour_k(vocab_size: int) -> int:
-    """The proximity-set size at V: the frontier's WORLD_K (at V = 16384) scaled to V."""
-    return max(1, min(vocab_size - 1, round(WORLD_K * vocab_size / REFERENCE_V)))
 
 
 def quick_overrides(world: str) -> dict:

@@ -1,184 +1,187 @@
-"""One comparison of every method (issues 14 and 15): tokens per target forward against distortion.
+"""One comparison of every method (issues 14, 15 and 29): tokens per target forward against distortion.
 
     python benchmarks/frontier.py                 # worlds + shipped model, resumable; writes docs/frontier.md
     python benchmarks/frontier.py --skip-shipped  # the synthetic worlds only
     python benchmarks/frontier.py --quick         # smoke run, a few minutes (results/frontier-quick)
 
-Every method of :data:`METHODS` is one row: AR, EAGLE-2 exact, LANTERN delta, LANTERN++ lam on the static
-tree (R2), SJD, GSD at G in {3, 10, 25, 50}, Cool-SD at two strengths (and, as issue 15's rules land,
-traversal verification and the budgeted relaxation). In the ``ambiguous`` and ``confident`` worlds
-(``simulate.run`` through the sweep, 256-token sequences, seed 0): tokens per target forward and the
-exact TV per token (the sum of the exact TVs of the nodes that decided each token over the tokens emitted;
-SPEC 9.4 for the boosted rules). On the shipped model (the reference decoder, the same classes and
-uniforms in every row): tokens per target forward, FD with its bootstrap sd against the noise floor,
-class accuracy. Outputs under ``--out``: ``worlds.csv`` (sweep rows, resumable), ``shipped/``
-(per-image
-records, resumable), ``shipped.csv``, ``table.md``, ``verdicts.json`` and the figure ``frontier``.
+Every method of :func:`relaxspec.studies.frontier_methods.methods` is one row: AR, EAGLE-2 exact, LANTERN
+delta, LANTERN++ lam on the static tree (R2), SJD, GSD at G in {3, 10, 25, 50}, Cool-SD at two
+strengths, traversal verification and the budgeted relaxation (issue 15), and the 2026 frontier (issue
+29): SCD, SJD-PAC (+PD, +PD+AC), VVS, and the budgeted relaxation on SCD's and SJD-PAC's windows. In the
+worlds of :data:`WORLDS` (``simulate.run``, 256-token sequences, seed 0): tokens per target forward (a VVS
+skip step's tokens count with no forward) and the exact TV per token (the sum of the exact TVs of the
+nodes that decided each token over the tokens emitted; SPEC 9.4 for the boosted rules, the proved bound
+for ours); SJD and SCD also at every window of ``SCAN_WINDOWS``. On the shipped model (the reference
+decoder, the same classes and uniforms in every row): tokens per target forward, FD with its bootstrap sd
+against the noise floor, class accuracy. Outputs under ``--out``: ``worlds.csv`` (sweep rows, resumable),
+``skips.jsonl`` (the VVS runs, resumable: ``relaxspec.studies.advise``'s per-sequence totals, which
+count target forwards), ``shipped/`` (per-image records, resumable), ``table.md``, ``verdicts.json`` and
+the figure ``frontier``.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from relaxspec.results import config_key, read_results
-from relaxspec.studies.optimality import (
-    fmt_tv,
-    optimality_table,
-    trace_optimality_rows,
-    world_optimality_row,
+from relaxspec.studies.frontier_claims import budget_claims, claims_2026, verdicts
+from relaxspec.studies.frontier_methods import Method, methods, neighbour_k, scan_methods
+from relaxspec.studies.frontier_shipped import (
+    SHIPPED_MODELS,
+    shipped_configs,
+    shipped_methods,
+    shipped_optimality_rows,
+    shipped_rows,
+    shipped_table,
 )
+from relaxspec.studies.optimality import fmt_tv, optimality_table, world_optimality_row
 from relaxspec.studies.study_options import study_parser, study_setup
 from relaxspec.sweep import SweepConfig, jobs, run_sweep
-from relaxspec.theory.boost import Boost
-from relaxspec.theory.coupled import Coupling
-from relaxspec.theory.verification import Verification
 
-WORLDS = ["ambiguous", "confident"]
-WINDOW = 15  # SJD's window: 16 positions per forward, 15 drafts (docs/frontier_sources.md)
-EAGLE2 = "eagle2:10,4,58"
-STATIC = "static:naive_extend_57"
-WORLD_K, SHIPPED_K = 1000, 50  # proximity-set sizes: ~6% of V = 16384; ~10% of the shipped model's 512
+WORLDS = ["ambiguous", "confident", "mini-ambiguous-grid"]
+"""The synthetic worlds: the two presets of SPEC 6 (every prefix change redraws every later state), and
+the world fitted to the shipped ambiguous model's context sensitivity on its token grid (SPEC 11), where
+a kept or coupled Jacobi draft can survive a rejection before it."""
+SKIPS = "skips.jsonl"
 # --quick, a smoke run of every method in a few minutes on 2 cores (BENCHMARKS.md): the worlds at
 # study_options.QUICK_WORLD's V, this many shipped images per method, and the shipped optimality row over
-# the first QUICK_TRACE_NODES tree nodes of one image (each node's optimum costs about 0.3 s).
-QUICK_SHIPPED_IMAGES, QUICK_TRACE_IMAGES, QUICK_TRACE_NODES = 3, 1, 24
+# the first QUICK_TRACE_NODES tree nodes of one image (each node's optimum costs about 0.3 s:
+# frontier_shipped).
+QUICK_SHIPPED_IMAGES = 3
 
 
-@dataclass(frozen=True)
-class Method:
-    """One row of the comparison: a label, its family (the figure's style key), tree spec and
-    verification spec (``{k}``, the proximity-set size, is filled per setting)."""
+def skips_verification(method: Method) -> bool:
+    """Whether a method's steps may skip the target forward (VVS): its tokens per forward are not its
+    tokens per step, so it runs outside the sweep's CSV (:func:`world_rows`)."""
+    from relaxspec.core.trees.spec import tree_kind
 
-    label: str
-    family: str
-    tree: str
-    verification: str = "r1"
-    lossy: bool = False
-    shipped_only: bool = False  # a setting the worlds cannot vary (GSD's embedding: a world has one)
-
-    def verification_for(self, k: int) -> Verification:
-        """The verification at proximity-set size ``k``."""
-        return Verification.parse(self.verification.format(k=k))
+    return tree_kind(method.tree) == "vvs"
 
 
-def methods(every: bool = False) -> list[Method]:
-    """The comparison's rows, in table order; ``every``: also :func:`later_methods` (what ``relaxspec
-    advise`` ranks: every method and setting the suite implements)."""
-    rows = [
-        Method("AR", "ar", "ar"),
-        Method("exact EAGLE-2", "eagle2", EAGLE2),
-        *[Method(f"LANTERN δ={d}", "lantern", EAGLE2, f"r1+lantern:k={{k}},delta={d}", lossy=True)
-          for d in (0.1, 0.2)],
-        *[Method(f"LANTERN++ λ={lam}", "lantern++", STATIC, f"r2+lantern++:k={{k}},lam={lam}", lossy=True)
-          for lam in (2, 5)],
-        Method("exact static tree (R2)", "naive_extend_57", STATIC, "r2"),
-        Method("SJD", "jacobi", f"jacobi:{WINDOW}", "r2"),
-        *[Method(f"GSD G={G}", "gsd", f"jacobi:{WINDOW}", f"r2+gsd:G={G},tau=0.15,dist=0.5", lossy=True)
-          for G in (3, 10, 25, 50)],
-        Method("GSD G=10, VQ codebook", "gsd", f"jacobi:{WINDOW}",
-               "r2+gsd:G=10,tau=0.15,dist=0.5,embedding=codebook", lossy=True, shipped_only=True),
-        *[Method(f"Cool-SD δ={d:g}", "cool-sd", STATIC, f"r2+{Boost.cool(d)}", lossy=True)
-          for d in COOL_DELTAS],
-        # issue 15: traversal verification and the budgeted relaxation (a proved TV bound per node)
-        Method("R4 exact (static tree)", "r4", STATIC, "r4"),
-        Method("SJD + R4", "r4-jacobi", f"jacobi:{WINDOW}", "r4"),
-        *[Method(f"R2 + budget δ={d:g}", "budget", STATIC, f"r2+budget:tv={d:g},k={{k}}", lossy=True)
-          for d in BUDGETS],
-        *[Method(f"R4 + budget δ={d:g}", "budget-r4", STATIC, f"r4+budget:tv={d:g},k={{k}}", lossy=True)
-          for d in BUDGETS],
-        *[Method(f"SJD + R4 + budget δ={d:g}", "budget-jacobi", f"jacobi:{WINDOW}",
-                 f"r4+budget:tv={d:g},k={{k}}",
-                 lossy=True) for d in BUDGETS],
-    ]
-    return rows + later_methods() if every else rows
+def world_methods() -> list[Method]:
+    """What the worlds run: every method but AR and the shipped-only settings, and the window scan."""
+    rows = [m for m in methods() if m.tree != "ar" and not m.shipped_only]
+    return rows + [m for m in scan_methods() if (m.tree, m.verification) not in {(r.tree, r.verification)
+                                                                                 for r in rows}]
 
 
-DDD = "ddd:10,11,5/7/9,-0.3,60"
-SEQUOIA = "sequoia:57,8"
-VVS_TREE = "10,4,58"  # VVS skips verification of EAGLE-2's trees (EAGLE2's settings)
+def world_k(world: str, overrides: dict) -> int:
+    """The proximity-set size in ``world``: :func:`~relaxspec.studies.frontier_methods.neighbour_k` at the
+    V it runs at."""
+    return neighbour_k(world_vocab(overrides)[world])
 
 
-def later_methods() -> list[Method]:
-    """The methods the frontier study leaves out (its figure and claims predate them) and ``relaxspec
-    advise`` ranks too: LANTERN++ on EAGLE-2 (R1), DDD and Sequoia trees, SCD's coupled and SJD-PAC's
-    windows (SPEC 10.1-10.2) and VVS's skipped verification (SPEC 10.3), a small grid of settings each."""
-    return [
-        *[Method(f"LANTERN++ λ={lam} (R1, EAGLE-2)", "lantern++-r1", EAGLE2,
-                 f"r1+lantern++:k={{k}},lam={lam}", lossy=True) for lam in (2, 5)],
-        Method("exact DDD", "ddd", DDD),
-        Method("DDD + LANTERN δ=0.2", "ddd", DDD, "r1+lantern:k={k},delta=0.2", lossy=True),
-        Method("exact Sequoia", "sequoia", SEQUOIA),
-        Method("Sequoia + LANTERN δ=0.2", "sequoia", SEQUOIA, "r1+lantern:k={k},delta=0.2", lossy=True),
-        *[Method(f"SCD, {c} coupling", "scd", f"jacobi:{WINDOW},coupled={c}", "r2", lossy=not c.is_lossless)
-          for c in (Coupling.PRINCIPLED, Coupling.GUMBEL, Coupling.OFFICIAL)],
-        Method("SJD-PAC", "pac", f"pac:{WINDOW}", "r2"),
-        Method("SJD-PAC, width 2", "pac", f"pac:{WINDOW},width=2", "r2"),
-        Method("SJD-PAC, official siblings", "pac", f"pac:{WINDOW},siblings=official", "r2", lossy=True),
-        *[Method(f"VVS, verify every {i}", "vvs", f"vvs:{VVS_TREE},uniform={i}", lossy=True) for i in (2, 3)],
-        Method("VVS, dynamic", "vvs", f"vvs:{VVS_TREE},dynamic", lossy=True),
-        Method("VVS + LANTERN δ=0.1, dynamic", "vvs", f"vvs:{VVS_TREE},dynamic",
-               "r1+lantern:k={k},delta=0.1", lossy=True),
-    ]
-
-
-# issue 15's anchors: SJD, GSD, Cool-SD, LANTERN++
-ANCHOR_FAMILIES = ("jacobi", "gsd", "cool-sd", "lantern++")
-# traversal verification and the budgeted relaxation: a proved TV bound
-OUR_FAMILIES = ("r4", "r4-jacobi", "budget", "budget-r4", "budget-jacobi")
-GOAL = 0.15
-BUDGETS = (0.05, 0.1, 0.2)  # per-node TV budgets of the budgeted relaxation
-
-
-COOL_DELTAS = (1.1, 2.0)  # Cool-SD's two published strengths (docs/frontier_sources.md)
-
-
-# ---------------------------------------------------------------- synthetic worlds
 def world_rows(out: Path, n_sequences: int, seq_len: int, overrides: dict) -> list[dict]:
-    """Run (resuming) every method in every world; returns the rows of ``out/worlds.csv`` this run wants."""
+    """Run (resuming) every method of :func:`world_methods` in every world; returns one record per run
+    (``world``, ``tree``, ``verification``, ``tokens`` per target forward, its ``se``, ``tv`` per token)."""
     path, keys = out / "worlds.csv", set()
-    for m in tqdm([m for m in methods() if m.tree != "ar" and not m.shipped_only], desc="world methods",
-                  unit="method"):
-        d = {"worlds": WORLDS, "trees": [m.tree], "verifications": [str(m.verification_for(WORLD_K))],
-             "n_sequences": n_sequences, "seq_len": seq_len, "seed": 0, "threads": 1,
-             **({"world_overrides": overrides} if overrides else {})}
-        cfg = SweepConfig.from_dict(d, source="frontier")
-        keys |= {config_key(j.row_config(cfg)) for j in jobs(cfg)}
-        run_sweep(cfg, path, progress=False)
-    return [r for r in read_results(path) if config_key(r) in keys]
+    wanted = world_methods()
+    for m in tqdm([m for m in wanted if not skips_verification(m)], desc="world methods", unit="method"):
+        for w in WORLDS:
+            v = m.verification_for(world_k(w, overrides))
+            d = {"worlds": [w], "trees": [m.tree], "verifications": [str(v)], "n_sequences": n_sequences,
+                 "seq_len": seq_len, "seed": 0, "threads": 1,
+                 **({"world_overrides": overrides} if overrides else {})}
+            cfg = SweepConfig.from_dict(d, source="frontier")
+            keys |= {config_key(j.row_config(cfg)) for j in jobs(cfg)}
+            run_sweep(cfg, path, progress=False)
+    rows = [_sweep_record(r) for r in read_results(path) if config_key(r) in keys]
+    return rows + _skip_records(out, [m for m in wanted if skips_verification(m)], n_sequences, seq_len,
+                                overrides)
 
 
-def world_vocab(overrides: dict) -> int:
-    """The vocabulary size V the worlds run at: the overrides' (``--quick``), else the presets' (one V)."""
+def read_world_rows(out: Path, n_sequences: int, seq_len: int, overrides: dict) -> list[dict]:
+    """The records :func:`world_rows` would return, from what ``out`` holds (nothing is run)."""
+    done = read_results(out / "worlds.csv") if (out / "worlds.csv").exists() else []
+    rows = [_sweep_record(r) for r in done if r["n_sequences"] == n_sequences and r["seq_len"] == seq_len]
+    return rows + _skip_records(out, [m for m in world_methods() if skips_verification(m)], n_sequences,
+                                seq_len, overrides, run=False)
+
+
+def _sweep_record(r: dict) -> dict:
+    """A sweep row as a record (a step is one target forward there)."""
+    return {"world": r["world"], "tree": r["tree"], "verification": r["verification"],
+            "tokens": r["mean_tokens_per_step"], "se": r["se_tokens_per_step"], "tv": r["tv_bound_per_token"]}
+
+
+def _skip_records(out: Path, wanted: list[Method], n_sequences: int, seq_len: int, overrides: dict,
+                  run: bool = True) -> list[dict]:
+    """The VVS runs (resuming from ``out/skips.jsonl``): tokens per target forward from the per-sequence
+    totals ``relaxspec.studies.advise`` keeps (:class:`~relaxspec.studies.advise.Run`)."""
+    from relaxspec.core.trees.spec import parse_tree
+    from relaxspec.results_lock import ResultsLock, append_line
+    from relaxspec.simulate.engine import run as simulate
+    from relaxspec.simulate.worlds import LatentWorld
+    from relaxspec.studies.advise import from_result, ratio, ratio_se, read_runs, run_key, tv_kind
+
+    path, records = out / SKIPS, []
+    with ResultsLock(path):
+        done = read_runs(path)
+        for w in WORLDS:
+            world = None
+            for m in wanted:
+                v = m.verification_for(world_k(w, overrides))
+                key = run_key(w, overrides, m, str(v), n_sequences, seq_len, 0)
+                if key not in done and run:
+                    if world is None:
+                        world = LatentWorld.preset(w, **overrides)
+                        world.neighbours(world_k(w, overrides))
+                    res = simulate(world, parse_tree(m.tree), v, n_sequences=n_sequences, seq_len=seq_len,
+                                   seed=0, threads=1)
+                    done[key] = from_result(m, res, tv_kind(m, "vvs", v))
+                    append_line(path, json.dumps(done[key].as_dict(key)) + "\n")
+                if key in done:
+                    r = done[key]
+                    records.append({"world": w, "tree": m.tree, "verification": str(v),
+                                    "tokens": ratio(r.tokens, r.forwards),
+                                    "se": ratio_se(r.tokens, r.forwards), "tv": ratio(r.tv, r.tokens)})
+    return records
+
+
+def world_vocab(overrides: dict) -> dict[str, int]:
+    """The vocabulary size V each world runs at: the overrides' (``--quick``), else its preset's."""
     from relaxspec.simulate.worlds import PRESETS
 
-    sizes = {int(overrides.get("vocab_size", PRESETS[w].vocab_size)) for w in WORLDS}
-    if len(sizes) != 1:
-        raise ValueError(f"the worlds {WORLDS} run at different vocabulary sizes {sorted(sizes)}")
-    return sizes.pop()
+    return {w: int(overrides.get("vocab_size", PRESETS[w].vocab_size)) for w in WORLDS}
 
 
-def world_table(rows: list[dict]) -> list[dict]:
-    """One record per (world, method): tokens per forward (± se) and TV per token."""
+def _vocab_note(vocab: dict[str, int]) -> str:
+    sizes = sorted(set(vocab.values()), key=lambda V: -list(vocab.values()).count(V))
+    if len(sizes) == 1:
+        return f"V = {sizes[0]}"
+    return f"V = {sizes[0]}; " + "; ".join(f"{w}: V = {V}" for w, V in vocab.items() if V != sizes[0])
+
+
+def world_table(rows: list[dict], overrides: dict, method_list: list[Method] | None = None) -> list[dict]:
+    """One record per (world, method) of ``method_list`` (default :func:`methods`), in table order:
+    setting, method, family, tokens per forward (± se) and TV per token; the worlds ran with ``overrides``
+    (their V sets the proximity-set size, :func:`world_k`)."""
     out = []
     for w in WORLDS:
-        out.append({"setting": w, "method": "AR", "family": "ar", "tokens": 1.0, "se": 0.0, "tv": 0.0})
-        for m in methods()[1:]:
+        for m in methods() if method_list is None else method_list:
             if m.shipped_only:
                 continue
+            if m.tree == "ar":
+                out.append({"setting": w, "method": "AR", "family": "ar", "lossy": False, "tokens": 1.0,
+                            "se": 0.0, "tv": 0.0})
+                continue
             hit = [r for r in rows if r["world"] == w and r["tree"] == m.tree
-                   and r["verification"] == str(m.verification_for(WORLD_K))]
+                   and r["verification"] == str(m.verification_for(world_k(w, overrides)))]
             if hit:
                 r = hit[-1]
-                out.append({"setting": w, "method": m.label, "family": m.family,
-                            "tokens": r["mean_tokens_per_step"], "se": r["se_tokens_per_step"],
-                            "tv": r["tv_bound_per_token"]})
+                out.append({"setting": w, "method": m.label, "family": m.family, "lossy": m.lossy,
+                            "tokens": r["tokens"], "se": r["se"], "tv": r["tv"]})
     return out
+
+
+def scan_table(rows: list[dict], overrides: dict) -> list[dict]:
+    """:func:`world_table` of the window-length scan (:func:`scan_methods`)."""
+    return world_table(rows, overrides, scan_methods())
 
 
 def optimality_rows(overrides: dict, n_sequences: int, seq_len: int, drafts: int = 4,
@@ -187,191 +190,33 @@ def optimality_rows(overrides: dict, n_sequences: int, seq_len: int, drafts: int
     return [world_optimality_row(w, overrides, n_sequences, seq_len, drafts, group) for w in WORLDS]
 
 
-# ---------------------------------------------------------------- the shipped model
-def shipped_configs() -> list:
-    """The methods as the mini model's decoding configurations (EAGLE head as the drafter)."""
-    from relaxspec.mini.decoding import DecodeConfig
-
-    return [DecodeConfig(m.label) if m.tree == "ar" else
-            DecodeConfig(m.label, tree=m.tree, verification=m.verification_for(SHIPPED_K))
-            for m in methods()]
-
-
-def shipped_rows(out: Path, n_images: int, generate: bool = True) -> tuple[list[dict], dict]:
-    """Generate (resuming) ``n_images`` per method on the shipped model; score each; the noise floor.
-    ``generate=False`` scores the images already generated (methods with fewer than 2 are left out)."""
-    import torch
-
-    from relaxspec.mini.fashion_mnist import load_sample
-    from relaxspec.mini.quality import (
-        generate_config,
-        noise_floor,
-        read_records,
-        real_halves,
-        slug,
-        summarise,
-    )
-    from relaxspec.mini.shipped import load_mini
-
-    torch.set_num_threads(1)
-    mini = load_mini()
-    rows = []
-    for c, m in zip(tqdm(shipped_configs(), desc="shipped methods", unit="method"), methods(), strict=True):
-        if generate:
-            records = generate_config(mini, c, n_images, out, progress=False)
-        else:
-            records = sorted(read_records(out / slug(c.name) / "images.jsonl"), key=lambda r: r["index"])
-            records = [r for i, r in enumerate(records[:n_images]) if r["index"] == i]
-            if len(records) < 2:
-                continue
-        row = summarise(mini, c, records)
-        row.update({"setting": "shipped", "method": m.label, "family": m.family})
-        rows.append(row)
-    images, labels = load_sample()
-    halves = real_halves(images, labels, min(max(n_images, 20), len(labels) // 2))
-    floor = noise_floor(mini, (halves[0][0], halves[1][0]), out)
-    return rows, floor
-
-
-# ---------------------------------------------------------------- verdicts, table, figure
-def _by(rows: list[dict], setting: str) -> dict[str, dict]:
-    return {r["method"]: r for r in rows if r["setting"] == setting}
-
-
-def verdicts(world: list[dict], shipped: list[dict], floor: float | None) -> list[str]:
-    """The issue's claims, each checked on every setting with numbers."""
-    lines = []
-    settings = [(w, _by(world, w), "tokens") for w in WORLDS]
-    if shipped:
-        settings.append(("shipped", {r["method"]: {**r, "tokens": r["tokens_per_step"]} for r in shipped},
-                         "tokens"))
-    for name, rows, col in settings:
-        if not {"SJD", "AR"} <= rows.keys():
-            continue
-        gsd = max((r for k, r in rows.items() if k.startswith("GSD")), key=lambda r: r[col], default=None)
-        sjd, ar = rows["SJD"][col], rows["AR"][col]
-        if gsd is not None:
-            holds = gsd[col] > sjd > ar
-            lines.append(f"- {name}: GSD > SJD > AR in tokens per forward: "
-                         f"**{'holds' if holds else 'fails'}** "
-                         f"(best GSD {gsd[col]:.3f}, SJD {sjd:.3f}, AR {ar:.3f}).")
-    if shipped and floor is not None:
-        rows = _by(shipped, "shipped")
-        for cs in (r for k, r in rows.items() if k.startswith("Cool-SD")):
-            peers = [r for k, r in rows.items()
-                     if k.startswith("LANTERN++") and abs(r["fd"] - cs["fd"]) <= floor]
-            if not peers:
-                lines.append(f"- shipped: {cs['method']} (FD {cs['fd']:.2f}) has no LANTERN++ row within the "
-                             f"noise floor {floor:.2f} of its FD: no comparison at equal FD.")
-                continue
-            best = max(peers, key=lambda r: r["tokens_per_step"])
-            holds = cs["tokens_per_step"] > best["tokens_per_step"]
-            lines.append(f"- shipped: {cs['method']} > LANTERN++ at equal FD (within {floor:.2f}): "
-                         f"**{'holds' if holds else 'fails'}** ({cs['tokens_per_step']:.3f} vs "
-                         f"{best['method']} {best['tokens_per_step']:.3f} tokens per forward; FD "
-                         f"{cs['fd']:.2f} vs {best['fd']:.2f}).")
-    return lines
-
-
-def budget_claims(world: list[dict], shipped: list[dict], floor: float | None) -> list[str]:
-    """Issue 15's goal: the best configuration with a proved per-node TV bound (traversal R4, the budgeted
-    relaxation) against the best anchor (SJD, GSD, Cool-SD, LANTERN++), within the anchor's TV per token
-    (worlds; LANTERN++'s relaxed R2 has no computable TV at V = 16384, so it is compared at any budget and
-    said so) and at equal or better FD within the noise floor (shipped)."""
-    lines = []
-
-    def verdict(gain: float) -> str:
-        return f"{100 * gain:+.1f}% (goal +15%: **{'met' if gain >= GOAL else 'not met'}**)"
-
-    for w in WORLDS:
-        rows = [r for r in world if r["setting"] == w]
-        anchors = [r for r in rows if r["family"] in ANCHOR_FAMILIES]
-        mine = [r for r in rows if r["family"] in OUR_FAMILIES]
-        if not anchors or not mine:
-            continue
-        bounded = [r for r in anchors if np.isfinite(r["tv"])]
-        if bounded:
-            a = max(bounded, key=lambda r: r["tokens"])
-            within = [r for r in mine if r["tv"] <= a["tv"] + 1e-12]
-            if within:
-                o = max(within, key=lambda r: r["tokens"])
-                lines.append(f"- {w}: at TV per token <= {a['tv']:.4f} (the best anchor with a known TV, "
-                             f"{a['method']}, {a['tokens']:.3f} tokens per forward): {o['method']} "
-                             f"{o['tokens']:.3f} (TV {o['tv']:.4f}): "
-                             f"{verdict(o['tokens'] / a['tokens'] - 1)}.")
-            else:
-                lines.append(f"- {w}: no configuration of ours within {a['method']}'s TV per token "
-                             f"{a['tv']:.4f}.")
-        unbounded = [r for r in anchors if not np.isfinite(r["tv"])]
-        if unbounded:
-            a, o = max(unbounded, key=lambda r: r["tokens"]), max(mine, key=lambda r: r["tokens"])
-            lines.append(f"- {w}: against {a['method']} ({a['tokens']:.3f}; its TV is not computable, so at "
-                         f"no equal budget): our best {o['method']} {o['tokens']:.3f} (TV {o['tv']:.4f}): "
-                         f"{100 * (o['tokens'] / a['tokens'] - 1):+.1f}%.")
-    if shipped and floor is not None:
-        anchors = [r for r in shipped if r["family"] in ANCHOR_FAMILIES]
-        if anchors:
-            a = max(anchors, key=lambda r: r["tokens_per_step"])
-            mine = [r for r in shipped if r["family"] in OUR_FAMILIES and r["fd"] <= a["fd"] + floor]
-            if mine:
-                o = max(mine, key=lambda r: r["tokens_per_step"])
-                lines.append(f"- shipped: at FD <= {a['fd']:.2f} + {floor:.2f} (the best anchor, "
-                             f"{a['method']}, "
-                             f"{a['tokens_per_step']:.3f} tokens per forward, plus the noise floor): "
-                             f"{o['method']} {o['tokens_per_step']:.3f} (FD {o['fd']:.2f}): "
-                             f"{verdict(o['tokens_per_step'] / a['tokens_per_step'] - 1)}.")
-            else:
-                lines.append(f"- shipped: no configuration of ours within the noise floor of "
-                             f"{a['method']}'s FD.")
-    return lines
-
-
-SHIPPED_TRACE_IMAGES = 10  # images whose every tree node enters the shipped model's optimality row
-
-
-def shipped_optimality_rows(out: Path, quick: bool = False) -> list[dict]:
-    """:func:`trace_optimality_rows` on the shipped model: a trace (resumable, ``OUT/<config>.trace``) of
-    the exact static tree (R2) over :data:`SHIPPED_TRACE_IMAGES` images, GSD on the target's token
-    embedding. Returns one row per number of children, setting ``shipped``."""
-    import torch
-
-    from relaxspec.mini.shipped import load_mini
-    from relaxspec.mini.validation import capture
-    from relaxspec.reference.decode import gsd_embedding
-
-    torch.set_num_threads(1)
-    mini = load_mini()
-    config = next(c for c, m in zip(shipped_configs(), methods(), strict=True)
-                  if m.label == "exact static tree (R2)")
-    path = capture(mini, config, QUICK_TRACE_IMAGES if quick else SHIPPED_TRACE_IMAGES, out, progress=False)
-    return trace_optimality_rows(path, "shipped", emb=gsd_embedding("token", mini.target),
-                                 max_nodes=QUICK_TRACE_NODES if quick else None)
-
-
-def table(world: list[dict], shipped: list[dict], n_images: int, floor: dict | None, vocab_size: int
-          ) -> list[str]:
-    """The report's tables; ``vocab_size``: the V the worlds ran at (:func:`world_vocab`)."""
-    lines = [f"### Synthetic worlds (V = {vocab_size})", "",
+# ---------------------------------------------------------------- table, figure
+def table(world: list[dict], shipped: list[dict], n_images: int, floors: dict[str, dict] | None,
+          vocab: dict[str, int] | int, scan: list[dict] | None = None) -> list[str]:
+    """The report's tables; ``vocab``: the V the worlds ran at (:func:`world_vocab`; one V for all);
+    ``scan``: the window-length scan's rows (:func:`scan_table`); ``floors``: each shipped model's noise
+    floor (``mini.quality.noise_floor``'s record)."""
+    vocab = vocab if isinstance(vocab, dict) else dict.fromkeys(WORLDS, int(vocab))
+    lines = [f"### Synthetic worlds ({_vocab_note(vocab)})", "",
              "| world | method | tokens per target forward | exact TV per token |", "|---|---|---|---|"]
     for r in world:
         lines.append(f"| {r['setting']} | {r['method']} | {r['tokens']:.3f} ± {r['se']:.3f} | "
                      f"{fmt_tv(r['tv'])} |")
-    if shipped:
-        counts = sorted({r["n_images"] for r in shipped})
-        count = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-        lines += ["", f"### Shipped model ({count} images per row, the same classes and uniforms)", "",
-                  "| method | tokens per target forward | TV bound per image | FD ± bootstrap sd | "
-                  "class accuracy |",
-                  "|---|---|---|---|---|"]
-        for r in shipped:
-            lines.append(f"| {r['method']} | {r['tokens_per_step']:.3f} | "
-                         f"{fmt_tv(r['tv_bound_per_sequence'])} | "
-                         f"{r['fd']:.2f} ± {r['fd_bootstrap_sd']:.2f} | {r['class_accuracy']:.3f} |")
-        if floor:
-            pairs = ", ".join(f"{k}: {v:.2f}" for k, v in floor["fd_between"].items())
-            lines += ["", f"Noise floor (FD between sets of one distribution, {floor['n_images']} images): "
-                          f"{pairs}."]
-    return lines
+    if scan:
+        Ls = list(dict.fromkeys(r["method"].split("L=")[1] for r in scan))
+        lines += ["", "### Window length: SJD against SCD (tokens per target forward)", "",
+                  "| world | method | " + " | ".join(f"L = {L}" for L in Ls) + " |",
+                  "|---|---|" + "---|" * len(Ls)]
+        for w in dict.fromkeys(r["setting"] for r in scan):
+            for name in ("SJD", "SCD"):
+                by = {r["method"]: r for r in scan if r["setting"] == w}
+                cells = [_fmt_tokens(by.get(f"{name} L={L}")) for L in Ls]
+                lines.append(f"| {w} | {name} | " + " | ".join(cells) + " |")
+    return lines + shipped_table(shipped, floors or {})
+
+
+def _fmt_tokens(r: dict | None) -> str:
+    return "" if r is None else f"{r['tokens']:.3f} ± {r['se']:.3f}"
 
 
 def figure(world: list[dict], shipped: list[dict], out: Path, name: str = "frontier") -> list[Path]:
@@ -379,13 +224,13 @@ def figure(world: list[dict], shipped: list[dict], out: Path, name: str = "front
     from relaxspec.figstyle import figure_legend, method_style, panel_label, pyplot, save, subplots
 
     plt = pyplot(headless=True)
-    n = len(WORLDS) + bool(shipped)
+    models = list(dict.fromkeys(r["setting"] for r in shipped))
+    n = len(WORLDS) + len(models)
     fig, axes = subplots(1, n, width="full", height=2.3)
     xlabel = "TV per token (exact; ours: proved bound)"
     panels = [(w, [r for r in world if r["setting"] == w], "tv", xlabel) for w in WORLDS]
-    if shipped:
-        panels.append(("shipped model", [{**r, "tokens": r["tokens_per_step"]} for r in shipped], "fd",
-                       "FD (Fashion-MNIST features)"))
+    panels += [(m.replace("shipped", "shipped model"), [r for r in shipped if r["setting"] == m], "fd",
+                "FD (Fashion-MNIST features)") for m in models]
     for i, (ax, (title, rows, xcol, xlabel)) in enumerate(zip(np.atleast_1d(axes), panels, strict=True)):
         for fam in dict.fromkeys(r["family"] for r in rows):
             pts = sorted((r for r in rows if r["family"] == fam and np.isfinite(r[xcol])),
@@ -398,12 +243,24 @@ def figure(world: list[dict], shipped: list[dict], out: Path, name: str = "front
         ax.set_xlabel(xlabel)
         ax.set_ylabel("tokens per target forward")
         ax.set_title(title)
-        panel_label(ax, "abc"[i])
+        panel_label(ax, "abcdef"[i])
     fig.tight_layout()
     figure_legend(fig)
     paths = save(fig, out, name)
     plt.close(fig)
     return paths
+
+
+def _shipped_models(option: str | None, quick: bool) -> list[str]:
+    """The shipped models a run generates on (``--shipped-models``; default both, ``--quick`` the first)."""
+    if option is None:
+        return ["shipped"] if quick else list(SHIPPED_MODELS)
+    names = [n.strip() for n in option.split(",") if n.strip()]
+    for n in names:
+        if n not in SHIPPED_MODELS:
+            raise ValueError(f"--shipped-models: unknown model {n!r}; expected some of "
+                             f"{tuple(SHIPPED_MODELS)}")
+    return names
 
 
 def main(argv: list[str] | None = None) -> tuple[list[str], Path]:
@@ -414,19 +271,31 @@ def main(argv: list[str] | None = None) -> tuple[list[str], Path]:
                     help="generate no shipped image: score the images already generated")
     ap.add_argument("--skip-worlds", action="store_true",
                     help="run no world configuration (report the rows already in OUT/worlds.csv)")
+    ap.add_argument("--shipped-models", default=None,
+                    help=f"comma-separated shipped models of {tuple(SHIPPED_MODELS)} (default: both; "
+                         "--quick: shipped)")
+    ap.add_argument("--ambiguous-images", type=int, default=None,
+                    help="images per method on the shipped ambiguous model (default: --shipped-images; its "
+                         "decoding is 4-15x slower per image)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     overrides, out = study_setup(args, "frontier", shipped_images=QUICK_SHIPPED_IMAGES)
     if args.skip_worlds:
-        done = read_results(out / "worlds.csv") if (out / "worlds.csv").exists() else []
-        world = world_table([r for r in done if r["n_sequences"] == args.sequences
-                             and r["seq_len"] == args.seq_len])
+        rows = read_world_rows(out, args.sequences, args.seq_len, overrides)
     else:
-        world = world_table(world_rows(out, args.sequences, args.seq_len, overrides))
-    shipped, floor = ([], None) if args.skip_shipped else shipped_rows(out / "shipped", args.shipped_images,
-                                                                          not args.report_only)
-    fd_floor = max(floor["fd_between"].values()) if floor else None
-    claims = verdicts(world, shipped, fd_floor) + budget_claims(world, shipped, fd_floor)
+        rows = world_rows(out, args.sequences, args.seq_len, overrides)
+    world, scan = world_table(rows, overrides), scan_table(rows, overrides)
+    models = _shipped_models(args.shipped_models, args.quick)
+    shipped, floors = [], {}
+    for m in [] if args.skip_shipped else models:
+        n = args.shipped_images
+        if m == "shipped ambiguous" and args.ambiguous_images:
+            n = args.ambiguous_images
+        rows_m, floors[m] = shipped_rows(out, n, not args.report_only, m, with_2026=not args.quick)
+        shipped += rows_m
+    fd_floors = {m: max(f["fd_between"].values()) for m, f in floors.items() if f}
+    claims = (verdicts(world + shipped, fd_floors) + budget_claims(world + shipped, fd_floors)
+              + claims_2026(world + shipped, scan, fd_floors))
     opt_path = out / "optimality.json"
     if not opt_path.exists() and not args.skip_worlds:
         opt_path.write_text(json.dumps(optimality_rows(overrides, *((2, 16) if args.quick else (2, 32))),
@@ -435,7 +304,7 @@ def main(argv: list[str] | None = None) -> tuple[list[str], Path]:
     if not args.skip_shipped:
         opt_rows += shipped_optimality_rows(out / "shipped", args.quick)
     figure(world, shipped, out)
-    report = [*table(world, shipped, args.shipped_images, floor, world_vocab(overrides)), "",
+    report = [*table(world, shipped, args.shipped_images, floors, world_vocab(overrides), scan), "",
               "### Claims", "", *claims, "",
               "### Distance to the optimal multi-draft acceptance (SPEC 9.7)", "",
               *(optimality_table(opt_rows) if opt_rows else
@@ -443,5 +312,11 @@ def main(argv: list[str] | None = None) -> tuple[list[str], Path]:
               f"{args.sequences} sequences x {args.seq_len} tokens per world row; "
               f"{time.perf_counter() - t0:.0f} s."]
     (out / "table.md").write_text("\n".join(report) + "\n")
-    (out / "verdicts.json").write_text(json.dumps({"claims": claims, "noise_floor": fd_floor}, indent=1))
+    (out / "verdicts.json").write_text(json.dumps({"claims": claims, "noise_floor": fd_floors}, indent=1))
     return report, out
+
+
+__all__ = ["WORLDS", "Method", "budget_claims", "claims_2026", "figure", "main", "methods", "optimality_rows",
+           "optimality_table",
+           "read_world_rows", "scan_methods", "scan_table", "shipped_configs", "shipped_methods",
+           "shipped_rows", "table", "verdicts", "world_methods", "world_rows", "world_table", "world_vocab"]

@@ -11,6 +11,7 @@ import pytest
 from relaxspec.cli import main
 from relaxspec.core.cost import CostModel
 from relaxspec.studies.advise import (
+    TV_BOUND,
     TV_EXACT,
     TV_LOSSLESS,
     TV_MEASURED,
@@ -174,6 +175,7 @@ def test_cli_end_to_end_tiny_and_resumes(tmp_path, capsys) -> None:
     assert speedups == sorted(speedups, reverse=True)
     assert all(float(r["tv_per_token"]) <= 0.05 + 1e-12 for r in ranked)
     assert {r["tv_kind"] for r in rows if r["family"] == "vvs"} == {TV_MEASURED}
+    assert {r["tv_kind"] for r in rows if r["family"] == "vvs-bounded"} == {TV_BOUND}  # ours, 15.7
     assert all(r["within"] == "False" for r in rows if r["tv_kind"] == TV_UNKNOWN)
     assert next(r for r in rows if r["method"] == "AR")["speedup"] == "1.0"
     assert main(argv) == 0  # a rerun resumes: nothing simulated again

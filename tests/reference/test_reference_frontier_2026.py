@@ -307,9 +307,14 @@ def test_generate_records_and_replays_the_frontier(tmp_path, ckpts, capsys, tree
 
 @pytest.mark.parametrize("extra, message", [
     (["--tree", "pac:2", "--verification", "r4"],
-     "pac:2 is verified by the unboosted sampled-draft test (rule r2 with no relaxation or boost, as SCD and "
-     "SJD-PAC verify), got r4"),
-    (["--tree", "jacobi:2,coupled=official", "--verification", "r2+cool:omega=2"], "unboosted sampled-draft"),
+     "pac:2: a coupled or SJD-PAC window is verified by rule r2 (as SCD and SJD-PAC verify), exact or with "
+     "the budget (r2+budget:tv=..,k=..), got r4"),
+    (["--tree", "jacobi:2,coupled=official", "--verification", "r2+cool:omega=2"],
+     "exact or with the budget"),
+    (["--tree", "pac:2", "--verification", "r2+budget:tv=0.1,k=2"], "runs in the simulator"),
+    (["--tree", "jacobi:2,coupled=official", "--verification", "r2+budget:tv=0.1,k=2"],
+     "distributed as the law it is stored with"),
+    (["--tree", "vvs:2,2,3,uniform=2,tv=0.1"], "runs in the simulator only"),
     (["--tree", "vvs:2,2,3,uniform=2", "--verification", "r1+gsd:G=3"], "needs rule r2 or r4"),
     (["--tree", "vvs:2,2,3,uniform=1"], "I = 1 would skip two steps in a row"),
     (["--tree", "pac:2,width=9"], "pac's width must be an integer in [1, 8]"),

@@ -50,11 +50,16 @@ def _same(a, b) -> None:
     ("vvs:10,4,59,dynamic=0.70,alpha=0.9", "vvs:10,4,59,dynamic", SkipSchedule("dynamic")),
     ("vvs:10,4,59,dynamic=0.8,alpha=0.5", "vvs:10,4,59,dynamic=0.8,alpha=0.5",
      SkipSchedule("dynamic", similarity=0.8, alpha=0.5)),
-    ("vvs:10,4,59,dynamic,alpha=1", "vvs:10,4,59,dynamic,alpha=1", SkipSchedule("dynamic", alpha=1.0))])
+    ("vvs:10,4,59,dynamic,alpha=1", "vvs:10,4,59,dynamic,alpha=1", SkipSchedule("dynamic", alpha=1.0)),
+    ("vvs:10,4,59,uniform=2,tv=0.10", "vvs:10,4,59,uniform=2,tv=0.1",
+     SkipSchedule("uniform", interval=2, tv=0.1)),
+    ("vvs:10,4,59,dynamic=0.8,tv=0,alpha=0.5", "vvs:10,4,59,dynamic=0.8,alpha=0.5,tv=0",
+     SkipSchedule("dynamic", similarity=0.8, alpha=0.5, tv=0.0))])
 def test_vvs_specs_parse_back(spec: str, name: str, schedule: SkipSchedule) -> None:
     tree = parse_tree(spec)
     assert type(tree) is VvsTree and str(tree) == name and check_tree_spec(spec) == name
     assert tree.schedule == schedule and parse_tree(name) == tree and hash(parse_tree(name)) == hash(tree)
+    assert tree.schedule.bounded == ("tv=" in name)
     assert str(tree.eagle2) == "eagle2:10,4,59"
     assert repr(tree.eagle2.kernel_spec()) == repr(tree.kernel_spec())
     assert draft_source(tree) is DraftSource.RANKED and draft_source(name) is DraftSource.RANKED
@@ -69,7 +74,10 @@ def test_vvs_specs_parse_back(spec: str, name: str, schedule: SkipSchedule) -> N
     ("vvs:10,4,59,dynamic,alpha=0", r"alpha must be a number in \(0, 1\]"),
     ("vvs:10,4,59,dynamic,alpha=0.5,alpha=0.4", "given twice"),
     ("vvs:10,4,59,dynamic,s=0.5", "unknown setting"),
-    ("vvs:10,4,59,dynamic=nan", "decimal number"), ("vvs:10,0,1,uniform=2", "total_tokens M")])
+    ("vvs:10,4,59,dynamic=nan", "decimal number"), ("vvs:10,0,1,uniform=2", "total_tokens M"),
+    ("vvs:10,4,59,uniform=2,tv=1.5", r"tv must be a number in \[0, 1\]"),
+    ("vvs:10,4,59,dynamic,tv=0.1,tv=0.2", "tv is given twice"),
+    ("vvs:10,4,59,uniform=2,tv", "unknown setting")])
 def test_bad_vvs_specs_are_named(spec: str, match: str) -> None:
     with pytest.raises(ValueError, match=match) as err:
         parse_tree(spec)
@@ -157,6 +165,44 @@ def test_skip_steps_token_tv_is_theory_vvs() -> None:
             assert abs(res.expected_tokens[rows[i]] - r.expected_tokens) < 1e-12
             checked += 1
     assert checked >= 4 and res.token_tv[res.target_forwards == 0].max() > 0.1
+
+
+# ------------------------------------------------------------------ bounded skips (ours)
+BOUNDED = "vvs:4,3,12,uniform=2,tv=0.3"
+
+
+@pytest.mark.parametrize("world", [STATIONARY, AMBIGUOUS], ids=["stationary", "latent"])
+def test_bounded_skips_take_the_oracles_decisions(world) -> None:
+    """The bound's decisions (``simulate.vvs_kernels.skip_max_tv`` against ``theory.vvs.SkipStepTV.max_tv``
+    in the oracle) are the same in both implementations: in the stationary world the bound refuses some
+    skips the schedule asks for and takes the others; in the ambiguous one it refuses them all."""
+    a = _run(world, BOUNDED, exact_expectations=True, n_sequences=4, seq_len=60)
+    _same(a, _run(world, BOUNDED, exact_expectations=True, n_sequences=4, seq_len=60, backend="numpy"))
+    free = _run(world, "vvs:4,3,12,uniform=2", n_sequences=4, seq_len=60)
+    skips, free_skips = int((a.target_forwards == 0).sum()), int((free.target_forwards == 0).sum())
+    assert (0 < skips < free_skips) if world is STATIONARY else (skips == 0 < free_skips)
+
+
+def test_bounded_skips_keep_every_token_within_the_bound() -> None:
+    """docs/theory.md 15.7: with exact verify steps every emitted token's exact TV is at most the bound, so
+    a run's measured TV per token is too; the unbounded schedule's skipped tokens exceed it on the same world
+    (0.19 per token: the test can fail), and a bound of 0 takes no skip on these sequences (each skip the
+    schedule asks for has a token with TV > 0): EAGLE-2's steps, bit for bit. In this world the stale row
+    is the target, so a skip of the bonus alone is exact (the bounded run's skips have TV 0 here)."""
+    tv = 0.15
+    res = _run(STATIONARY, f"vvs:4,3,12,uniform=2,tv={tv}", n_sequences=6, seq_len=80)
+    skip = res.target_forwards == 0
+    assert skip.sum() > 10 and np.all(res.token_tv[~skip] == 0.0)
+    assert np.all(res.token_tv[skip] <= tv * res.tokens[skip] + 1e-12)
+    assert res.tv_bound_per_token <= tv
+    free = _run(STATIONARY, "vvs:4,3,12,uniform=2", n_sequences=6, seq_len=80)
+    per_token = free.token_tv[free.target_forwards == 0] / free.tokens[free.target_forwards == 0]
+    assert per_token.max() > tv
+    none = _run(STATIONARY, "vvs:4,3,12,uniform=2,tv=0", n_sequences=2, seq_len=40)
+    plain = run(STATIONARY, Eagle2Tree(4, 3, 12), Verification("r1"), n_sequences=2, seq_len=40, seed=11)
+    assert np.all(none.target_forwards == 1)
+    for f in (*STEP_FIELDS, "token_tv"):
+        np.testing.assert_array_equal(getattr(none, f), getattr(plain, f), err_msg=f)
 
 
 # ------------------------------------------------------------------ refusals

@@ -154,6 +154,7 @@ def test_theory_vvs_skip_step_hand_case():
     assert abs(tv[(1,)] - 0.4) < 1e-15     # stale (0.6, 0.4) against (0.2, 0.8)
     assert abs(tv[(0, 1)] - 0.4) < 1e-15   # stale again, after (0, 1)
     assert abs(r.expected_tv - 0.95) < 1e-15 and abs(r.tv_per_token - 0.38) < 1e-15
+    assert r.max_tv == tv[(0,)]  # the worst token the step can emit: a bounded skip needs tv >= 0.9
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)

@@ -129,6 +129,11 @@ def test_draft_sources(v: Verification) -> None:
     assert v.source_problem(DraftSource.DRAWN) is None
     assert (v.source_problem(DraftSource.JACOBI) is None) == (sampled and v.relax.is_exact)
     assert (v.source_problem(DraftSource.AR) is None) == (v.boost.is_none and v.rule != "r4")
+    coupled = v.rule == "r2" and v.relax.is_exact and (v.boost.is_none or v.uses_budget)
+    assert (v.source_problem(DraftSource.COUPLED) is None) == coupled
+    assert (v.source_problem(DraftSource.COUPLED_OFFICIAL) is None) == (coupled and not v.uses_budget)
+    assert [s for s in DraftSource if s.is_window] == [DraftSource.JACOBI, DraftSource.COUPLED,
+                                                        DraftSource.COUPLED_OFFICIAL]
     for source in DraftSource:
         problem = v.source_problem(source)
         if problem is None:
