@@ -15,6 +15,8 @@ draws the same examples alone or in the whole suite, on one worker or two.
 import importlib
 import os
 import pkgutil
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -25,6 +27,12 @@ settings.register_profile("dev", deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 LAYERS = ("theory", "core", "simulate", "reference", "mini")
+
+# A few test modules share another folder's helpers (``from test_reference_decode import ...``): every
+# test folder is importable, so any test file also runs alone, not only when pytest has collected the file
+# it imports from first.
+sys.path[:0] = [str(d) for d in sorted(Path(__file__).parent.iterdir())
+                 if d.is_dir() and d.name != "__pycache__"]
 
 
 def local_module_names() -> list[str]:
