@@ -1,7 +1,9 @@
 """Fitting a world's context sensitivity kappa_1..kappa_M (SPEC 11) to a model's, and the whole fit.
 
 :func:`fit_kappa` chooses the knobs of SPEC 11's parameterisation, ``prefix_noise`` (the share of the
-transition noise keyed by the whole prefix: the level kappa keeps at long lags) and, on a grid,
+transition noise keyed by the whole prefix: the level kappa keeps at long lags), ``lag1_noise`` (the
+share keyed by the token before: kappa_1 above what rho's memory gives, kappa_2 a little through rho)
+and, on a grid,
 ``grid_above`` and ``grid_diagonal`` (the bumps at lags W and W +- 1), by Nelder-Mead on the squared
 error of kappa_1..kappa_M measured in the world (:func:`simulate.context.world_context_sensitivity`,
 its sequences keyed by one seed, so that the objective is a deterministic function of the knobs).
@@ -29,8 +31,10 @@ KAPPA_EVALS = 120  # Nelder-Mead's budget of kappa measurements
 
 
 def kappa_knobs(grid_width: int) -> tuple[str, ...]:
-    """The parameters :func:`fit_kappa` chooses: ``prefix_noise``, and the grid's weights on a grid."""
-    return ("prefix_noise", "grid_above", "grid_diagonal") if grid_width > 0 else ("prefix_noise",)
+    """The parameters :func:`fit_kappa` chooses: ``prefix_noise``, ``lag1_noise``, and the grid's weights
+    on a grid."""
+    noise = ("prefix_noise", "lag1_noise")
+    return noise + ("grid_above", "grid_diagonal") if grid_width > 0 else noise
 
 
 def world_kappa(params: LatentParams, n_lags: int, n_sequences: int = KAPPA_SEQUENCES,
@@ -52,22 +56,34 @@ def fit_kappa(goal: np.ndarray, params: LatentParams, n_sequences: int = KAPPA_S
 
     # unbounded coordinates (a bounded simplex collapses onto a bound): x[0] = logit of sqrt(prefix_noise),
     # the prefix-keyed share of the noise's std (kappa's far level moves with it about linearly; with the
-    # variance share it jumps from 0 within the first 1%), the grid's weights as logs
+    # variance share it jumps from 0 within the first 1%), x[1] = logit of sqrt(lag1_noise / (1 -
+    # prefix_noise)) (the shares add to at most 1), the grid's weights as logs
     def make(x: np.ndarray) -> LatentParams:
-        v = [(1.0 / (1.0 + np.exp(-x[0]))) ** 2] + [float(np.exp(a)) for a in x[1:]]
-        return replace(params, **{k: round(float(a), 4) for k, a in zip(knobs, v, strict=True)})
+        f = round(float(_sigmoid(x[0]) ** 2), 4)
+        g = np.floor((1.0 - f) * _sigmoid(x[1]) ** 2 * 1e4) / 1e4  # rounded down: f + g stays <= 1
+        v = [f, g] + [round(float(np.exp(a)), 4) for a in x[2:]]
+        return replace(params, **{k: float(a) for k, a in zip(knobs, v, strict=True)})
 
     def loss(x: np.ndarray) -> float:
         k = world_kappa(make(x), goal.size, n_sequences, seq_len, seed).kappa
         return float(((k - goal) ** 2).sum())
 
     share = float(np.clip(np.sqrt(min(params.prefix_noise, 0.1)), 0.01, 0.99))  # prefix-keyed: kappa is flat
-    x0 = np.array([np.log(share / (1 - share))] + [np.log(max(getattr(params, k), 0.05)) for k in knobs[1:]])
+    lag1 = float(np.clip(np.sqrt(params.lag1_noise / max(1.0 - params.prefix_noise, 1e-9)), 0.1, 0.99))
+    x0 = np.array([_logit(share), _logit(lag1)] + [np.log(max(getattr(params, k), 0.05)) for k in knobs[2:]])
     simplex = np.vstack([x0] + [x0 + np.eye(len(knobs))[i] for i in range(len(knobs))])
     best = minimize(loss, x0, method="Nelder-Mead",
                     options={"maxfev": max_evals, "xatol": 1e-2, "fatol": 1e-7, "initial_simplex": simplex})
     fitted = make(best.x)
     return fitted, world_kappa(fitted, goal.size, n_sequences, seq_len, seed)
+
+
+def _sigmoid(x: float) -> float:
+    return float(1.0 / (1.0 + np.exp(-x)))
+
+
+def _logit(p: float) -> float:
+    return float(np.log(p / (1.0 - p)))
 
 
 @dataclass(frozen=True)

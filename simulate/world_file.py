@@ -97,10 +97,17 @@ def world_params(name: str | Path) -> LatentParams:
                      f"file (a path ending in {WORLD_SUFFIX}, written by relaxspec fit)")
 
 
+LATER_FIELDS = {"lag1_noise": 0.0}
+"""Parameters added after world files existed, with the value that leaves a world as it was: left out
+of :func:`params_sha256` at that value, so a world written before them keeps its identity (a resumed
+sweep does not rerun it)."""
+
+
 def params_sha256(params: LatentParams) -> str:
-    """SHA-256 of the parameters (canonical JSON): a world file's identity in a sweep's rows (its
-    ``[fit]`` report and layout do not change it)."""
-    return hashlib.sha256(json.dumps(asdict(params), sort_keys=True).encode()).hexdigest()
+    """SHA-256 of the parameters (canonical JSON, :data:`LATER_FIELDS` at their neutral value left out): a
+    world file's identity in a sweep's rows (its ``[fit]`` report and layout do not change it)."""
+    table = {k: v for k, v in asdict(params).items() if LATER_FIELDS.get(k, object()) != v}
+    return hashlib.sha256(json.dumps(table, sort_keys=True).encode()).hexdigest()
 
 
 def _toml_value(v: Any) -> str:

@@ -11,7 +11,7 @@ p_stat, q_stat, T)``:
 - ``b`` / ``bq``: float32 target / draft per-token biases, already divided by the temperature,
   padded to a multiple of LANES tokens (:func:`pad_bias`);
 - ``fp``: float64 [beta/T, rho, sigma, beta_q/T, sigma_q, bmax, bqmax, beta_spread, drift, prefix_noise,
-  grid_width, grid_above, grid_diagonal, a_1..a_d]:
+  grid_width, grid_above, grid_diagonal, lag1_noise, a_1..a_d]:
   a state z's inverse temperatures are beta·exp(beta_spread <a, z>) (target) and
   beta_q·exp(beta_spread <a, z_q>) (drafter, on its own view z_q), a the unit difficulty axis;
   the drafter's view below a step's root (depth d >= 1) has noise sqrt(sigma_q^2 + drift^2);
@@ -31,7 +31,10 @@ States live in per-step buffers indexed like the tree builder's nodes:
 Context sensitivity (SPEC 11). In SPEC 6's world the transition noise is keyed by the whole prefix, so
 changing any earlier token redraws every later state. A world with ``prefix_noise`` f < 1 draws the
 noise as ``sqrt(f) xi_prefix + sqrt(1 - f) xi_position``, xi_position keyed by (sequence, position), so
-the token m back moves the state only through rho^m and the prefix-keyed part. A world with a grid of
+the token m back moves the state only through rho^m and the prefix-keyed part. A share ``lag1_noise`` g
+of the variance may be keyed by (sequence, position, the token before) instead: ``sqrt(f) xi_prefix +
+sqrt(g) xi_token + sqrt(1 - f - g) xi_position``, so the token just before a position moves its law more
+than rho alone lets it (kappa_1 up, longer lags through rho). A world with a grid of
 width W (``grid_width``) places token t at row t // W, column t % W, and adds to the transition into
 position t ``grid_above E_{x_{t-W}} + grid_diagonal (E_{x_{t-W-1}} + E_{x_{t-W+1}})`` (the tokens above,
 above-left and above-right, where the grid has them), so the token above matters as the token before
@@ -50,14 +53,15 @@ from numba import njit
 from relaxspec.simulate.rng import combine, normals
 
 F_BETA, F_RHO, F_SIGMA, F_BETA_Q, F_SIGMA_Q, F_BMAX, F_BQMAX, F_SPREAD, F_DRIFT = range(9)
-F_PREFIX, F_GRID_W, F_ABOVE, F_DIAG = range(9, 13)
-N_FPARAMS = 13  # then the d entries of the difficulty axis (latent worlds)
+F_PREFIX, F_GRID_W, F_ABOVE, F_DIAG, F_LAG1 = range(9, 14)
+N_FPARAMS = 14  # then the d entries of the difficulty axis (latent worlds)
 # a grid / position-keyed state after its d latent entries: [position, key low 32 bits, key high 32 bits,
 # token 1 back, ..., token W + 1 back]
 A_POS, A_KEY_LO, A_KEY_HI = range(3)
 STATE_AUX = 3
 NO_TOKEN = -1.0
 _POSITION_SALT = np.int64(0x9051)  # the position-keyed noise's stream, apart from the prefix-keyed one
+_LAG1_SALT = np.int64(0x1A61)  # the (position, token before)-keyed noise's stream
 _HALF = np.uint64(32)
 _LOW32 = np.uint64(0xFFFFFFFF)
 KIND_LATENT = 0
@@ -312,20 +316,29 @@ def position_key(noise_key, z, d):
 @njit(cache=True, error_model="numpy")
 def _grid_transition(ET, fp, noise_key, z, x, xi, z_out):
     """:func:`transition` of a grid / position-keyed state (module docstring): the noise ``xi`` keyed by
-    the prefix keeps variance share ``prefix_noise``, the rest is keyed by (sequence, position); the
+    the prefix keeps variance share ``prefix_noise``, (sequence, position, token before) ``lag1_noise``,
+    the rest is keyed by (sequence, position); the
     tokens above, above-left and above-right of the next position add their codes; the token memory
     shifts by one."""
     d = fp.shape[0] - N_FPARAMS
     base = d + STATE_AUX
     n_lags = z.shape[0] - base
     pos = int(z[d + A_POS]) + 1  # the position whose law the new state gives
-    f = fp[F_PREFIX]
+    f, g = fp[F_PREFIX], fp[F_LAG1]
     if f < 1.0:
         xp = np.empty(d)
-        normals(position_key(noise_key, z, d), xp)
-        a, b = math.sqrt(f), math.sqrt(1.0 - f)
-        for j in range(d):
-            xi[j] = a * xi[j] + b * xp[j]
+        key = position_key(noise_key, z, d)
+        normals(key, xp)
+        if g > 0.0:  # the share keyed by the token before too (x: the token the transition reads)
+            xl = np.empty(d)
+            normals(combine(combine(key, _LAG1_SALT), x), xl)
+            a, c, b = math.sqrt(f), math.sqrt(g), math.sqrt(max(1.0 - f - g, 0.0))
+            for j in range(d):
+                xi[j] = a * xi[j] + c * xl[j] + b * xp[j]
+        else:
+            a, b = math.sqrt(f), math.sqrt(1.0 - f)
+            for j in range(d):
+                xi[j] = a * xi[j] + b * xp[j]
     rho, sigma = fp[F_RHO], fp[F_SIGMA]
     for j in range(d):
         z_out[j] = rho * z[j] + (1.0 - rho) * ET[j, x] + sigma * xi[j]

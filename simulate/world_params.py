@@ -56,6 +56,10 @@ class LatentParams:
         state only through rho and this share (SPEC 11: with 1, every prefix change redraws every
         later state and the context sensitivity kappa_m stays high at every lag; lower, kappa_m decays
         with m).
+    lag1_noise : the share of the transition noise's variance keyed by (sequence, position, the token
+        before), in [0, 1 - prefix_noise]: changing the token just before a position redraws this share
+        of its noise, so kappa_1 rises while longer lags see the change only through rho (a model whose
+        law moves with the last token far more than with the one before it; SPEC 11). 0: none.
     grid_width : W, the width of the token grid (0: no grid): token t sits at row t // W, column t % W.
     grid_above, grid_diagonal : weights of the codes of the tokens above (W back) and above-left /
         above-right (W + 1 and W - 1 back, where the grid has them) in the transition into a position,
@@ -82,6 +86,7 @@ class LatentParams:
     beta_spread: float = 0.0
     draft_drift: float = 0.0
     prefix_noise: float = 1.0
+    lag1_noise: float = 0.0
     grid_width: int = 0
     grid_above: float = 0.0
     grid_diagonal: float = 0.0
@@ -108,6 +113,9 @@ class LatentParams:
             raise ValueError(f"rho must be in [0, 1], got {self.rho!r}")
         if not (np.isfinite(self.prefix_noise) and 0.0 <= self.prefix_noise <= 1.0):
             raise ValueError(f"prefix_noise must be in [0, 1], got {self.prefix_noise!r}")
+        if not (np.isfinite(self.lag1_noise) and 0.0 <= self.lag1_noise <= 1.0 - self.prefix_noise + 1e-12):
+            raise ValueError(f"lag1_noise must be in [0, 1 - prefix_noise] (shares of one variance), got "
+                             f"{self.lag1_noise!r} with prefix_noise {self.prefix_noise!r}")
         v = self.grid_width
         if isinstance(v, bool) or int(v) != v or not 0 <= v <= MAX_GRID_WIDTH:
             raise ValueError(f"grid_width must be an integer in [0, {MAX_GRID_WIDTH}] (0: no grid), "
@@ -126,7 +134,7 @@ class LatentParams:
     @property
     def stateful(self) -> bool:
         """Whether a state carries a position and token memory (a grid, or position-keyed noise)."""
-        return self.grid_width > 0 or self.prefix_noise < 1.0
+        return self.grid_width > 0 or self.prefix_noise < 1.0 or self.lag1_noise > 0.0
 
 
 # Calibrated with `relaxspec world-stats`: `confident` (LLM-like) has mean top-1 target probability

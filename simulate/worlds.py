@@ -48,6 +48,7 @@ from relaxspec.simulate.world_kernels import (
     F_DIAG,
     F_DRIFT,
     F_GRID_W,
+    F_LAG1,
     F_PREFIX,
     F_RHO,
     F_SIGMA,
@@ -210,6 +211,7 @@ class LatentWorld(World):
             fp[F_GRID_W] = p.grid_width
             fp[F_ABOVE] = p.grid_above
             fp[F_DIAG] = p.grid_diagonal
+            fp[F_LAG1] = p.lag1_noise
             fp[N_FPARAMS:] = self.difficulty_axis
             dummy = np.zeros(1)
             self._kernel_worlds[key] = (KIND_LATENT, self._ET_state, b, bq, fp, self.keys, dummy, dummy,

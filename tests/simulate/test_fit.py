@@ -120,6 +120,18 @@ def test_kappa_fit_matches_a_grid_worlds_kappa() -> None:
     assert np.abs(flat.kappa - goal.kappa).max() > 0.3
 
 
+def test_kappa_fit_recovers_noise_keyed_by_the_token_before() -> None:
+    """A world whose kappa_1 stands above what rho gives (lag1_noise 0.5): the fit, started without it,
+    finds it and matches kappa (the start misses kappa_1 by more than 0.15)."""
+    truth = replace(PRESETS["ambiguous"], vocab_size=V, prefix_noise=0.02, lag1_noise=0.5)
+    goal = world_kappa(truth, 4, n_sequences=32, seq_len=64, seed=5)
+    start = replace(truth, prefix_noise=0.02, lag1_noise=0.0)
+    assert goal.kappa[0] - world_kappa(start, 4).kappa[0] > 0.15
+    got, kappa = fit_kappa(goal.kappa, start)
+    assert np.abs(kappa.kappa - goal.kappa).max() < 0.03
+    assert got.lag1_noise == pytest.approx(truth.lag1_noise, abs=0.2)
+
+
 def test_calibration_keeps_its_numbers() -> None:
     # recorded with mini/calibration.py before the fit moved to simulate.fit (commit 1409df7)
     goals = world_figures(TRUTH, 8, 32, deep=True)

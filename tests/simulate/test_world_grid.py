@@ -58,6 +58,11 @@ def test_every_preset_keeps_its_states_and_rows_bit_for_bit():
     ({"prefix_noise": -0.1}, r"prefix_noise must be in \[0, 1\], got -0.1"),
     ({"prefix_noise": 1.5}, r"prefix_noise must be in \[0, 1\], got 1.5"),
     ({"prefix_noise": math.nan}, r"prefix_noise must be in \[0, 1\], got nan"),
+    ({"lag1_noise": 0.1}, r"lag1_noise must be in \[0, 1 - prefix_noise\] \(shares of one variance\), got "
+                          r"0.1 with prefix_noise 1.0"),
+    ({"prefix_noise": 0.5, "lag1_noise": 0.6}, r"lag1_noise must be in \[0, 1 - prefix_noise\]"),
+    ({"prefix_noise": 0.0, "lag1_noise": -0.1}, r"lag1_noise must be in \[0, 1 - prefix_noise\]"),
+    ({"prefix_noise": 0.0, "lag1_noise": math.nan}, r"lag1_noise must be in"),
     ({"grid_width": -1}, r"grid_width must be an integer in \[0, 256\] \(0: no grid\), got -1"),
     ({"grid_width": 257}, r"grid_width must be an integer in \[0, 256\]"),
     ({"grid_width": 2.5}, r"grid_width must be an integer in \[0, 256\]"),
@@ -145,7 +150,8 @@ def test_position_keyed_noise_does_not_depend_on_the_tokens():
 def test_kernel_equals_its_numpy_oracle_bit_for_bit():
     w = LatentWorld.preset("ambiguous", **SMALL, prefix_noise=0.3, grid_width=4, grid_above=0.3,
                            grid_diagonal=0.1, beta_spread=0.5)
-    for world in (w, LatentWorld.preset("ambiguous", **SMALL)):
+    lag1 = LatentWorld.preset("ambiguous", **SMALL, prefix_noise=0.2, lag1_noise=0.5)
+    for world in (w, lag1, LatentWorld.preset("ambiguous", **SMALL)):
         a = world_context_sensitivity(world, 5, n_sequences=3, seq_len=14, seed=4, temperature=0.9)
         b = world_context_sensitivity(world, 5, n_sequences=3, seq_len=14, seed=4, temperature=0.9,
                                       backend="numpy")
@@ -181,6 +187,37 @@ def test_position_keyed_noise_lowers_kappa_far_back():
     assert keyed.kappa[0] > 0.1
     assert keyed.kappa[5] < keyed.kappa[0] / 4
     assert spec6.kappa[5] > 0.5 and spec6.kappa[5] > 3 * keyed.kappa[5]
+
+
+def test_noise_keyed_by_the_token_before_raises_kappa_1():
+    """lag1_noise (SPEC 11): the share of the noise keyed by (position, token before) is redrawn when the
+    token just before a position changes, so kappa_1 rises; a token further back reaches the state only
+    through rho, so the rise shrinks with the lag (the same position noise and sequences on both sides:
+    only the share moves)."""
+    base = LatentWorld.preset("ambiguous", **SMALL, prefix_noise=0.0)
+    token = LatentWorld.preset("ambiguous", **SMALL, prefix_noise=0.0, lag1_noise=0.6)
+    a, b = (world_context_sensitivity(w, 6, n_sequences=8, seq_len=48) for w in (base, token))
+    rise = b.kappa - a.kappa
+    assert rise[0] > 0.15 and (rise > 0).all()
+    assert (np.diff(rise) < 0).all() and rise[5] < rise[0] / 5  # further back: only through rho^(m-1)
+    # rho = 1: the state reads no token but through this share's key; the same token draws the same noise
+    w = LatentWorld.preset("ambiguous", **SMALL, rho=1.0, prefix_noise=0.0, lag1_noise=0.5)
+    start, d = w.initial(np.uint64(9)), w.params.dim
+    one, again, two = (w.advance(*start, t)[0][:d] for t in (1, 1, 2))
+    assert np.array_equal(one, again) and not np.array_equal(one, two)
+
+
+def test_a_world_file_written_before_lag1_noise_keeps_its_identity():
+    """params_sha256 leaves lag1_noise out at 0: the hashes taken before it existed (a resumed sweep of a
+    world file does not rerun it); a world that uses it hashes apart."""
+    from dataclasses import replace
+
+    from relaxspec.simulate.world_file import params_sha256
+
+    assert params_sha256(PRESETS["ambiguous"]).startswith("2b54c2a488ece497")
+    assert params_sha256(PRESETS["mini-ambiguous-grid"]).startswith("68de1a0ad3f9b10d")
+    moved = replace(PRESETS["mini-ambiguous-grid"], lag1_noise=0.3)
+    assert params_sha256(moved) != params_sha256(PRESETS["mini-ambiguous-grid"])
 
 
 @pytest.mark.parametrize("kw,match", [
