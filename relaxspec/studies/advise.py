@@ -140,34 +140,14 @@ def ar_run(n_sequences: int, seq_len: int) -> Run:
     return Run("AR", "ar", "ar", "r1", TV_LOSSLESS, ones, ones.copy(), zeros, zeros.copy(), {1: ones.copy()})
 
 
-def pac_nodes(size: int, window) -> int:
-    """The nodes of the tree an SJD-PAC forward verifies (SPEC 10.2: ``width`` candidates per node for
-    the first ``depth`` new columns, then the spine alone to the window's L), from the size the
-    simulator records for it: the column product, every candidate path continued by the later columns'
-    drafts (``simulate.coupled``'s ``tree_size``). With b branched columns of K candidates the column
-    product holds sum_{j<=b} K^j + K^b (L - b) nodes and SPEC's tree sum_{j<=b} K^j + (L - b); a size that
-    is no such product (a column with fewer candidates: the law had fewer tokens) keeps its nodes past
-    the largest product below it, an upper bound."""
-    L, K, D = window.window, window.width, window.depth
-    best = L  # b = 0: the spine alone
-    for b in range(1, min(D, L) + 1) if K > 1 else ():
-        levels = sum(K ** j for j in range(1, b + 1))
-        product = levels + K ** b * (L - b)
-        if product > size:
-            break
-        best = levels + (L - b) + (size - product)
-    return best if size >= L else int(size)
-
-
-def verified_tokens(tree: str, tree_size: np.ndarray) -> np.ndarray:
+def verified_tokens(tree_size: np.ndarray) -> np.ndarray:
     """SPEC 8's n_verify of each step: the tree's nodes and the root (the last committed token, which the
-    forward processes too: ``core.cost``); an SJD-PAC window's nodes are :func:`pac_nodes`."""
-    from relaxspec.core.trees.spec import parse_tree, tree_kind
-
-    if tree_kind(tree) != "pac":
-        return tree_size + 1
-    window = parse_tree(tree)
-    return np.array([pac_nodes(int(n), window) for n in tree_size], dtype=np.int64) + 1
+    forward processes too: ``core.cost``). For an SJD-PAC window the tree is the column product the
+    simulator walks and records (SPEC 10.2: K candidates per node for the first D new columns, then the
+    spine's one draft per column below every path, as SJD-PAC's code batches its root-to-leaf rows): a
+    step can accept a token below depth D on a sibling's path only because that path was verified, so it
+    is charged too."""
+    return np.asarray(tree_size, dtype=np.int64) + 1
 
 
 def from_result(method: Method, res, kind: str) -> Run:
@@ -180,7 +160,7 @@ def from_result(method: Method, res, kind: str) -> Run:
     def per(values: np.ndarray) -> np.ndarray:
         return np.bincount(seq, weights=values, minlength=S).astype(np.float64)
 
-    n_verify = verified_tokens(method.tree, res.tree_size)
+    n_verify = verified_tokens(res.tree_size)
     sizes = {int(n): per(fw * (n_verify == n)) for n in np.unique(n_verify[fw > 0])}
     tv = per(res.token_tv)
     if not np.all(np.isfinite(tv)):
