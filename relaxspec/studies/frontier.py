@@ -81,18 +81,33 @@ def world_rows(out: Path, n_sequences: int, seq_len: int, overrides: dict) -> li
     (``world``, ``tree``, ``verification``, ``tokens`` per target forward, its ``se``, ``tv`` per token)."""
     path, keys = out / "worlds.csv", set()
     wanted = world_methods()
-    for m in tqdm([m for m in wanted if not skips_verification(m)], desc="world methods", unit="method"):
-        for w in WORLDS:
-            v = m.verification_for(world_k(w, overrides))
-            d = {"worlds": [w], "trees": [m.tree], "verifications": [str(v)], "n_sequences": n_sequences,
-                 "seq_len": seq_len, "seed": 0, "threads": 1,
-                 **({"world_overrides": overrides} if overrides else {})}
-            cfg = SweepConfig.from_dict(d, source="frontier")
-            keys |= {config_key(j.row_config(cfg)) for j in jobs(cfg)}
-            run_sweep(cfg, path, progress=False)
-    rows = [_sweep_record(r) for r in read_results(path) if config_key(r) in keys]
-    return rows + _skip_records(out, [m for m in wanted if skips_verification(m)], n_sequences, seq_len,
-                                overrides)
+
+    def sweep(batch: list[Method]) -> None:
+        for m in tqdm(batch, desc="world methods", unit="method"):
+            for w in WORLDS:
+                v = m.verification_for(world_k(w, overrides))
+                d = {"worlds": [w], "trees": [m.tree], "verifications": [str(v)], "n_sequences": n_sequences,
+                     "seq_len": seq_len, "seed": 0, "threads": 1,
+                     **({"world_overrides": overrides} if overrides else {})}
+                cfg = SweepConfig.from_dict(d, source="frontier")
+                keys.update(config_key(j.row_config(cfg)) for j in jobs(cfg))
+                run_sweep(cfg, path, progress=False)
+
+    # the budget on windows last (minutes a row: proximity masses at every window position), so that an
+    # interrupted run already holds every anchor, the scan and VVS, which the claims read
+    runnable = [m for m in wanted if not skips_verification(m)]
+    sweep([m for m in runnable if not budget_on_window(m)])
+    skips = _skip_records(out, [m for m in wanted if skips_verification(m)], n_sequences, seq_len, overrides)
+    sweep([m for m in runnable if budget_on_window(m)])
+    return [_sweep_record(r) for r in read_results(path) if config_key(r) in keys] + skips
+
+
+def budget_on_window(method: Method) -> bool:
+    """Whether a method runs the budgeted relaxation on Jacobi, coupled or SJD-PAC windows (the slowest
+    rows of the comparison)."""
+    from relaxspec.core.trees.spec import draft_source
+
+    return method.verification_for(1).uses_budget and draft_source(method.tree).is_window
 
 
 def read_world_rows(out: Path, n_sequences: int, seq_len: int, overrides: dict) -> list[dict]:
