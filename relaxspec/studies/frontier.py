@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> tuple[list[str], Path]:
         opt_path.write_text(json.dumps(optimality_rows(overrides, *((2, 16) if args.quick else (2, 32))),
                                        indent=1))
     opt_rows = json.loads(opt_path.read_text()) if opt_path.exists() else []
-    if not args.skip_shipped:
+    if not args.skip_shipped and "shipped" in models:  # a trace of the first shipped model's static tree
         opt_rows += shipped_optimality_rows(out / "shipped", args.quick)
     figure(world, shipped, out)
     report = [*table(world, shipped, args.shipped_images, floors, world_vocab(overrides), scan), "",
