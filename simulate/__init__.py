@@ -27,6 +27,7 @@ from typing import Any
 from relaxspec.simulate.acceptance import measure_positional_acceptance
 from relaxspec.simulate.engine import run
 from relaxspec.simulate.inputs import TreeLike, WorldLike, as_tree, as_world, simulate
+from relaxspec.simulate.kernel_cache import drop_stale_caches
 from relaxspec.simulate.results import SimResult
 from relaxspec.simulate.verify import StepExpectation, step_expectation, verify_step
 from relaxspec.simulate.worlds import (
@@ -50,6 +51,7 @@ class SimulateModule(ModuleType):
 
 
 sys.modules[__name__].__class__ = SimulateModule
+drop_stale_caches()  # before any kernel loads from Numba's cache: one compiled from other sources is stale
 
 __all__ = [
     "PRESETS",

@@ -7,6 +7,13 @@ says so in one line before such a run (``relaxspec simulate`` and ``relaxspec de
 :func:`warm` compiles them ahead: ``relaxspec warm-up`` (``make test`` runs it before the tests, so that
 its two pytest workers, and the processes their tests start, do not each compile them at once).
 
+Numba checks a cached kernel against its own source file only. A kernel that reads a constant of another
+module (``world_kernels.N_FPARAMS``, the rule codes of ``theory.rules``) keeps the value it was compiled
+with when only that other module changes: after a ``git pull`` it would load and return numbers computed
+with the old constant, silently. :func:`drop_stale_caches` (run when ``relaxspec.simulate`` is imported,
+before any kernel loads) therefore keys the whole cache by a digest of every source file of the layers
+kernels read (:data:`SOURCE_LAYERS`) and empties it when that digest changes.
+
 The command lives in the CLI (``relaxspec.simulate_cli``), not here: this module is imported by the
 ``relaxspec.simulate`` package, and ``python -m`` on a module its package has already imported runs a
 second copy of it (runpy's ``RuntimeWarning``).
@@ -14,10 +21,14 @@ second copy of it (runpy's ``RuntimeWarning``).
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
+import os
 import subprocess
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 
 ENTRY_KERNELS: tuple[tuple[str, str], ...] = (
     ("relaxspec.simulate.engine", "simulate_kernel"),
@@ -29,6 +40,11 @@ ENTRY_KERNELS: tuple[tuple[str, str], ...] = (
 calls, each cached on its own."""
 MODULE = "relaxspec.simulate.kernel_cache"
 """This module's import name (what each compiling process of :func:`warm` imports)."""
+SOURCE_LAYERS = ("theory", "core", "simulate")
+"""The layers whose modules kernels import (code and constants): any change to one of their files
+invalidates every cached kernel."""
+SOURCES_MARKER = "relaxspec-kernel-sources.sha256"
+"""The file in Numba's cache folder holding the digest of the sources its kernels were compiled from."""
 COMPILE_MINUTES = (1, 4)
 """A cold compilation's wall time in minutes: 1.5-2 on an idle 2-core machine (BENCHMARKS.md, ``relaxspec
 demo`` from a cold cache), 4 on a loaded one (issue 26)."""
@@ -43,6 +59,45 @@ def is_cached(dispatcher: object) -> bool | None:
         return bool(dispatcher._cache._cache_file._load_index())  # type: ignore[attr-defined]
     except Exception:  # internals of another Numba version: say nothing rather than guess
         return None
+
+
+def sources_digest() -> str:
+    """SHA-256 over the path and bytes of every ``.py`` file of :data:`SOURCE_LAYERS`, in path order."""
+    digest = hashlib.sha256()
+    for layer in SOURCE_LAYERS:
+        spec = importlib.util.find_spec(f"relaxspec.{layer}")
+        for folder in map(Path, spec.submodule_search_locations or ()) if spec else ():
+            for f in sorted(folder.rglob("*.py")):
+                digest.update(f"{layer}/{f.relative_to(folder).as_posix()}\0".encode())
+                digest.update(f.read_bytes())
+    return digest.hexdigest()
+
+
+def drop_stale_caches(dispatcher: object | None = None) -> bool:
+    """Empty Numba's cache folder of the simulator's kernels (``dispatcher``'s: default the engine's entry
+    kernel; all kernels live in one folder) when the sources it was compiled from differ from the current
+    ones (module docstring), and record the current digest there. True when cached kernels were dropped.
+    Nothing happens where the cache cannot be located or written (Numba then compiles in memory)."""
+    if dispatcher is None:
+        from relaxspec.simulate.engine import simulate_kernel as dispatcher
+    try:
+        folder = Path(dispatcher._cache._cache_path)  # type: ignore[attr-defined]
+    except Exception:  # NUMBA_DISABLE_JIT, or another Numba's internals: nothing to keep consistent
+        return False
+    marker, digest = folder / SOURCES_MARKER, sources_digest()
+    try:
+        if marker.is_file() and marker.read_text().strip() == digest:
+            return False
+        stale = [f for pattern in ("*.nbi", "*.nbc") for f in folder.glob(pattern)]
+        for f in stale:
+            f.unlink(missing_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f"{SOURCES_MARKER}.{os.getpid()}"
+        tmp.write_text(digest + "\n")
+        tmp.replace(marker)  # atomic: a process starting beside this one reads the old or the new digest
+    except OSError:  # a read-only cache folder: Numba falls back by itself
+        return False
+    return bool(stale)
 
 
 def cold_kernels(kernels: Iterable[tuple[str, str]] = ENTRY_KERNELS) -> list[str]:

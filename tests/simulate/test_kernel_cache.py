@@ -123,3 +123,33 @@ def test_parallel_kernels_hand_their_sequence_kernels_an_int64_index() -> None:
     assert {name: lines for name, lines in found.items() if lines} == {}
     bad = ast.parse("for s in prange(n):\n    kernel(np.int64(s), W)\n    kernel(s, W)\n")
     assert _bare_prange_indices(bad) == [3]
+
+
+def test_a_cache_compiled_from_other_sources_is_dropped(tmp_path):
+    """A kernel reading another module's constant keeps the value it was compiled with when only that
+    module changes (Numba checks a kernel's own file): the cache folder is keyed by the digest of every
+    source of the layers kernels read, emptied of Numba's files (only those) when it differs."""
+    from types import SimpleNamespace
+
+    from relaxspec.simulate.kernel_cache import SOURCES_MARKER, drop_stale_caches, sources_digest
+
+    fake = SimpleNamespace(_cache=SimpleNamespace(_cache_path=str(tmp_path)))
+    for name in ("k-1.py311.nbi", "k-1.py311.1.nbc", "engine.cpython-311.pyc"):
+        (tmp_path / name).write_text("x")
+    assert drop_stale_caches(fake) is True  # no digest recorded: compiled from unknown sources
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["engine.cpython-311.pyc", SOURCES_MARKER]
+    assert (tmp_path / SOURCES_MARKER).read_text().strip() == sources_digest()
+    (tmp_path / "k-2.py311.nbi").write_text("x")  # compiled from the current sources: kept
+    assert drop_stale_caches(fake) is False and (tmp_path / "k-2.py311.nbi").exists()
+    (tmp_path / SOURCES_MARKER).write_text("0" * 64)  # a source changed since
+    assert drop_stale_caches(fake) is True and not (tmp_path / "k-2.py311.nbi").exists()
+    assert drop_stale_caches(SimpleNamespace()) is False  # no cache to locate: nothing to do
+
+
+def test_importing_the_simulator_records_its_sources_digest():
+    import relaxspec.simulate  # noqa: F401 (the import keys the cache)
+    from relaxspec.simulate.engine import simulate_kernel
+    from relaxspec.simulate.kernel_cache import SOURCES_MARKER, sources_digest
+
+    marker = Path(simulate_kernel._cache._cache_path) / SOURCES_MARKER
+    assert marker.read_text().strip() == sources_digest()
