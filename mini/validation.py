@@ -4,12 +4,14 @@ For each configuration of :data:`VALIDATION_CONFIGS` (one line per method) the r
 generates ``n`` images (class i % 10, uniforms keyed by (seed, i)) and writes a trace. Then:
 
 - **measured**: the decoder's tokens per target forward over the speculative steps (the prefill's and
-  the last token's forwards verify no draft and a world has neither), with its standard error over
-  images (a ratio estimator with images as the units, as ``simulate``'s over sequences);
+  the last token's forwards verify no draft and a world has neither; a VVS skip step emits tokens and
+  makes no forward), with its standard error over images (a ratio estimator with images as the units, as
+  ``simulate``'s over sequences);
 - **replay** (``reference.replay.replay``: ``theory`` and ``simulate``'s Numba verifier) must
   reproduce every recorded outcome;
 - **trace-driven**: ``simulate.run`` on the :class:`~simulate.worlds.TraceWorld`: the exact expected
-  tokens per step on the recorded trees and logits (:func:`trace_driven`);
+  tokens of the recorded steps on their trees and logits over their target forwards (a VVS skip step:
+  the expected length of the path it emits given its tree; :func:`trace_driven`);
 - **fitted world**: ``simulate.run`` in the world ``relaxspec fit`` produces from this model's traces
   (:func:`relaxspec.fit_cli.fit_traces` on :func:`fit_sources`, the model's kappa measured on it
   teacher-forced), with the same tree, rule and relaxation or boost (:func:`world_prediction`);
@@ -43,6 +45,8 @@ DDD = "ddd:10,11,5/7/9,-0.3,60"
 SEQUOIA = "sequoia:57,8"
 WINDOW = "jacobi:15"  # SJD's window of the frontier study (relaxspec.studies.frontier.WINDOW)
 GSD = "r2+gsd:G=10,tau=0.15,dist=0.5"
+VVS = "vvs:" + EAGLE2.partition(":")[2]  # VVS skips verification of the EAGLE-2 rows' trees (K, D, M)
+VVS_LANTERN = f"r1+lantern:k={K},delta=0.1"  # as the frontier's VVS rows (LANTERN on the verify steps)
 VALIDATION_CONFIGS: list[DecodeConfig] = [  # one line per method; the first eight are the 2024 rows
     DecodeConfig("EAGLE-2 r1 exact", tree=EAGLE2),
     DecodeConfig("EAGLE-2 r1 LANTERN delta=0.2", tree=EAGLE2, verification=f"r1+lantern:k={K},delta=0.2"),
@@ -64,7 +68,8 @@ VALIDATION_CONFIGS: list[DecodeConfig] = [  # one line per method; the first eig
     DecodeConfig("SJD L=15 + R4 + budget tv=0.1", tree=WINDOW, verification=f"r4+budget:tv=0.1,k={K}"),
     DecodeConfig("SCD L=15", tree=f"{WINDOW},coupled=principled", verification="r2"),
     DecodeConfig("SJD-PAC L=15 (+PD+AC)", tree="pac:15", verification="r2"),
-    # VVS waits for the trace readers: its skip steps would read as tree steps in the trace-driven column
+    DecodeConfig("VVS every 2 + LANTERN delta=0.1", tree=f"{VVS},uniform=2", verification=VVS_LANTERN),
+    DecodeConfig("VVS dynamic + LANTERN delta=0.1", tree=f"{VVS},dynamic", verification=VVS_LANTERN),
 ]
 # the lossless traces the worlds are fitted to (each world takes those of its drafter and rule and those
 # with no drafter); the Sequoia rows' positional acceptance is measured on ACCEPTANCE_SOURCE's trace
@@ -144,7 +149,10 @@ def ratio_and_se(num: np.ndarray, den: np.ndarray) -> tuple[float, float]:
 def trace_driven(path: Path, config: DecodeConfig) -> dict[str, Any]:
     """Measured and trace-driven tokens per target forward of the speculative steps in a trace, with the
     measurement's standard error over images (greedy decoding, rule r3: over classes, each class's one
-    path decoded as often as it recurs; AR: 1 exactly, every forward emits one token)."""
+    path decoded as often as it recurs; AR: 1 exactly, every forward emits one token). The trace-driven
+    prediction is the recorded steps' exact expected tokens over their target forwards: a VVS skip step
+    (``simulate.replay``: its E[gamma + 1] given the tree and the recorded Lbar) adds tokens and no
+    forward; every other step is one forward."""
     from relaxspec.simulate import run
     from relaxspec.simulate.worlds import TraceWorld
 
@@ -154,13 +162,15 @@ def trace_driven(path: Path, config: DecodeConfig) -> dict[str, Any]:
     if not spec.any():  # AR: no speculative step
         return {"speculative_steps": 0, "measured_tokens_per_forward": 1.0, "measured_se": 0.0,
                 "trace_driven_prediction": 1.0, "trace_driven_rel_error": 0.0}
+    forwards = (np.ones(traced.n_steps, dtype=np.int64) if traced.target_forwards is None
+                else traced.target_forwards)[spec]
     seq = traced.sequence[spec]
     if config.verification.rule.is_greedy:  # image i decodes class i % 10's one greedy path: 10 units
         seq, n = seq % NUM_CLASSES, min(n, NUM_CLASSES)
     tokens = np.bincount(seq, weights=traced.tokens[spec].astype(np.float64), minlength=n)
-    steps = np.bincount(seq, minlength=n).astype(np.float64)
+    steps = np.bincount(seq, weights=forwards.astype(np.float64), minlength=n)  # target forwards per image
     measured, se = ratio_and_se(tokens, steps)
-    predicted = float(traced.expected_tokens[spec].mean())
+    predicted = float(traced.expected_tokens[spec].sum() / forwards.sum())
     return {"speculative_steps": int(spec.sum()), "measured_tokens_per_forward": round(measured, 4),
             "measured_se": round(se, 4), "trace_driven_prediction": round(predicted, 4),
             "trace_driven_rel_error": round(abs(predicted - measured) / measured, 4)}
@@ -184,7 +194,9 @@ def measure_config(mini: MiniModel, config: DecodeConfig, n_sequences: int, out:
 def world_prediction(world: str, config: DecodeConfig, measured: float, seed: int = 0,
                      n_sequences: int = WORLD_SEQUENCES, seq_len: int = WORLD_LEN) -> dict[str, Any]:
     """The world's tokens per target forward for ``config`` (its tree built in the world: a Sequoia
-    tree from the acceptance vector measured there, as a sweep does) and its error to ``measured``."""
+    tree from the acceptance vector measured there, as a sweep does; VVS's skip steps count tokens and
+    no forward, ``simulate.vvs``) with its standard error over sequences, and its error to
+    ``measured``."""
     from relaxspec.simulate import run
     from relaxspec.simulate.inputs import as_tree, as_world
 
@@ -195,7 +207,7 @@ def world_prediction(world: str, config: DecodeConfig, measured: float, seed: in
         tree = as_tree(config.tree, w, config.verification, seed=seed, threads=1)
         sim = run(w, tree, config.verification, n_sequences=n_sequences, seq_len=seq_len, seed=seed,
                   threads=1)
-        value, se = sim.tokens_per_forward, sim.se_tokens_per_step
+        value, se = sim.tokens_per_forward, sim.se_tokens_per_forward
     return {"world": world, "world_prediction": round(value, 4), "world_se": round(se, 4),
             "world_rel_error": round(abs(value - measured) / measured, 4)}
 

@@ -176,14 +176,18 @@ def read_pick(out: Path) -> dict[str, Any] | None:
 
 
 def pick_config(pick: dict[str, Any]) -> DecodeConfig | None:
-    """The decoder's configuration of advise's pick (None when the decoder does not run its tree yet:
-    SCD's coupled and SJD-PAC's windows, VVS)."""
+    """The decoder's configuration of advise's pick (None when the validation does not decode its tree:
+    SCD's coupled and SJD-PAC's windows, VVS's skips bounded by a TV, which run in the simulator only)."""
     from relaxspec.core.trees.jacobi import JacobiWindow
+    from relaxspec.core.trees.skips import VvsTree
     from relaxspec.core.trees.spec import parse_tree, tree_kind
 
-    if tree_kind(pick["tree"]) in ("pac", "vvs"):
+    if tree_kind(pick["tree"]) == "pac":
         return None
-    if tree_kind(pick["tree"]) == "jacobi" and type(parse_tree(pick["tree"])) is not JacobiWindow:
+    policy = parse_tree(pick["tree"])
+    if isinstance(policy, VvsTree) and policy.schedule.bounded:
+        return None
+    if tree_kind(pick["tree"]) == "jacobi" and type(policy) is not JacobiWindow:
         return None  # a coupled (SCD) window
     return DecodeConfig(PICK_PREFIX + pick["method"], tree=pick["tree"], verification=pick["verification"])
 

@@ -59,9 +59,10 @@ class SimResult:
     def _per_sequence(self, values: np.ndarray) -> np.ndarray:
         return np.bincount(self.sequence, weights=values, minlength=self.n_sequences)
 
-    def _ratio_se(self, values: np.ndarray) -> float:
-        """Cluster-robust (by sequence) standard error of sum(values) / n_steps."""
-        n = self._per_sequence(np.ones(self.n_steps))
+    def _ratio_se(self, values: np.ndarray, per: np.ndarray | None = None) -> float:
+        """Cluster-robust (by sequence) standard error of sum(values) / sum(per) (``per``: one per step,
+        the default, or e.g. the steps' target forwards)."""
+        n = self._per_sequence(np.ones(self.n_steps) if per is None else per.astype(np.float64))
         t = self._per_sequence(values)
         used = n > 0
         S = used.sum()
@@ -81,6 +82,12 @@ class SimResult:
         tokens count with no forward; without skips, :attr:`mean_tokens_per_step`)."""
         forwards = self.n_steps if self.target_forwards is None else int(self.target_forwards.sum())
         return float(self.tokens.sum() / forwards)
+
+    @property
+    def se_tokens_per_forward(self) -> float:
+        """Standard error of :attr:`tokens_per_forward` (sequences are the units; without
+        :attr:`target_forwards`, :attr:`se_tokens_per_step` exactly)."""
+        return self._ratio_se(self.tokens.astype(np.float64), self.target_forwards)
 
     @property
     def se_tokens_per_step(self) -> float:

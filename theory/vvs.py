@@ -11,8 +11,9 @@ of those TVs (:attr:`SkipStepTV.max_tv`) decides a bounded skip (ours, docs/theo
 
 The skip step's own rules live here too, one home for the simulator's oracle (``simulate.vvs_oracle``)
 and the reference decoder (``reference.vvs``): the leaves in node order and the path a skip step emits
-(:func:`skip_path`), the dynamic schedule's score (:func:`path_similarity`), and the TV of each token a
-skip step emitted, computed after the fact from the target rows after its emitted prefixes
+(:func:`skip_path`) with its expected length (:func:`skip_expected_tokens`: a replayed trace's skip
+steps, ``simulate.replay``), the dynamic schedule's score (:func:`path_similarity`), and the TV of each
+token a skip step emitted, computed after the fact from the target rows after its emitted prefixes
 (:func:`skip_token_tvs`: what a decoder learns from the next target forward).
 """
 
@@ -56,12 +57,17 @@ class SkipStepTV:
         return max(tv for _, _, tv in self.positions.values())
 
 
-def _leaf_paths(parents: np.ndarray, tokens: np.ndarray) -> list[tuple[int, ...]]:
+def _check_parents(parents: np.ndarray) -> None:
     n = parents.size
     if n < 1 or parents[0] != -1:
         raise ValueError("parents[0] must be -1 (node 0 is the root, the last committed token)")
     if np.any(parents[1:] < 0) or np.any(parents[1:] >= np.arange(1, n)):
         raise ValueError("every node but the root must have a parent with a smaller index")
+
+
+def _leaf_paths(parents: np.ndarray, tokens: np.ndarray) -> list[tuple[int, ...]]:
+    _check_parents(parents)
+    n = parents.size
     has_child = np.zeros(n, dtype=bool)
     has_child[parents[1:]] = True
     paths = []
@@ -147,10 +153,8 @@ def skip_laws(parents: np.ndarray, tokens: np.ndarray, stale: np.ndarray, mean_a
     w_leaf = 1.0 / len(paths)
     weight: dict[tuple[int, ...], float] = defaultdict(float)
     mix: dict[tuple[int, ...], np.ndarray] = defaultdict(lambda: np.zeros(V))
-    tokens_sum = 0.0
     for path in paths:
         gamma = min(len(path), cap)
-        tokens_sum += w_leaf * (gamma + 1)
         for i in range(gamma + 1):  # block position i + 1, after the prefix path[:i]
             h = path[:i]
             weight[h] += w_leaf
@@ -158,7 +162,25 @@ def skip_laws(parents: np.ndarray, tokens: np.ndarray, stale: np.ndarray, mean_a
                 mix[h][path[i]] += w_leaf
             else:
                 mix[h] += w_leaf * st
-    return {h: (w, mix[h] / w) for h, w in weight.items()}, tokens_sum
+    return {h: (w, mix[h] / w) for h, w in weight.items()}, skip_expected_tokens(par, lbar)
+
+
+def skip_expected_tokens(parents: np.ndarray, mean_accepted: float) -> float:
+    """E[gamma + 1] of a skip step given its tree: the leaf uniform over the leaves (node order, as
+    :func:`skip_path` draws it), gamma = min(its depth, floor(Lbar)), plus the stale bonus. It reads no
+    law: how many tokens a skip emits depends on the tree's shape and Lbar alone."""
+    par = np.asarray(parents, dtype=np.int64)
+    _check_parents(par)
+    lbar = float(mean_accepted)
+    if not math.isfinite(lbar) or lbar < 0.0:
+        raise ValueError(f"mean_accepted must be a finite number >= 0, got {mean_accepted!r}")
+    cap = math.floor(lbar)
+    ends = leaves(par)
+    w_leaf = 1.0 / ends.size
+    total = 0.0
+    for leaf in ends:  # leaves in node order, summed as skip_laws always did (its E[gamma + 1] is this)
+        total += w_leaf * (min(len(root_path(par, int(leaf))) - 1, cap) + 1)
+    return total
 
 
 def skip_step_tv(parents: np.ndarray, tokens: np.ndarray, target: Target, stale: np.ndarray,
@@ -210,5 +232,5 @@ def skip_token_tvs(parents: np.ndarray, tokens: np.ndarray, stale: np.ndarray, m
     return out
 
 
-__all__ = ["SkipStepTV", "Target", "leaves", "path_similarity", "root_path", "skip_laws", "skip_path",
-           "skip_step_tv", "skip_token_tvs", "unit_rows"]
+__all__ = ["SkipStepTV", "Target", "leaves", "path_similarity", "root_path", "skip_expected_tokens",
+           "skip_laws", "skip_path", "skip_step_tv", "skip_token_tvs", "unit_rows"]

@@ -131,6 +131,14 @@ def test_tokens_per_forward_counts_skipped_tokens_without_a_forward() -> None:
     plain = run(AMBIGUOUS, Eagle2Tree(4, 3, 12), Verification("r1", LANTERN), n_sequences=3, seq_len=40,
                 seed=11)
     assert plain.target_forwards is None and plain.tokens_per_forward == plain.mean_tokens_per_step
+    # its standard error: the ratio estimator with sequences as units, tokens over forwards (over steps
+    # without skips, se_tokens_per_step's to the bit)
+    tok = np.bincount(res.sequence, weights=res.tokens.astype(float))
+    fwd = np.bincount(res.sequence, weights=res.target_forwards.astype(float))
+    r = tok.sum() / fwd.sum()
+    want = np.sqrt(3 / 2 * np.sum((tok - r * fwd) ** 2)) / fwd.sum()
+    assert res.se_tokens_per_forward == pytest.approx(want, rel=1e-13) and res.se_tokens_per_forward > 0
+    assert plain.se_tokens_per_forward == plain.se_tokens_per_step
     # the first step of each sequence is a verify step on the same tree with the same uniforms: EAGLE-2's
     first = np.flatnonzero(np.diff(np.append(-1, res.sequence)))
     first_plain = np.flatnonzero(np.diff(np.append(-1, plain.sequence)))

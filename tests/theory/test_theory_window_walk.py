@@ -6,9 +6,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from frontier_helpers import random_window
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from relaxspec.theory.tree import sample_step
-from relaxspec.theory.vvs import path_similarity, skip_laws, skip_path, skip_step_tv, skip_token_tvs
+from relaxspec.theory.vvs import (
+    path_similarity,
+    skip_expected_tokens,
+    skip_laws,
+    skip_path,
+    skip_step_tv,
+    skip_token_tvs,
+)
 from relaxspec.theory.window_walk import column_tree, level_starts, walk_columns
 
 
@@ -83,6 +92,37 @@ def test_skip_token_tvs_are_skip_step_tvs_at_the_emitted_prefixes(lbar: float) -
             assert got.tolist() == want
             seen += 1
     assert seen == 6
+
+
+def _emitted_lengths(parents: list[int], cap: int, v: int = 0, depth: int = 0) -> list[int]:
+    """gamma + 1 of every root-to-leaf path below ``v`` (depth-first), cut after ``cap`` drafts."""
+    kids = [c for c in range(len(parents)) if parents[c] == v]
+    if not kids:
+        return [min(depth, cap) + 1]
+    return [n for c in kids for n in _emitted_lengths(parents, cap, c, depth + 1)]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(lbar=st.floats(0.0, 6.0), data=st.data())
+def test_skip_expected_tokens_is_the_mean_over_leaves(lbar: float, data) -> None:
+    """E[gamma + 1] of a skip step given its tree: the brute-force mean over every root-to-leaf path (each
+    leaf equally likely) of min(depth, floor(Lbar)) + 1, and what skip_laws reports."""
+    n = data.draw(st.integers(1, 9))
+    parents = [-1] + [data.draw(st.integers(0, i - 1)) for i in range(1, n)]
+    lengths = _emitted_lengths(parents, int(np.floor(lbar)))
+    got = skip_expected_tokens(parents, lbar)
+    assert got == pytest.approx(np.mean(lengths), abs=1e-12)
+    assert got == skip_laws(parents, [0] * n, np.array([0.5, 0.5]), lbar)[1]
+    paths = [skip_path(np.array(parents), (j + 0.5) / len(lengths), int(np.floor(lbar)))
+             for j in range(len(lengths))]  # skip_path's leaf for each slice of the uniform: every leaf once
+    assert sorted(len(p) for p in paths) == sorted(lengths)
+
+
+def test_skip_expected_tokens_refuses_bad_input() -> None:
+    with pytest.raises(ValueError, match="smaller index"):
+        skip_expected_tokens([-1, 2, 1], 1.0)
+    with pytest.raises(ValueError, match="mean_accepted"):
+        skip_expected_tokens([-1, 0], float("nan"))
 
 
 def test_skip_path_takes_each_leaf_and_cuts_at_floor_lbar() -> None:
