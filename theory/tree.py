@@ -267,8 +267,10 @@ def step_expectation(
         edge[kids] = o.accept_probs
         reach[kids] = reach[u] * o.accept_probs
         tvs[u] = o.tv if rule == Rule.R1 else o.stage_tv
-    if rule == Rule.R2 and v.boost.is_none:
-        tv = 0.0 if relax.is_exact else np.nan
+    if not v.tv_computable:
+        tv = np.nan
+    elif rule == Rule.R2 and v.boost.is_none:
+        tv = 0.0
     elif rule == Rule.R2:
         internal = np.array([tree.children(u).size > 0 for u in range(tree.size)])
         tv = float(np.sum(reach[internal] * tvs[internal]))

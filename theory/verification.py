@@ -134,6 +134,13 @@ class Verification:
         return self.rule.is_traversal
 
     @property
+    def tv_computable(self) -> bool:
+        """Whether theory gives the TV this verification adds (exactly, or as a proved bound): every rule
+        but R2 with a relaxation and no boost (LANTERN++'s relaxed R2: docs/theory.md, Finding 3), whose
+        steps' TV is NaN."""
+        return not (self.rule == Rule.R2 and self.boost.is_none and not self.relax.is_exact)
+
+    @property
     def uses_budget(self) -> bool:
         """True for the budgeted relaxation (SPEC 9.5): a node's stages share a TV budget."""
         return self.boost.uses_budget

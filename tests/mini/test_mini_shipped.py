@@ -135,3 +135,21 @@ def test_eagle_below_root_is_the_depth_one_draft(mini):
         short = eagle_below_root(mini.eagle_head, mini.target, tokens[:, :6], hidden[:, :6])
         torch.testing.assert_close(short, deep[:, :5], rtol=1e-4, atol=1e-4)
         assert not torch.allclose(deep, real, atol=1e-3)  # its own features: another draft
+
+
+def test_an_images_tv_bound_is_unknown_where_a_steps_is(mini, tmp_path):
+    """LANTERN++'s relaxed R2 has no computable TV (docs/theory.md, Finding 3): every step's is NaN, so
+    an image's summed bound and the row's are NaN, not the 0 a NaN-skipping sum gave; a lossless R2
+    image's is 0 and R1 + LANTERN++'s a finite positive bound."""
+    from relaxspec.mini.quality import generate_config, summarise
+
+    rows = {}
+    for name, v in (("relaxed r2", "r2+lantern++:k=50,lam=5"), ("exact r2", "r2"),
+                    ("relaxed r1", "r1+lantern++:k=50,lam=5")):
+        config = DecodeConfig(name, tree=STATIC, verification=v)
+        records = generate_config(mini, config, 2, tmp_path, progress=False)
+        rows[name] = ([r["tv_bound"] for r in records], summarise(mini, config, records))
+    assert all(np.isnan(t) for t in rows["relaxed r2"][0])
+    assert np.isnan(rows["relaxed r2"][1]["tv_bound_per_sequence"])
+    assert rows["exact r2"][0] == [0.0, 0.0] and rows["exact r2"][1]["tv_bound_per_sequence"] == 0.0
+    assert all(0.0 < t < np.inf for t in rows["relaxed r1"][0])

@@ -204,3 +204,14 @@ def test_node_functions_refuse_what_they_do_not_verify(call, says: str) -> None:
     with pytest.raises(ValueError, match=says) as err:
         call()
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("spec,known", [
+    ("r2+lantern++:k=5,lam=2", False), ("r2+lantern:k=5,delta=0.1", False), ("r2", True),
+    ("r1+lantern++:k=5,lam=2", True), ("r2+cool:delta=2,nu=0.7", True), ("r2+budget:tv=0.1,k=5", True),
+    ("r4", True), ("r3", True),
+])
+def test_tv_computable_is_false_only_for_relaxed_r2_without_a_boost(spec, known):
+    """Relaxed R2 (LANTERN++ on sampled drafts) is the one verification whose TV theory does not give
+    (docs/theory.md, Finding 3): theory.tree's step TV is NaN exactly there."""
+    assert Verification.parse(spec).tv_computable is known
