@@ -266,6 +266,16 @@ def figure(world: list[dict], shipped: list[dict], out: Path, name: str = "front
     return paths
 
 
+def missing_rows(world: list[dict], shipped: list[dict], models: list[str],
+                 with_2026: bool = True) -> list[str]:
+    """``setting: method`` of every row the comparison has but ``world`` (:func:`world_table`) and
+    ``shipped`` (the shipped rows of ``models``) lack, in table order."""
+    have = {(r["setting"], r["method"]) for r in world + shipped}
+    want = [(w, m.label) for w in WORLDS for m in methods() if not m.shipped_only]
+    want += [(name, m.label) for name in models for m in shipped_methods(with_2026)]
+    return [f"{s}: {label}" for s, label in want if (s, label) not in have]
+
+
 def _shipped_models(option: str | None, quick: bool) -> list[str]:
     """The shipped models a run generates on (``--shipped-models``; default both, ``--quick`` the first)."""
     if option is None:
@@ -319,7 +329,10 @@ def main(argv: list[str] | None = None) -> tuple[list[str], Path]:
     if not args.skip_shipped and "shipped" in models:  # a trace of the first shipped model's static tree
         opt_rows += shipped_optimality_rows(out / "shipped", args.quick)
     figure(world, shipped, out)
+    gaps = missing_rows(world, shipped, [] if args.skip_shipped else models, with_2026=not args.quick)
     report = [*table(world, shipped, args.shipped_images, floors, world_vocab(overrides), scan), "",
+              *([f"Not measured yet (the run was stopped; the same command resumes it): {'; '.join(gaps)}.",
+                 ""] if gaps else []),
               "### Claims", "", *claims, "",
               "### Distance to the optimal multi-draft acceptance (SPEC 9.7)", "",
               *(optimality_table(opt_rows) if opt_rows else
@@ -331,7 +344,8 @@ def main(argv: list[str] | None = None) -> tuple[list[str], Path]:
     return report, out
 
 
-__all__ = ["WORLDS", "Method", "budget_claims", "claims_2026", "figure", "main", "methods", "optimality_rows",
+__all__ = ["WORLDS", "Method", "budget_claims", "claims_2026", "figure", "main", "methods", "missing_rows",
+           "optimality_rows",
            "optimality_table",
            "read_world_rows", "scan_methods", "scan_table", "shipped_configs", "shipped_methods",
            "shipped_rows", "table", "verdicts", "world_methods", "world_rows", "world_table", "world_vocab"]

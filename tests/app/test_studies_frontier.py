@@ -142,3 +142,18 @@ def test_shipped_models_option() -> None:
     assert _shipped_models("shipped ambiguous", False) == ["shipped ambiguous"]
     with pytest.raises(ValueError, match="unknown model 'nope'"):
         _shipped_models("shipped,nope", False)
+
+
+def test_the_report_names_the_rows_a_stopped_run_lacks():
+    """A run stopped before its last rows reports what it has and names every row it lacks, world and
+    shipped model alike, in table order (none when complete)."""
+    from relaxspec.studies.frontier import WORLDS, missing_rows, shipped_methods
+
+    labels = [m.label for m in methods() if not m.shipped_only]
+    world = [{"setting": w, "method": label} for w in WORLDS for label in labels]
+    shipped = [{"setting": "shipped", "method": m.label} for m in shipped_methods()]
+    assert missing_rows(world, shipped, ["shipped"]) == []
+    gone = world[:3] + world[4:]
+    assert missing_rows(gone, shipped[1:], ["shipped"]) == [f"{WORLDS[0]}: {labels[3]}",
+                                                            f"shipped: {shipped[0]['method']}"]
+    assert len(missing_rows(world, [], ["shipped", "shipped ambiguous"])) == 2 * len(shipped)
