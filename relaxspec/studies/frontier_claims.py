@@ -183,9 +183,10 @@ def claims_2026(rows: list[dict], scan: list[dict], floors: dict[str, float] | N
             holds = all(r["tokens"] > lantern["tokens"] for r in vvs)
             parts = ", ".join(f"{r['method'].split(' + ')[0]} {r['tokens']:.3f} (TV {r['tv']:.4f})"
                               for r in vvs)
+            unit = ("TV bound per image: the sum over its steps, exact for VVS's skipped tokens"
+                    if is_shipped(name) else "exact TV per token, VVS's skipped tokens included")
             lines.append(f"- {name}: VVS above LANTERN at δ = {d} in tokens per forward: {_verdict(holds)} "
-                         f"(LANTERN {lantern['tokens']:.3f}, TV {lantern['tv']:.4f}; {parts}; TV: exact TV "
-                         f"per token, VVS's skipped tokens included).")
+                         f"(LANTERN {lantern['tokens']:.3f}, TV {lantern['tv']:.4f}; {parts}; {unit}).")
         line = goal_line(by, name, (floors or {}).get(name))
         if line:
             lines.append(line)
