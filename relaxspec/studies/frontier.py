@@ -240,13 +240,17 @@ def figure(world: list[dict], shipped: list[dict], out: Path, name: str = "front
 
     plt = pyplot(headless=True)
     models = list(dict.fromkeys(r["setting"] for r in shipped))
-    n = len(WORLDS) + len(models)
-    fig, axes = subplots(1, n, width="full", height=2.3)
-    xlabel = "TV per token (exact; ours: proved bound)"
+    # the worlds in the first row, the shipped models in the second (a panel a third of the page wide)
+    ncols, nrows = max(len(WORLDS), len(models)), 2 if models else 1
+    fig, axes = subplots(nrows, ncols, width="full", height=2.4 * nrows)
+    axes = np.atleast_1d(axes).ravel()
+    xlabel = "TV per token\n(exact; ours: proved bound)"
     panels = [(w, [r for r in world if r["setting"] == w], "tv", xlabel) for w in WORLDS]
     panels += [(m.replace("shipped", "shipped model"), [r for r in shipped if r["setting"] == m], "fd",
                 "FD (Fashion-MNIST features)") for m in models]
-    for i, (ax, (title, rows, xcol, xlabel)) in enumerate(zip(np.atleast_1d(axes), panels, strict=True)):
+    for ax in axes[len(panels):]:
+        ax.remove()
+    for i, (ax, (title, rows, xcol, xlabel)) in enumerate(zip(axes, panels, strict=False)):
         for fam in dict.fromkeys(r["family"] for r in rows):
             pts = sorted((r for r in rows if r["family"] == fam and np.isfinite(r[xcol])),
                          key=lambda r: r[xcol])
