@@ -316,20 +316,11 @@ class Decoder(TreeDrafting, ColumnsDecoding, VvsDecoding):
                 draft_stored[v] = row
             u_accept, u_draw = rng.random(n), rng.random(n)
             what = f"target (step {len(stats)})"
-            p = None
-            if self.verifier is None:
-                target_stored = guided.cpu().numpy()
-                host_bytes = target_stored.nbytes
-                p = self._probs(target_stored, st.target_sampling, what)
-                path, bonus = self._verify_on_host(tree, p, draft_stored, draft_rows, u_accept, u_draw)
-            else:
-                self.verifier.link.reset()
-                path, bonus = self._verify_on_device(tree, guided, draft_stored, draft_rows, u_accept,
-                                                     u_draw, what)
-                host_bytes = self.verifier.link.bytes
-                target_stored = guided.cpu().numpy() if trace is not None or self.jacobi is not None else None
-                if self.jacobi is not None:  # the next window's kept samples are drawn on the host
-                    host_bytes += target_stored.nbytes
+            path, bonus, target_stored, host_bytes, p = self._verify(
+                tree, guided, draft_stored, draft_rows, u_accept, u_draw, what,
+                keep_rows=trace is not None or self.jacobi is not None)
+            if self.verifier is not None and self.jacobi is not None:  # kept samples are drawn on the host
+                host_bytes += target_stored.nbytes
             t3 = self._sync()
             prefix = tgt.accept_path(prefix, path)
             new = [int(t) for t in tree.tokens[path[1:]]] + [int(bonus)]
@@ -351,6 +342,21 @@ class Decoder(TreeDrafting, ColumnsDecoding, VvsDecoding):
         if trace is not None:
             trace.end_sequence()
         return DecodeResult(np.array(tokens[:N], dtype=np.int64), stats)
+
+    def _verify(self, tree: Tree, guided: torch.Tensor, draft_stored: np.ndarray,
+                draft_rows: dict[int, np.ndarray], u_accept: np.ndarray, u_draw: np.ndarray, what: str,
+                keep_rows: bool) -> tuple[np.ndarray, int, np.ndarray | None, int, np.ndarray | None]:
+        """One step verified on the host (:meth:`_verify_on_host`) or the device (:meth:`_verify_on_device`):
+        its path and bonus, the target rows on the host (None where the device verified them and
+        ``keep_rows`` is false), the bytes read to the host, and p where the host computed it."""
+        if self.verifier is None:
+            target_stored = guided.cpu().numpy()
+            p = self._probs(target_stored, self.settings.target_sampling, what)
+            path, bonus = self._verify_on_host(tree, p, draft_stored, draft_rows, u_accept, u_draw)
+            return path, bonus, target_stored, target_stored.nbytes, p
+        self.verifier.link.reset()
+        path, bonus = self._verify_on_device(tree, guided, draft_stored, draft_rows, u_accept, u_draw, what)
+        return path, bonus, guided.cpu().numpy() if keep_rows else None, self.verifier.link.bytes, None
 
     def _verify_on_host(self, tree: Tree, p: np.ndarray, draft_stored: np.ndarray,
                         draft_rows: dict[int, np.ndarray], u_accept: np.ndarray, u_draw: np.ndarray

@@ -131,17 +131,9 @@ class VvsDecoding:
                     release(guided[:g].cpu().numpy())
                 guided, hidden = guided[g:], hidden[:, g:]
                 what = f"target (step {len(stats)})"
-                if dec.verifier is None:
-                    target_stored = guided.cpu().numpy()
-                    host_bytes = target_stored.nbytes
-                    p = dec._probs(target_stored, st.target_sampling, what)
-                    path, bonus = dec._verify_on_host(tree, p, draft_stored, draft_rows, u_accept, u_draw)
-                else:
-                    dec.verifier.link.reset()
-                    path, bonus = dec._verify_on_device(tree, guided, draft_stored, draft_rows, u_accept,
-                                                        u_draw, what)
-                    host_bytes = dec.verifier.link.bytes
-                    target_stored = guided.cpu().numpy() if trace is not None else None
+                path, bonus, target_stored, host_bytes, _ = dec._verify(
+                    tree, guided, draft_stored, draft_rows, u_accept, u_draw, what,
+                    keep_rows=trace is not None)
                 t3 = dec._sync()
                 stale = (target_stored[path[-1]] if target_stored is not None
                          else guided[int(path[-1])].cpu().numpy())
