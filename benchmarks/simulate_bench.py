@@ -26,7 +26,6 @@ import os
 import platform
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from relaxspec.theory.verification import Verification
@@ -38,7 +37,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.rule_speed import floor_costs, logits_pass, per_rule_table  # noqa: E402
+from benchmarks.rule_speed import best_cpu, floor_costs, logits_pass, per_rule_table  # noqa: E402
 from relaxspec.core.trees.policies import Eagle2Tree  # noqa: E402
 from relaxspec.simulate.engine import run  # noqa: E402
 from relaxspec.simulate.policy_kernels import top_tokens  # noqa: E402
@@ -70,17 +69,6 @@ def timed_run(world, tree, relax, n_sequences, seq_len, threads, backend="numba"
               threads=threads,
               seed=1, backend=backend, exact_expectations=exact)
     return res, res.seconds, res.extra["cpu_seconds"], la
-
-
-def best_cpu(f, reps=50, rounds=7):
-    """Best CPU seconds per call over ``rounds`` rounds of ``reps`` calls."""
-    best = float("inf")
-    for _ in range(rounds):
-        t = time.process_time()
-        for _ in range(reps):
-            f()
-        best = min(best, (time.process_time() - t) / reps)
-    return best
 
 
 def main() -> int:
