@@ -78,6 +78,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=lambda args: parser.print_help())
 
 
+def _pick_configs(configs: list, spec: str | None) -> list:
+    """The configurations ``--configs`` names (comma-separated; all without it), in their table order."""
+    if not spec:
+        return configs
+    wanted = [s.strip() for s in spec.split(",")]
+    names = [c.name for c in configs]
+    unknown = sorted(set(wanted) - set(names))
+    if unknown:
+        raise ValueError(f"unknown configurations {unknown}; expected some of {names}")
+    return [c for c in configs if c.name in wanted]
+
+
 def _at_least(args: argparse.Namespace, **minimum: int) -> None:
     """Raise ``ValueError`` naming the first option ``--NAME`` below its minimum."""
     for name, lo in minimum.items():
@@ -162,14 +174,7 @@ def _quality(args: argparse.Namespace) -> int:
     from relaxspec.mini.tokenizer import decode_tokens
 
     _at_least(args, seed=0, n_images=2)  # FD needs two images
-    configs = QUALITY_CONFIGS
-    if args.configs:
-        wanted = [s.strip() for s in args.configs.split(",")]
-        names = [c.name for c in QUALITY_CONFIGS]
-        unknown = sorted(set(wanted) - set(names))
-        if unknown:
-            raise ValueError(f"unknown configurations {unknown}; expected some of {names}")
-        configs = [c for c in QUALITY_CONFIGS if c.name in wanted]
+    configs = _pick_configs(QUALITY_CONFIGS, args.configs)
     mini = _load(args, drafters=not all(c.is_ar for c in configs))
     with Executor(args.scheduler, args.workers, tasks=-(-args.n_images // IMAGES_PER_TASK) * len(configs),
                   dashboard=not args.no_progress) as executor:
@@ -209,14 +214,7 @@ def _validate(args: argparse.Namespace) -> int:
 
     _at_least(args, seed=0, n_sequences=2, workers=1, kappa_images=2, fit_rounds=1, fit_iters=1,
               fit_sequences=2)  # a standard error needs 2 images
-    configs = VALIDATION_CONFIGS
-    if args.configs:
-        wanted = [s.strip() for s in args.configs.split(",")]
-        names = [c.name for c in VALIDATION_CONFIGS]
-        unknown = sorted(set(wanted) - set(names))
-        if unknown:
-            raise ValueError(f"unknown configurations {unknown}; expected some of {names}")
-        configs = [c for c in VALIDATION_CONFIGS if c.name in wanted]
+    configs = _pick_configs(VALIDATION_CONFIGS, args.configs)
     weights = args.weights or WEIGHTS_DIR
     out = args.out / "validation"
     if args.docs is not None and not args.docs.is_file():
