@@ -64,6 +64,16 @@ class FitOptions:
     seq_len: int = 64
 
 
+def trace_complete(path: Path, n_sequences: int) -> bool:
+    """False only for a trace at ``path`` that lacks one of sequences ``0..n_sequences-1`` (a stopped
+    capture); a missing trace is a deleted one, not a short one."""
+    from relaxspec.core.trace import read_trace
+
+    if not path.exists():
+        return True
+    return set(range(n_sequences)) <= read_trace(path).sequences()
+
+
 def read_rows(path: Path) -> dict[str, dict[str, Any]]:
     """The rows of a validation CSV by configuration name (numbers as numbers, empty cells left out)."""
     if not path.exists():
@@ -244,6 +254,9 @@ def run_validation(weights: Path, out: Path, n_sequences: int, configs: list[Dec
             for c in sources[k]:
                 if c.name in rows and not trace_path(out, c).exists():
                     del rows[c.name]
+    for name in list(rows):  # a trace a stopped re-measurement left short: measure again (it resumes)
+        if name in by_name and not trace_complete(trace_path(out, by_name[name]), n_sequences):
+            del rows[name]
     if any(needs_acceptance(c) for c in configs) and ACCEPTANCE_SOURCE not in by_name:
         raise ValueError(f"a Sequoia-type configuration needs {ACCEPTANCE_SOURCE!r}'s trace")
     todo = [c for c in configs if c.name not in rows]

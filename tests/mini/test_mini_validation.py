@@ -143,6 +143,26 @@ def test_validate_resumes_without_work(validated) -> None:
     assert log == []
 
 
+def test_a_short_trace_is_measured_again(validated, tmp_path: Path) -> None:
+    """A trace a stopped re-measurement left short beside its finished row (sequence 0 of 2) is not taken
+    as the row's: the row is measured again (the capture resumes) and comes out as before."""
+    import shutil
+
+    from relaxspec.mini.shipped import load_mini
+    from relaxspec.mini.validation import capture
+    from relaxspec.mini.weights import WEIGHTS_DIR
+
+    out, configs, fit, rows, _ = validated
+    shutil.copytree(out, tmp_path / "v")
+    sjd = next(c for c in configs if c.name == "SJD L=15")
+    capture(load_mini(WEIGHTS_DIR), sjd, 1, tmp_path / "v", progress=False)
+    log: list[str] = []
+    again = run_validation(WEIGHTS_DIR, tmp_path / "v", 2, configs, fit=fit, log=log.append)
+    assert "start measure SJD L=15" in log and "start measure AR" not in log
+    same = [k for k in rows["SJD L=15"] if k not in ("seconds", "world")]  # world: the copy's path
+    assert [again["SJD L=15"][k] for k in same] == [rows["SJD L=15"][k] for k in same]
+
+
 def test_validate_cli_errors_are_one_line(capsys) -> None:
     assert main(["mini", "validate", "--configs", "AR,nope"]) == 2
     err = capsys.readouterr().err
