@@ -35,6 +35,20 @@ sys.path[:0] = [str(d) for d in sorted(Path(__file__).parent.iterdir())
                  if d.is_dir() and d.name != "__pycache__"]
 
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One torch thread per test process. ``make test`` runs two pytest-xdist workers on a 2-core machine;
+    torch's default of one intra-op thread per core would give each worker two threads that spin-wait
+    for each other beside the other worker's: measured on the tiny decoders of the lossless tests, 10x
+    the CPU time of one thread for the same tokens (the tests' models are too small to gain from it).
+    Tests that run torch in their own worker processes set it there too (the CLIs do)."""
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.set_num_threads(1)
+
+
 def local_module_names() -> list[str]:
     """Every module of the package, each layer's included (``relaxspec.__main__`` runs the command line)."""
     import relaxspec
