@@ -117,6 +117,7 @@ def _sequence(s, W, ps, rs, bs, exact, seq_len, seed, o, n_steps):
     nt = tparents.shape[0]
     utree = np.empty(max(nt, 1))
     state = np.zeros(2, dtype=np.int64)
+    walk_tv = np.zeros(1)  # a boosted R2 walk's stage TVs (path_tv reads them)
     mark = np.zeros(V, dtype=np.int64)
     seen = np.zeros(V, dtype=np.int64)
     smark = np.zeros(V + 1, dtype=np.int64)  # the child selection's scratch
@@ -177,8 +178,8 @@ def _sequence(s, W, ps, rs, bs, exact, seq_len, seed, o, n_steps):
         else:
             m, bonus, epoch, npr = walk_step(W, parents, tokens, depths, n, cstart, cidx, buf_of, bparent,
                                              btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs, q_rows,
-                                             qrow_f, ua, ud, rs, bs, mark, epoch, scratch, path, state, ok,
-                                             tops, npr)
+                                             qrow_f, ua, ud, rs, bs, mark, epoch, scratch, path, state,
+                                             walk_tv, ok, tops, npr)
         end = path[m - 1]
         if bonus < 0:
             if prow[end] < 0:
@@ -189,7 +190,7 @@ def _sequence(s, W, ps, rs, bs, exact, seq_len, seed, o, n_steps):
             t_tv = charge[0]
         else:
             t_tv, epoch = path_tv(parents, tokens, depths, path, m, cstart, cidx, p_rows, prow, psums, q_rows,
-                                  qrow_f, rs, bs, mark, seen, epoch)
+                                  qrow_f, rs, bs, walk_tv, mark, seen, epoch)
         record_step(o, step, m, n, depths, path, cstart, cidx, calls, e_tok, e_tv, t_tv)
         advance_root(W, buf_of[end], bonus, bparent, btoken, zs, hs, have)
         pos += m

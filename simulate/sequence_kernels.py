@@ -37,8 +37,8 @@ def parent_rows(W, n, cstart, buf_of, bparent, btoken, zs, hs, have, p_rows, pro
 
 @njit(cache=True, error_model="numpy")
 def walk_step(W, parents, tokens, depths, n, cstart, cidx, buf_of, bparent, btoken, zs, hs, have, p_rows,
-              prow, psums, es, cmaxs, q_rows, qrow_f, ua, ud, rs, bs, mark, epoch, scratch, path, state, ok,
-              tops, npr):
+              prow, psums, es, cmaxs, q_rows, qrow_f, ua, ud, rs, bs, mark, epoch, scratch, path, state,
+              walk_tv, ok, tops, npr):
     """A step's R1-R3 walk (``step_kernels.sample_step_walk_kernel``, from a reset ``state``), p computed
     at each node where it asks for it; returns (accepted path length m, bonus token or -1, epoch, next
     free p row)."""
@@ -47,7 +47,7 @@ def walk_step(W, parents, tokens, depths, n, cstart, cidx, buf_of, bparent, btok
     while True:  # the walk asks for p where it goes
         m, bonus, epoch, need = sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows,
                                                         prow, q_rows, qrow_f, ua, ud, rs, bs, mark, epoch,
-                                                        scratch, path, state, ok, tops)
+                                                        scratch, path, state, walk_tv, ok, tops)
         if need < 0:
             return m, bonus, epoch, npr
         npr = p_row(W, need, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs, npr)

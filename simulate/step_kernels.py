@@ -40,22 +40,6 @@ from relaxspec.theory.relax import RELAX_NONE
 from relaxspec.theory.rules import BOOST_NONE, RULE_R1, RULE_R2, RULE_R3, RULE_R4
 
 
-# ---------------------------------------------------------------- a boosted R2 walk's TV
-@njit(cache=True, error_model="numpy")
-def carry_tv(mark, tv):
-    """Leave a boosted R2 walk's TV so far in ``mark[0]`` (its float64 bits). R2 never reads ``mark`` (R1's
-    implicit residual), so a boosted R2 walk keeps there the sum of the exact TVs of the stages it tested,
-    and :func:`path_tv` reads it instead of running those stages again (the same stages, summed in the
-    same order: the same number)."""
-    mark.view(np.float64)[0] = tv
-
-
-@njit(cache=True, error_model="numpy")
-def carried_tv(mark):
-    """The TV :func:`carry_tv` left."""
-    return mark.view(np.float64)[0]
-
-
 # ---------------------------------------------------------------- trees
 @njit(cache=True, error_model="numpy")
 def children_csr(parents, n, cstart, cidx):
@@ -121,7 +105,7 @@ def greedy_path_end_kernel(depths, n, ok):
 
 @njit(cache=True, error_model="numpy")
 def sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, prow, q_rows, qrow, u_accept,
-                            u_draw, rs, bs, mark, epoch, scratch, path, state, ok,
+                            u_draw, rs, bs, mark, epoch, scratch, path, state, walk_tv, ok,
                             tops):
     """One verification step (``theory.tree.sample_step``, rules 1-3; rule 4 walks with
     ``simulate.traversal_kernels.traversal_walk_kernel``) on the rows computed so far; resumable.
@@ -130,8 +114,10 @@ def sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, pr
     for R2) only where the walk needs it: the root, each accepted node and
     (R3) every node on an acceptable chain. Where ``prow[v] < 0`` the walk
     returns ``need = v``; the caller computes the row, sets ``prow[v]`` and
-    calls again with the same ``state``, ``path``, ``ok``, ``tops`` (int64[2]
-    ``state`` = [path length so far, R3's next node]: zeros to start).
+    calls again with the same ``state``, ``walk_tv``, ``path``, ``ok``, ``tops`` (int64[2]
+    ``state`` = [path length so far, R3's next node]: zeros to start). A boosted R2 walk
+    keeps in ``walk_tv[0]`` (float64[1]) the sum of the exact TVs of the stages it tested, which
+    :func:`path_tv` returns instead of running those stages again (the same sum, same order).
 
     Returns ``(path_len, bonus, epoch, need)``; with ``need = -1`` the walk is
     done and ``path[:path_len]`` holds the accepted path. ``bonus = -1``
@@ -160,8 +146,7 @@ def sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, pr
     if state[0] == 0:
         path[0] = 0
         state[0] = 1
-        if boosted:
-            carry_tv(mark, 0.0)
+        walk_tv[0] = 0.0
     m = state[0]
     while True:
         u = path[m - 1]
@@ -183,7 +168,7 @@ def sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, pr
             i, tv_u = node_r2_kernel(p, q_rows[qrow[u]], kids, ukids, code, k, param, variant, nb, scratch[0],
                                      scratch[1], scratch[2], depths[u] + 1, bs, boosted)
             if boosted:
-                carry_tv(mark, carried_tv(mark) + tv_u)
+                walk_tv[0] += tv_u
             if i < 0:
                 return m, draw_token_kernel(scratch[0], u_draw[u], scratch[1]), epoch, -1
         u = cidx[lo + i]
@@ -195,7 +180,7 @@ def sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, pr
 # ---------------------------------------------------------------- a step's exact TV and expectation
 @njit(cache=True, error_model="numpy")
 def path_tv(parents, tokens, depths, path, m, cstart, cidx, p_rows, prow, psums, q_rows, qrow, rs, bs,
-            mark, seen, epoch):
+            walk_tv, mark, seen, epoch):
     """TV of the tokens one step emitted, from the nodes that decided them; returns (TV, epoch).
 
     Each node on the accepted path with children decided one token (the next
@@ -205,8 +190,8 @@ def path_tv(parents, tokens, depths, path, m, cstart, cidx, p_rows, prow, psums,
     accepted child that is not argmax p of its parent; R2 0 with ``none``,
     else NaN (exact only averaged over draw orders); boosted R2 the exact TVs of
     the stages each deciding node tested (``theory.tree.path_tv``), which the walk
-    (:func:`sample_step_walk_kernel`, the same ``mark``) computed as it tested them and left in
-    ``mark`` (:func:`carry_tv`). Reads p only on the path.
+    (:func:`sample_step_walk_kernel`) summed in ``walk_tv[0]`` as it tested them. Reads p only on
+    the path.
     """
     rule, code, k, param, variant, nb = rs
     if rule == RULE_R3:
@@ -215,8 +200,8 @@ def path_tv(parents, tokens, depths, path, m, cstart, cidx, p_rows, prow, psums,
             if tokens[path[i + 1]] != argmax_row(p_rows[prow[path[i]]]):
                 tv += 1.0
         return tv, epoch
-    if rule == RULE_R2 and bs[0] != BOOST_NONE:  # the walk's stages' TVs (:func:`carry_tv`)
-        return carried_tv(mark), epoch
+    if rule == RULE_R2 and bs[0] != BOOST_NONE:  # the walk's stages' TVs, summed as it tested them
+        return walk_tv[0], epoch
     if code == RELAX_NONE or k == 0:
         return 0.0, epoch
     if rule == RULE_R2:
@@ -269,7 +254,7 @@ def step_expectation_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, pr
             reach[v] = 1.0
             v = parents[v]
         tv, epoch = path_tv(parents, tokens, depths, path, m, cstart, cidx, p_rows, prow, psums, q_rows, qrow,
-                            rs, bs, mark, seen, epoch)
+                            rs, bs, np.zeros(1), mark, seen, epoch)
         return 1.0 + depths[end], tv, epoch
     tvs = np.zeros(n)
     for u in range(n):
@@ -332,9 +317,10 @@ def sample_step_kernel(parents, tokens, depths, p_rows, q_rows, u_accept, u_draw
                                      u_draw, bs)
     path = np.empty(n, dtype=np.int64)
     state = np.zeros(2, dtype=np.int64)
+    walk_tv = np.zeros(1)
     m, bonus, epoch, _ = sample_step_walk_kernel(parents, tokens, depths, n, cstart, cidx, p_rows, rows,
                                                  q_rows, rows, u_accept, u_draw, rs, bs, mark, 0, scratch,
-                                                 path, state, np.empty(n, dtype=np.bool_),
+                                                 path, state, walk_tv, np.empty(n, dtype=np.bool_),
                                                  np.empty(n, dtype=np.int64))
     if bonus < 0:
         leaf = path[m - 1]
@@ -343,7 +329,7 @@ def sample_step_kernel(parents, tokens, depths, p_rows, q_rows, u_accept, u_draw
     for i in range(m):
         psums[path[i]] = seqsum_kernel(p_rows[path[i]])
     tv, _ = path_tv(parents, tokens, depths, path, m, cstart, cidx, p_rows, rows, psums, q_rows, rows, rs, bs,
-                    mark, seen, epoch)
+                    walk_tv, mark, seen, epoch)
     return path[:m].copy(), bonus, tv
 
 

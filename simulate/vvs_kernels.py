@@ -216,6 +216,7 @@ def _sequence(s, W, ps, rs, bs, sc, emb, exact, seq_len, seed, o, skipped, n_ste
     parents, tokens, depths, buf_of, prow, qrow_f, cstart, cidx, path, tops, psums, ua, ud, edge, reach, \
         ok = node_scratch(max_nodes)
     state = np.zeros(2, dtype=np.int64)
+    walk_tv = np.zeros(1)  # a boosted R2 walk's stage TVs (path_tv reads them)
     mark = np.zeros(V, dtype=np.int64)
     seen = np.zeros(V, dtype=np.int64)
     smark = np.zeros(V + 1, dtype=np.int64)
@@ -269,8 +270,8 @@ def _sequence(s, W, ps, rs, bs, sc, emb, exact, seq_len, seed, o, skipped, n_ste
                                                              epoch, scratch, edge, reach)
             m, bonus, epoch, npr = walk_step(W, parents, tokens, depths, n, cstart, cidx, buf_of, bparent,
                                              btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs, q_rows,
-                                             qrow_f, ua, ud, rs, bs, mark, epoch, scratch, path, state, ok,
-                                             tops, npr)
+                                             qrow_f, ua, ud, rs, bs, mark, epoch, scratch, path, state,
+                                             walk_tv, ok, tops, npr)
             end = path[m - 1]
             if prow[end] < 0:
                 npr = p_row(W, end, buf_of, bparent, btoken, zs, hs, have, p_rows, prow, psums, es, cmaxs,
@@ -279,7 +280,7 @@ def _sequence(s, W, ps, rs, bs, sc, emb, exact, seq_len, seed, o, skipped, n_ste
                 bonus = leaf_bonus(p_rows[prow[end]], ud[end], rs[0], scratch[0])
             stale[:] = p_rows[prow[end]]  # the last target row held: where this step drew its last token
             t_tv, epoch = path_tv(parents, tokens, depths, path, m, cstart, cidx, p_rows, prow, psums, q_rows,
-                                  qrow_f, rs, bs, mark, seen, epoch)
+                                  qrow_f, rs, bs, walk_tv, mark, seen, epoch)
             accepted += m - 1
             verified += 1
         record_step(o, step, m, n, depths, path, cstart, cidx, calls, e_tok, e_tv, t_tv)
