@@ -115,17 +115,18 @@ def _check_goals(goals: dict[str, float], names: tuple[str, ...]) -> None:
             raise ValueError(f"the fit needs a finite figure {name!r}, got {v!r}")
 
 
-def fitted_figures(goals: dict[str, float]) -> tuple[str, ...]:
-    """The figures :func:`fit_world` fits for ``goals``: the target's; the drafter's when ``goals`` has
-    any of them; ``accept_ranked_deep`` when it has that."""
+def fitted_figures(goals: dict[str, float], hold_rho: bool = False) -> tuple[str, ...]:
+    """The figures :func:`fit_world` fits for ``goals``: the target's (without ``top1_lag1``, rho's, when
+    ``hold_rho``); the drafter's when ``goals`` has any of them; ``accept_ranked_deep`` when it has that."""
     drafter = any(goals.get(n) is not None for n in DRAFT_FIGURES + (DEEP_FIGURE,))
-    return TARGET_FIGURES + (DRAFT_FIGURES if drafter else ()) + (
+    target = tuple(n for n in TARGET_FIGURES if not (hold_rho and n == "top1_lag1"))
+    return target + (DRAFT_FIGURES if drafter else ()) + (
         (DEEP_FIGURE,) if goals.get(DEEP_FIGURE) is not None else ())
 
 
 def fit_world(goals: dict[str, float], base: LatentParams | None = None, rounds: int = 3, iters: int = 12,
               n_sequences: int = 32, seq_len: int = 64, target: LatentParams | None = None,
-              greedy: bool = False,
+              greedy: bool = False, hold_rho: bool = False,
               progress: Callable[[str], None] | None = None) -> tuple[LatentParams, dict[str, float]]:
     """Parameters whose world matches the figures :func:`fitted_figures` names in ``goals``; also the
     world's figures.
@@ -134,9 +135,10 @@ def fit_world(goals: dict[str, float], base: LatentParams | None = None, rounds:
     drafter (a second drafter of the same model). ``base`` (default the ``ambiguous`` preset) gives
     everything that is not fitted (the drafter too when ``goals`` has no drafter figure). ``greedy``:
     the goals were measured along the model's greedy paths and the world's figures are too (the states
-    greedy decoding, rule r3, visits).
+    greedy decoding, rule r3, visits). ``hold_rho``: keep ``params``' rho (chosen by the kappa fit,
+    :mod:`simulate.fit_kappa`) and leave top1_lag1 unfitted.
     """
-    names = fitted_figures(goals)
+    names = fitted_figures(goals, hold_rho)
     _check_goals(goals, names)
     drafter_fit = DRAFT_FIGURES[0] in names
     deep = DEEP_FIGURE in names
@@ -171,7 +173,8 @@ def fit_world(goals: dict[str, float], base: LatentParams | None = None, rounds:
         b, s, r = params.beta, params.beta_spread, params.rho
         for _ in range(rounds):
             s = fit("top1_sd", lambda v, b=b, r=r: with_target(b, v, r), 0.0, 4.0, True)
-            r = fit("top1_lag1", lambda v, b=b, s=s: with_target(b, s, v), 0.0, 0.95, True)
+            if not hold_rho:
+                r = fit("top1_lag1", lambda v, b=b, s=s: with_target(b, s, v), 0.0, 0.95, True)
             b = fit("top1", lambda v, s=s, r=r: with_target(v, s, r), 1.0, 1000.0, True, log=True)
         params = with_target(b, s, r)
 

@@ -6,10 +6,14 @@ share keyed by the token before: kappa_1 above what rho's memory gives, kappa_2 
 and, on a grid,
 ``grid_above`` and ``grid_diagonal`` (the bumps at lags W and W +- 1), by Nelder-Mead on the squared
 error of kappa_1..kappa_M measured in the world (:func:`simulate.context.world_context_sensitivity`,
-its sequences keyed by one seed, so that the objective is a deterministic function of the knobs).
+its sequences keyed by one seed, so that the objective is a deterministic function of the knobs), and
+with ``fit_rho`` the state's memory ``rho`` too (the decay of kappa_2, kappa_3, ...).
 :func:`fit_world_model` is the whole fit: the figures of :func:`simulate.fit.fit_world`, then kappa's
-knobs, then the figures again (a kappa knob moves top-1's persistence a little, the figures' knobs move
-kappa a little), and reports every figure and kappa beside its goal.
+knobs and rho, then the figures again with rho held (the figures' knobs move kappa a little), and
+reports every figure and kappa beside its goal. rho is kappa's, not top-1's persistence's: on a grid the
+token above and the token before carry top-1's persistence as rho does, and fitting top1_lag1 last
+drove rho to 0 on the first shipped model (kappa_2..kappa_6 0 against 0.04-0.12, the Jacobi windows'
+tokens per forward 18-37% low), where kappa's rho predicts them within 4% (docs/mini_model.md).
 """
 
 from __future__ import annotations
@@ -30,11 +34,12 @@ KAPPA_LEN = 64
 KAPPA_EVALS = 120  # Nelder-Mead's budget of kappa measurements
 
 
-def kappa_knobs(grid_width: int) -> tuple[str, ...]:
-    """The parameters :func:`fit_kappa` chooses: ``prefix_noise``, ``lag1_noise``, and the grid's weights
-    on a grid."""
+def kappa_knobs(grid_width: int, fit_rho: bool = False) -> tuple[str, ...]:
+    """The parameters :func:`fit_kappa` chooses: ``prefix_noise``, ``lag1_noise``, the grid's weights
+    on a grid, and ``rho`` with ``fit_rho``."""
     noise = ("prefix_noise", "lag1_noise")
-    return noise + ("grid_above", "grid_diagonal") if grid_width > 0 else noise
+    grid = ("grid_above", "grid_diagonal") if grid_width > 0 else ()
+    return noise + grid + (("rho",) if fit_rho else ())
 
 
 def world_kappa(params: LatentParams, n_lags: int, n_sequences: int = KAPPA_SEQUENCES,
@@ -45,23 +50,26 @@ def world_kappa(params: LatentParams, n_lags: int, n_sequences: int = KAPPA_SEQU
 
 
 def fit_kappa(goal: np.ndarray, params: LatentParams, n_sequences: int = KAPPA_SEQUENCES,
-              seq_len: int = KAPPA_LEN, max_evals: int = KAPPA_EVALS, seed: int = 0
+              seq_len: int = KAPPA_LEN, max_evals: int = KAPPA_EVALS, seed: int = 0, fit_rho: bool = False
               ) -> tuple[LatentParams, ContextSensitivity]:
     """``params`` with :func:`kappa_knobs` chosen so that the world's kappa_1..kappa_M comes near
-    ``goal`` (M = its length; least squares); also the world's kappa then."""
+    ``goal`` (M = its length; least squares); also the world's kappa then. ``fit_rho``: rho is a knob
+    too (else ``params``' is kept)."""
     goal = np.asarray(goal, dtype=np.float64)
     if goal.ndim != 1 or goal.size < 1 or not np.isfinite(goal).all() or (goal < 0).any() or (goal > 1).any():
         raise ValueError(f"kappa goals must be a non-empty list of TVs in [0, 1], got {goal.tolist()}")
-    knobs = kappa_knobs(params.grid_width)
+    knobs = kappa_knobs(params.grid_width, fit_rho)
+    n_grid = len(knobs) - 2 - fit_rho
 
     # unbounded coordinates (a bounded simplex collapses onto a bound): x[0] = logit of sqrt(prefix_noise),
     # the prefix-keyed share of the noise's std (kappa's far level moves with it about linearly; with the
     # variance share it jumps from 0 within the first 1%), x[1] = logit of sqrt(lag1_noise / (1 -
-    # prefix_noise)) (the shares add to at most 1), the grid's weights as logs
+    # prefix_noise)) (the shares add to at most 1), the grid's weights as logs, rho as a logit
     def make(x: np.ndarray) -> LatentParams:
         f = round(float(_sigmoid(x[0]) ** 2), 4)
         g = np.floor((1.0 - f) * _sigmoid(x[1]) ** 2 * 1e4) / 1e4  # rounded down: f + g stays <= 1
-        v = [f, g] + [round(float(np.exp(a)), 4) for a in x[2:]]
+        v = [f, g] + [round(float(np.exp(a)), 4) for a in x[2:2 + n_grid]]
+        v += [round(_sigmoid(x[-1]), 4)] if fit_rho else []
         return replace(params, **{k: float(a) for k, a in zip(knobs, v, strict=True)})
 
     def loss(x: np.ndarray) -> float:
@@ -70,7 +78,9 @@ def fit_kappa(goal: np.ndarray, params: LatentParams, n_sequences: int = KAPPA_S
 
     share = float(np.clip(np.sqrt(min(params.prefix_noise, 0.1)), 0.01, 0.99))  # prefix-keyed: kappa is flat
     lag1 = float(np.clip(np.sqrt(params.lag1_noise / max(1.0 - params.prefix_noise, 1e-9)), 0.1, 0.99))
-    x0 = np.array([_logit(share), _logit(lag1)] + [np.log(max(getattr(params, k), 0.05)) for k in knobs[2:]])
+    grid = [np.log(max(getattr(params, k), 0.05)) for k in knobs[2:2 + n_grid]]
+    rho = [_logit(float(np.clip(params.rho, 0.05, 0.95)))] if fit_rho else []
+    x0 = np.array([_logit(share), _logit(lag1)] + grid + rho)
     simplex = np.vstack([x0] + [x0 + np.eye(len(knobs))[i] for i in range(len(knobs))])
     best = minimize(loss, x0, method="Nelder-Mead",
                     options={"maxfev": max_evals, "xatol": 1e-2, "fatol": 1e-7, "initial_simplex": simplex})
@@ -121,7 +131,7 @@ def fit_world_model(goals: dict[str, float], base: LatentParams, kappa_goal: Con
                     progress: Callable[[str], None] | None = None) -> WorldFit:
     """The whole fit (module docstring): ``base`` (at the model's V) gives every parameter not fitted;
     ``grid_width`` the world's token grid (0: none); without ``kappa_goal`` the figures only (the base's
-    noise keys and grid are kept)."""
+    noise keys and grid are kept; with it, rho is kappa's and top1_lag1 is reported, not fitted)."""
     bad = isinstance(grid_width, bool) or not isinstance(grid_width, int)
     if bad or not 0 <= grid_width <= MAX_GRID_WIDTH:
         raise ValueError(f"grid width must be an integer in [0, {MAX_GRID_WIDTH}] (0: no grid), got "
@@ -134,7 +144,7 @@ def fit_world_model(goals: dict[str, float], base: LatentParams, kappa_goal: Con
     zero = {"grid_above": 0.0, "grid_diagonal": 0.0} if grid_width == 0 else {}
     params = replace(base, grid_width=grid_width, **zero)
     params, _ = fit_world(goals, params, **fit_args)
-    params, _ = fit_kappa(kappa_goal.kappa, params, max_evals=kappa_evals)
-    params, figures = fit_world(goals, params, **fit_args)
+    params, _ = fit_kappa(kappa_goal.kappa, params, max_evals=kappa_evals, fit_rho=True)
+    params, figures = fit_world(goals, params, hold_rho=True, **fit_args)
     kappa = world_kappa(params, kappa_goal.kappa.size)
-    return WorldFit(params, dict(goals), figures, fitted_figures(goals), kappa_goal, kappa)
+    return WorldFit(params, dict(goals), figures, fitted_figures(goals, hold_rho=True), kappa_goal, kappa)

@@ -15,7 +15,7 @@ import relaxspec
 from relaxspec.cli import main
 from relaxspec.core.trace import TraceHeader, TraceStep, TraceWriter
 from relaxspec.mini.calibration import fit_world as calibration_fit_world
-from relaxspec.simulate.fit import world_figures
+from relaxspec.simulate.fit import fit_world, fitted_figures, world_figures
 from relaxspec.simulate.fit_kappa import fit_kappa, fit_world_model, world_kappa
 from relaxspec.simulate.fit_traces import trace_figures
 from relaxspec.simulate.rng import stream_key, uniform
@@ -130,6 +130,23 @@ def test_kappa_fit_recovers_noise_keyed_by_the_token_before() -> None:
     got, kappa = fit_kappa(goal.kappa, start)
     assert np.abs(kappa.kappa - goal.kappa).max() < 0.03
     assert got.lag1_noise == pytest.approx(truth.lag1_noise, abs=0.2)
+
+
+def test_kappa_fit_with_rho_matches_a_memoryless_grid_world_and_the_figures_hold_it() -> None:
+    """rho is kappa's knob in the whole fit: a grid world with no state memory (rho 0: the token before,
+    the tokens above and the noise only), fitted from rho 0.95, misses kappa by more than 0.06 with rho
+    held and matches it within 0.03 with rho a knob (found below 0.5); the figures' refit then keeps rho
+    and reports top1_lag1 unfitted (two Nelder-Mead fits of kappa: about 10 s)."""
+    truth = replace(PRESETS["mini-ambiguous-grid"], vocab_size=V, rho=0.0)
+    goal = world_kappa(truth, truth.grid_width + 1, n_sequences=32, seq_len=64, seed=5)
+    start = replace(truth, rho=0.95)
+    _, held_kappa = fit_kappa(goal.kappa, start)
+    assert np.abs(held_kappa.kappa - goal.kappa).max() > 0.06
+    got, kappa = fit_kappa(goal.kappa, start, fit_rho=True)
+    assert np.abs(kappa.kappa - goal.kappa).max() < 0.03 and got.rho < 0.5
+    goals = {k: v for k, v in world_figures(truth, 8, 32).items() if k in ("top1", "top1_sd", "top1_lag1")}
+    held, _ = fit_world(goals, got, rounds=1, iters=4, n_sequences=8, seq_len=32, hold_rho=True)
+    assert held.rho == got.rho and "top1_lag1" not in fitted_figures(goals, hold_rho=True)
 
 
 def test_calibration_keeps_its_numbers() -> None:
