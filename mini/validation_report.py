@@ -131,7 +131,7 @@ def render(rows: dict[str, dict[str, Any]], configs: list[DecodeConfig], worlds:
         elif any(c.name == name for c in configs):
             decoded = "its row is still to be decoded"
         else:
-            decoded = "the decoder does not run its tree yet (no row)"
+            decoded = "a skip bounded by a TV reads the target after a skipped forward: no decoder row"
         lines += ["", f"`relaxspec advise` on the fitted `eagle` world, TV per token <= {pick['budget']:g}: "
                   f"top pick by predicted speed-up **{pick['method']}** (`{pick['tree']}`, "
                   f"`{pick['verification']}`), {float(pick['speedup']):.3f} ± "

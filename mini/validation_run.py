@@ -186,19 +186,14 @@ def read_pick(out: Path) -> dict[str, Any] | None:
 
 
 def pick_config(pick: dict[str, Any]) -> DecodeConfig | None:
-    """The decoder's configuration of advise's pick (None when the validation does not decode its tree:
-    SCD's coupled and SJD-PAC's windows, VVS's skips bounded by a TV, which run in the simulator only)."""
-    from relaxspec.core.trees.jacobi import JacobiWindow
+    """The decoder's configuration of advise's pick (None for VVS's skips bounded by a TV, which read the
+    target's rows after a skipped forward: the simulator's only)."""
     from relaxspec.core.trees.skips import VvsTree
-    from relaxspec.core.trees.spec import parse_tree, tree_kind
+    from relaxspec.core.trees.spec import parse_tree
 
-    if tree_kind(pick["tree"]) == "pac":
-        return None
     policy = parse_tree(pick["tree"])
     if isinstance(policy, VvsTree) and policy.schedule.bounded:
         return None
-    if tree_kind(pick["tree"]) == "jacobi" and type(policy) is not JacobiWindow:
-        return None  # a coupled (SCD) window
     return DecodeConfig(PICK_PREFIX + pick["method"], tree=pick["tree"], verification=pick["verification"])
 
 
@@ -334,7 +329,7 @@ def run_validation(weights: Path, out: Path, n_sequences: int, configs: list[Dec
                     advised = True
                     extra = pick_config(result)
                     log(f"advise's top pick in the {name} world: {result['method']} ({result['tree']}, "
-                        f"{result['verification']})" + ("" if extra else ": the decoder does not run it yet"))
+                        f"{result['verification']})" + ("" if extra else ": skips bounded by a TV: no decoder row"))
                     if extra is not None and extra.name not in by_name:
                         configs.append(extra)
                         by_name[extra.name] = extra

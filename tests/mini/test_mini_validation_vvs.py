@@ -159,9 +159,12 @@ def test_world_column_runs_vvs_kernel(name: str) -> None:
         assert sim.target_forwards.sum() < sim.n_steps
 
 
-def test_advise_picks_vvs_unless_its_skips_are_bounded() -> None:
+def test_advise_picks_are_decoded_unless_skips_are_bounded() -> None:
     pick = {"method": "VVS every 2", "tree": "vvs:10,4,59,uniform=2",
             "verification": "r1+lantern:k=50,delta=0.1"}
     config = pick_config(pick)
     assert config is not None and config.tree == pick["tree"]
     assert pick_config({**pick, "tree": "vvs:10,4,59,uniform=2,tv=0.1"}) is None
+    for tree in ("jacobi:15,coupled=principled", "pac:15"):  # the decoder runs SCD's and SJD-PAC's windows
+        got = pick_config({"method": "m", "tree": tree, "verification": "r2"})
+        assert got is not None and got.tree == tree and got.is_jacobi
