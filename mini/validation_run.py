@@ -329,7 +329,7 @@ def run_validation(weights: Path, out: Path, n_sequences: int, configs: list[Dec
                     advised = True
                     extra = pick_config(result)
                     log(f"advise's top pick in the {name} world: {result['method']} ({result['tree']}, "
-                        f"{result['verification']})" + ("" if extra else ": skips bounded by a TV: no decoder row"))
+                        f"{result['verification']})" + ("" if extra else ": bounded skips, no decoder row"))
                     if extra is not None and extra.name not in by_name:
                         configs.append(extra)
                         by_name[extra.name] = extra
