@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from theory_strategies import ROUNDING_NB, ROUNDING_P, ROUNDING_Q, full_neighbourhoods
 
-from relaxspec.reference.verify_budget import budget_scales, budget_stages, proximity_masses
+from relaxspec.reference.verify_budget import FEW_ROWS, budget_scales, budget_stages, proximity_masses
 from relaxspec.reference.verify_ops import HostLink
 from relaxspec.reference.verify_traversal import budget_r2_step, edge_ratios, traversal_step
 from relaxspec.testing.strategies import codebooks, neighbour_tables, uniforms
@@ -393,6 +393,19 @@ def test_reference_proximity_masses_equal_theory_past_one(case):
     boost = Boost.budget(1.0, p.size - 1)
     got = proximity_masses(tensor(p[None]), table(nb))[0].numpy()
     assert got.tolist() == theory_proximity_masses(p, np.arange(p.size), nb, boost).tolist()
+
+
+@settings(max_examples=30, deadline=None)
+@given(case=full_neighbourhoods(max_v=24))
+def test_reference_proximity_masses_of_many_rows_equal_theory(case):
+    """With FEW_ROWS rows or more the masses are summed one neighbour column at a time: each row's eps is
+    still theory's bit for bit (rows: p rolled by 0, 1, 2, ...)."""
+    p, _, nb, _ = case
+    boost = Boost.budget(1.0, p.size - 1)
+    rows = np.array([np.roll(p, i) for i in range(FEW_ROWS)])
+    got = proximity_masses(tensor(rows), table(nb)).numpy()
+    for row, eps in zip(rows, got, strict=True):
+        assert eps.tolist() == theory_proximity_masses(row, np.arange(p.size), nb, boost).tolist()
 
 
 @settings(max_examples=80, deadline=None)
