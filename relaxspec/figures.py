@@ -13,15 +13,13 @@ method, legends outside the axes).
 
 The figures read a row's verification through the views :func:`relaxspec.results.load` derives from its
 ``verification`` column (rule, variant, relax, k, delta, lam, boost). Every varying column has a place:
-world and temperature are facets (a
-column of panels each; a row each beyond two facets), tree, rule, variant and boost the line's style
-(:func:`relaxspec.figstyle.method_style`; a boosted run, relax ``none``, is a series of its own: a point
-at the exact x of ``tokens_vs_relaxation``, at its TV bound in ``tradeoff``, a bar of its own in
-``depth``), delta and lam the x axis; k,
-n_sequences, seq_len, seed and settings, where they vary, the line's label and a
-shade of its colour. Rows a figure does not draw are named in notes
-(:func:`render`). Each figure is first computed as data (:func:`plan`:
-panels of sorted lines and bars), then drawn (:func:`draw`).
+world and temperature are facets (a column of panels each; a row each beyond two facets), tree, rule,
+variant and boost the line's style (:func:`relaxspec.figstyle.method_style`; a boosted run, relax
+``none``, is a series of its own: a point at the exact x of ``tokens_vs_relaxation``, at its TV bound in
+``tradeoff``, a bar of its own in ``depth``), delta and lam the x axis; k, n_sequences, seq_len, seed and
+settings, where they vary, the line's label (of the settings, what tells lines apart) and a shade of its
+colour. Rows a figure does not draw are named in notes (:func:`render`). Each figure is first computed as
+data (:func:`plan`: panels of sorted lines and bars), then drawn (:func:`draw`).
 
 Over 400 lines: the three standard figures are planned as data and drawn from it in one place, so the
 tests that check the data also check what is drawn.
@@ -54,7 +52,7 @@ from relaxspec.figstyle import (
     shades,
     style,
 )
-from relaxspec.results import COLUMNS, NO_SETTINGS, config_key, load, settings_label, with_views
+from relaxspec.results import COLUMNS, NO_SETTINGS, config_key, load, settings_differences, with_views
 from relaxspec.theory.boost import Boost
 from relaxspec.theory.relax import Relax, RelaxKind, Variant, as_variant
 from relaxspec.theory.rules import Rule, as_rule
@@ -197,19 +195,31 @@ def _varying(keys: Iterable[LineKey]) -> list[str]:
     return [c for c in EXTRAS if len({getattr(k, c) for k in keys if getattr(k, c) is not None}) > 1]
 
 
+def _varying_settings(keys: list[LineKey]) -> dict[LineKey, str]:
+    """Each key's settings that tell it from the keys that differ from it in nothing else
+    (:func:`relaxspec.results.settings_differences`); empty for a key alone."""
+    groups: dict[LineKey, list[LineKey]] = {}
+    for key in keys:
+        groups.setdefault(key._replace(settings=NO_SETTINGS), []).append(key)
+    return {key: settings_differences([k.settings for k in group])[key.settings] if len(group) > 1 else ""
+            for group in groups.values() for key in group}
+
+
 def _labels(keys: list[LineKey], varying: list[str]) -> dict[LineKey, str]:
-    """Method label (figstyle), the tree spec where one method has several, the varying extras."""
+    """Method label (figstyle), the tree spec where one method has several, the varying extras (of the
+    settings, the names that vary: :func:`_varying_settings`)."""
     specs: dict[tuple, set[str]] = {}
     for key in keys:
         specs.setdefault((method_key(key.tree), key.rule, key.variant, key.boost), set()).add(key.tree)
+    settings = _varying_settings(keys) if "settings" in varying else {}
     out = {}
     for key in keys:
         label = method_style(key.tree, key.verification).label
         if len(specs[method_key(key.tree), key.rule, key.variant, key.boost]) > 1:
             label += f" [{key.tree}]"
-        extras = [settings_label(key.settings) if c == "settings" else f"{c}={getattr(key, c):g}"
+        extras = [settings[key] if c == "settings" else f"{c}={getattr(key, c):g}"
                   for c in varying if getattr(key, c) is not None]
-        out[key] = ", ".join([label, *extras])
+        out[key] = ", ".join([label, *(e for e in extras if e)])
     return out
 
 

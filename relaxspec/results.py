@@ -85,13 +85,26 @@ def settings_text(settings: dict) -> str:
     return json.dumps(settings, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
+def settings_parts(text: str) -> dict[str, object]:
+    """A ``settings`` value's values by name: world overrides by name, other tables' settings by table and
+    name (``vocab_size``, ``sequoia.width``)."""
+    return {name if table == "world_overrides" else f"{table}.{name}": value
+            for table, values in json.loads(text).items() for name, value in values.items()}
+
+
+def settings_differences(texts: list[str]) -> dict[str, str]:
+    """Each ``settings`` value of ``texts`` as the ``name=value`` pairs of the names whose values differ
+    among them (:func:`settings_parts`), or ``defaults`` where it sets none of those."""
+    parts = {t: settings_parts(t) for t in texts}
+    names = sorted({n for p in parts.values() for n in p})
+    differ = [n for n in names if len({repr(p.get(n)) for p in parts.values()}) > 1]
+    return {t: ", ".join(f"{n}={p[n]}" for n in differ if n in p) or "defaults" for t, p in parts.items()}
+
+
 def settings_label(text: str) -> str:
-    """A ``settings`` value as a short label: ``vocab_size=4096, sequoia.width=32`` (world overrides by
-    name, other tables' settings by table and name); ``defaults`` for :data:`NO_SETTINGS`."""
-    tables = json.loads(text)
-    parts = [f"{name if table == 'world_overrides' else f'{table}.{name}'}={value}"
-             for table, values in tables.items() for name, value in values.items()]
-    return ", ".join(parts) or "defaults"
+    """A ``settings`` value as a short label: ``vocab_size=4096, sequoia.width=32`` (:func:`settings_parts`);
+    ``defaults`` for :data:`NO_SETTINGS`."""
+    return ", ".join(f"{name}={value}" for name, value in settings_parts(text).items()) or "defaults"
 
 
 def verification_view(spec: str) -> dict[str, object]:

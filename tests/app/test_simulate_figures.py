@@ -229,6 +229,21 @@ def test_rows_of_other_settings_are_lines_of_their_own() -> None:
     assert {"EAGLE-2, defaults", "EAGLE-2, vocab_size=4096"} <= labels
 
 
+def test_settings_every_line_shares_are_not_in_the_labels() -> None:
+    """A sweep's world overrides (every run's) and a Sequoia table (only Sequoia trees read it) tell no two
+    lines apart: the labels are the methods' alone, not the settings strung along rotated ticks and the
+    legend (a sweep of tests/app/test_simulate_cli.py drew them so, overlapping)."""
+    shared = '{"world_overrides":{"vocab_size":300,"n_clusters":20}}'
+    sequoia = '{"sequoia":{"width":4},"world_overrides":{"vocab_size":300,"n_clusters":20}}'
+    a = LineKey("chain:3", "r1", "principled", 2, 16, 1, settings=shared)
+    b = LineKey("sequoia:6,3", "r1", "principled", 2, 16, 1, settings=sequoia)
+    c = LineKey("sequoia:6,3", "r1", "principled", 2, 16, 1, settings=sequoia.replace("4", "8"))
+    labels = {k: st.label for k, st in line_styles([a, b]).items()}
+    assert labels == {a: "chain of 3", b: "Sequoia"}
+    labels = {k: st.label for k, st in line_styles([a, b, c]).items()}
+    assert labels == {a: "chain of 3", b: "Sequoia, sequoia.width=4", c: "Sequoia, sequoia.width=8"}
+
+
 # ------------------------------------------------------------------ issue 27: render in a notebook
 def test_render_takes_a_frame_or_a_path_and_writes_the_same_figures(tmp_path) -> None:
     from relaxspec.results import load
