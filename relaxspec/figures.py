@@ -201,8 +201,11 @@ def _varying_settings(keys: list[LineKey]) -> dict[LineKey, str]:
     groups: dict[LineKey, list[LineKey]] = {}
     for key in keys:
         groups.setdefault(key._replace(settings=NO_SETTINGS), []).append(key)
-    return {key: settings_differences([k.settings for k in group])[key.settings] if len(group) > 1 else ""
-            for group in groups.values() for key in group}
+    out = {}
+    for group in groups.values():
+        shown = settings_differences([k.settings for k in group]) if len(group) > 1 else {}
+        out.update({key: shown.get(key.settings, "") for key in group})
+    return out
 
 
 def _labels(keys: list[LineKey], varying: list[str]) -> dict[LineKey, str]:

@@ -35,7 +35,6 @@ sys.path[:0] = [str(d) for d in sorted(Path(__file__).parent.iterdir())
                  if d.is_dir() and d.name != "__pycache__"]
 
 
-
 def pytest_configure(config: pytest.Config) -> None:
     """One torch thread per test process. ``make test`` runs two pytest-xdist workers on a 2-core machine;
     torch's default of one intra-op thread per core would give each worker two threads that spin-wait
