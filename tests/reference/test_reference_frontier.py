@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from reference_helpers import official_state, random_model, tiny_config
-from test_reference_decode import CFG, SAMPLING, chi_square_ok, exact_sequence_probs
+from test_reference_decode import CFG, LOSSLESS_SAMPLES, SAMPLING, chi_square_ok, exact_sequence_probs
 
 from relaxspec.cli import main
 from relaxspec.core.trace import TRACE_VERSION, Sampling, TraceHeader, read_trace
@@ -127,10 +127,11 @@ def test_jacobi_rows_equal_a_sequential_forward_and_decisions_equal_the_oracle(t
 
 @pytest.mark.parametrize("window", [JacobiWindow(2), JacobiWindow(3, "copy")])
 def test_jacobi_without_boost_samples_the_target_law(models, window) -> None:
-    """Chi-square of 1500 sequences against the exact law of all 8^4 sequences (false failure < 1e-6)."""
+    """Chi-square of LOSSLESS_SAMPLES sequences against the exact law of all 8^4 sequences (false failure
+    < 1e-6)."""
     seqs, probs = exact_sequence_probs(models[0], label=1)
     dec = jacobi_decoder(models[0], window, dtype="float32")
-    samples = np.array([dec.generate(1, seed=7, sequence=i).tokens for i in range(1500)])
+    samples = np.array([dec.generate(1, seed=7, sequence=i).tokens for i in range(LOSSLESS_SAMPLES)])
     ok, stat, limit = chi_square_ok(samples, seqs, probs)
     assert ok, f"chi-square {stat:.1f} >= {limit:.1f}"
 

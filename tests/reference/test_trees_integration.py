@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from reference_helpers import random_model, tiny_config
-from test_reference_decode import CFG, SAMPLING, chi_square_ok, exact_sequence_probs
+from test_reference_decode import CFG, LOSSLESS_SAMPLES, SAMPLING, chi_square_ok, exact_sequence_probs
 
 from relaxspec.core.cost import DEFAULT_TABLE, CostModel
 from relaxspec.core.trace import TraceHeader, TraceWriter
@@ -129,7 +129,7 @@ def test_decoder_with_a_relaxation_aware_tree_is_lossless(models):
     st = DecodeSettings("r1", cfg_scale=CFG, target_sampling=SAMPLING, draft_sampling=SAMPLING)
     dec = Decoder(target, st, drafter=GPTDraftSession(small), policy=policy)
     seqs, probs = exact_sequence_probs(target, label=2)
-    samples = np.array([dec.generate(2, seed=3, sequence=i).tokens for i in range(1500)])
+    samples = np.array([dec.generate(2, seed=3, sequence=i).tokens for i in range(LOSSLESS_SAMPLES)])
     ok, stat, limit = chi_square_ok(samples, seqs, probs)
     assert ok, f"chi-square {stat:.1f} >= {limit:.1f}"
 
