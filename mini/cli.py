@@ -3,6 +3,8 @@
 - ``ambiguity``: token selection ambiguity of the model vs the synthetic presets (``--fit`` fits a world);
 - ``quality``: FD and class accuracy per decoding configuration, tokens per step, TV bound, sample grid;
 - ``validate``: traces, replay, and simulate's predicted vs the decoder's measured tokens per step;
+- ``explain``: what the fitted world lacks, measured (after ``validate``: the law after a token the target
+  disfavours; position acceptance along the window; VVS's verify steps after a skip);
 - ``compare``: both shipped models (``weights/``, ``weights/ambiguous/``) and the worlds side by side
   (ambiguity, quality, context sensitivity kappa_m).
 
@@ -75,6 +77,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="sequences per world preset along which kappa_m is measured")
     cmp.add_argument("--kappa-len", type=int, default=256, help="tokens per such sequence")
     cmp.set_defaults(func=_compare)
+    exp = msub.add_parser("explain", help="what the fitted world lacks, measured: the law after a token "
+                                          "the target disfavours, and its effect on the window budget and "
+                                          "VVS rows (after validate; decodes the traces it misses)")
+    exp.add_argument("--n-sequences", type=int, default=40, help="images per decoded row (validate's)")
+    exp.add_argument("--kappa-images", type=int, default=16,
+                     help="AR images (and world sequences) along which the off-law sensitivity is measured")
+    exp.add_argument("--docs", type=Path, default=None,
+                     help="write the table into this markdown file's section for the model (its markers)")
+    exp.set_defaults(func=_explain)
     parser.set_defaults(func=lambda args: parser.print_help())
 
 
@@ -241,6 +252,26 @@ def _validate(args: argparse.Namespace) -> int:
     if args.docs is not None:
         write_section(args.docs, Path(weights).name, lines)
     return 0 if all(r["replay_mismatches"] == 0 for r in rows.values()) else 1
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from relaxspec.mini.validation_report import write_section
+    from relaxspec.mini.weights import WEIGHTS_DIR
+    from relaxspec.mini.world_gaps import explain
+
+    _at_least(args, seed=0, n_sequences=2, kappa_images=2)
+    if args.docs is not None and not args.docs.is_file():
+        raise ValueError(f"--docs {args.docs} is not a file")
+    weights = args.weights or WEIGHTS_DIR
+    lines = explain(weights, args.out / "validation", n_sequences=args.n_sequences,
+                    kappa_images=args.kappa_images, seed=args.seed, log=lambda m: print(m, flush=True))
+    where = "" if args.weights is None else f" --weights {args.weights}"
+    command = f"relaxspec mini{where} --out {args.out} explain --n-sequences {args.n_sequences}"
+    lines = ["```bash", command, "```", "", *lines]
+    print("\n".join(lines))
+    if args.docs is not None:
+        write_section(args.docs, Path(weights).name, lines, command="explain")
+    return 0
 
 
 def _compare(args: argparse.Namespace) -> int:

@@ -169,17 +169,17 @@ def load_worlds(folder: Path, keys: list[str]) -> dict[str, tuple[Any, dict[str,
     return {k: read_world_file(folder / f"{k}.toml") for k in keys if (folder / f"{k}.toml").exists()}
 
 
-def markers(section: str) -> tuple[str, str]:
-    """The two lines between which :func:`write_section` writes ``section``."""
-    return (f"<!-- relaxspec mini validate: {section} (generated; do not edit by hand) -->",
-            f"<!-- end relaxspec mini validate: {section} -->")
+def markers(section: str, command: str = "validate") -> tuple[str, str]:
+    """The two lines between which :func:`write_section` writes ``section`` of ``relaxspec mini COMMAND``."""
+    return (f"<!-- relaxspec mini {command}: {section} (generated; do not edit by hand) -->",
+            f"<!-- end relaxspec mini {command}: {section} -->")
 
 
-def write_section(doc: Path, section: str, lines: list[str]) -> None:
+def write_section(doc: Path, section: str, lines: list[str], command: str = "validate") -> None:
     """Replace the text between ``section``'s markers in ``doc`` by ``lines`` (a ``ValueError`` naming the
     missing marker when the file lacks them)."""
     text = doc.read_text()
-    begin, end = markers(section)
+    begin, end = markers(section, command)
     if begin not in text or end not in text:
         raise ValueError(f"{doc} has no section {section!r}: add the lines {begin!r} and {end!r}")
     head, rest = text.split(begin, 1)

@@ -1,0 +1,312 @@
+"""What a fitted world lacks, measured: a model's law after a token the target disfavours (issue 28).
+
+SPEC 11's kappa_m replaces the token m back by a draw from its own law, and the fit matches it. But
+several methods put tokens into the prefix that the target did not draw: VVS's skip steps emit drafts
+unverified and a bonus from a stale row; the budgeted relaxation accepts drafts the target disfavours.
+:func:`off_law_sensitivity` measures the law's response to such a token: kappa_m with the token m back
+replaced by a law draw (SPEC 11's figure, the same uniforms) and by a uniformly drawn code, and the
+entropy of the law right after the replaced token. Its consequences are measured on the steps of a
+decoder's trace and of a world's run alike (both are a ``SimResult``): :func:`skip_effect` (VVS: the
+drafts accepted at the verify step right after a skip and after a verify, and what a skip emits) and
+:func:`position_acceptance` (a Jacobi window: P(position j + 1 accepted | j accepted)); on a trace,
+:func:`root_entropy` reads the target's law at each step's root. ``relaxspec mini explain`` runs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from relaxspec.simulate.context import ContextSensitivity, check_counts, summarise
+from relaxspec.simulate.context_kernels import replace_key
+from relaxspec.simulate.results import SimResult
+from relaxspec.simulate.rng import check_seed, stream_key, uniform
+from relaxspec.simulate.worlds import LatentWorld
+from relaxspec.theory.sampler import draw_token
+
+# a law function: (sequences (B, T) int64, unit index) -> the laws of tokens 0..T-1 along each, (B, T, V)
+Laws = Callable[[np.ndarray, int], np.ndarray]
+KINDS = ("law", "uniform")  # the replacement: a draw from the position's law (SPEC 11), a uniform code
+
+
+def entropy(rows: np.ndarray) -> np.ndarray:
+    """Entropy in nats of each row of ``rows`` (..., V) (0 log 0 = 0)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(rows > 0, rows * np.log(rows), 0.0)
+    return -terms.sum(axis=-1)
+
+
+@dataclass(frozen=True)
+class MeanSe:
+    """A mean over independent units, its standard error and the number of observations behind it."""
+
+    mean: float
+    se: float
+    n: int
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> MeanSe:
+        """Mean and standard error of ``values`` (NaN standard error below 2 values)."""
+        v = np.asarray(values, dtype=np.float64)
+        se = float(v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1 else float("nan")
+        return cls(float(v.mean()) if v.size else float("nan"), se, int(v.size))
+
+    def __str__(self) -> str:
+        return f"{self.mean:.3f} ± {self.se:.3f}"
+
+
+@dataclass(frozen=True)
+class OffLaw:
+    """kappa_m under either replacement (``kappa[kind]``) and the entropy of the law right after the
+    replaced token (``entropy``: keys ``original`` (no replacement), ``law``, ``uniform``; means over
+    units, standard errors over units)."""
+
+    kappa: dict[str, ContextSensitivity]
+    entropy: dict[str, MeanSe]
+
+
+def off_law_sensitivity(laws: Laws, tokens: np.ndarray, n_lags: int, *, seed: int = 0,
+                        batch: int = 32) -> OffLaw:
+    """:class:`OffLaw` of the model whose laws ``laws`` gives along the sequences ``tokens`` (N, T): for
+    every unit i and position r < T - 1, the token at r replaced by a draw from the law at r (uniform
+    ``uniform(replace_key(seed, i), r)``, as ``mini.context_sensitivity``) or by the code
+    floor(V u) (u = ``uniform(replace_key(seed, i), T + r)``)."""
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer) or (tokens < 0).any():
+        raise ValueError(f"tokens must be an (N, T) array of integers >= 0, got {tokens.dtype} of shape "
+                         f"{tokens.shape}")
+    n, T = tokens.shape
+    check_counts(n_lags, n, T, units="images")
+    seed = check_seed(seed)
+    sums = {kind: np.zeros((n, n_lags)) for kind in KINDS}
+    ent = {kind: np.zeros(n) for kind in ("original", *KINDS)}
+    for i in range(n):
+        x = tokens[i].astype(np.int64)
+        p = laws(x[None], i)[0]
+        V = p.shape[1]
+        if p.shape[0] != T or (x >= V).any():
+            raise ValueError(f"tokens of unit {i} must lie in [0, {V}) (the model's V)")
+        rkey = np.uint64(replace_key(np.int64(seed), np.int64(i)))
+        ent["original"][i] = entropy(p[1:]).mean()
+        for kind in KINDS:
+            changed = np.tile(x, (T - 1, 1))
+            for r in range(T - 1):
+                changed[r, r] = draw_token(p[r], uniform(rkey, r)) if kind == "law" else \
+                    min(V - 1, int(V * uniform(rkey, T + r)))
+            after = np.zeros(T - 1)
+            for r0 in range(0, T - 1, batch):
+                q = laws(changed[r0:r0 + batch], i)
+                for j in range(q.shape[0]):
+                    r = r0 + j
+                    after[r] = entropy(q[j, r + 1])
+                    for m in range(1, min(n_lags, T - 1 - r) + 1):
+                        sums[kind][i, m - 1] += 0.5 * float(np.abs(q[j, r + m] - p[r + m]).sum())
+            ent[kind][i] = after.mean()
+    positions = T - np.arange(1, n_lags + 1)
+    return OffLaw({kind: summarise(sums[kind], positions) for kind in KINDS},
+                  {kind: MeanSe.of(v) for kind, v in ent.items()})
+
+
+def world_laws(world: LatentWorld, n_sequences: int, seq_len: int, seed: int = 0,
+               horizon: int | None = None) -> tuple[np.ndarray, Laws]:
+    """Sequences sampled from ``world``'s target (sequence s from ``stream_key(seed, s)``, as
+    ``simulate.context``) and the teacher-forced laws along any sequences of unit s: the world's rows
+    from its initial state for s, advanced token by token. A row's laws up to its first token d that
+    differs from unit s's own sequence are that sequence's; with ``horizon`` set, only the ``horizon``
+    laws after d are computed and later ones are left 0 (what kappa_1..kappa_horizon read)."""
+    if not isinstance(world, LatentWorld):
+        raise ValueError(f"a world's laws along a prefix need a LatentWorld, got {type(world).__name__}")
+    check_counts(1, n_sequences, seq_len)
+    seed = check_seed(seed)
+    tokens = np.zeros((n_sequences, seq_len), dtype=np.int64)
+    states, rows = [], np.zeros((n_sequences, seq_len, world.vocab_size))
+    for s in range(n_sequences):
+        key = np.uint64(stream_key(np.int64(seed), np.int64(s)))
+        along = [world.initial(key)]
+        for t in range(seq_len):
+            rows[s, t] = world.target_probs(along[t][0])
+            tokens[s, t] = draw_token(rows[s, t], uniform(key, t))
+            along.append(world.advance(*along[t], int(tokens[s, t])))
+        states.append(along)
+
+    def laws(seqs: np.ndarray, s: int) -> np.ndarray:
+        seqs = np.asarray(seqs, dtype=np.int64)
+        if seqs.shape[1] != seq_len:
+            raise ValueError(f"sequences of unit {s} must have {seq_len} tokens, got {seqs.shape[1]}")
+        out = np.zeros((*seqs.shape, world.vocab_size))
+        for b, row in enumerate(seqs):
+            diff = np.flatnonzero(row != tokens[s])
+            d = int(diff[0]) if diff.size else seq_len
+            out[b, :d + 1] = rows[s, :d + 1]  # the law of token t reads tokens before t only
+            last = seq_len if horizon is None else min(seq_len, d + 1 + horizon)
+            state = states[s][d]
+            for t in range(d + 1, last):
+                state = world.advance(*state, int(row[t - 1]))
+                out[b, t] = world.target_probs(state[0])
+        return out
+
+    return tokens, laws
+
+
+def _speculative(result: SimResult) -> tuple[np.ndarray, np.ndarray]:
+    forwards = (np.ones(result.n_steps, dtype=np.int64) if result.target_forwards is None
+                else np.asarray(result.target_forwards))
+    return forwards, np.asarray(result.sequence)
+
+
+@dataclass(frozen=True)
+class SkipEffect:
+    """VVS (SPEC 10.3): drafts accepted at verify steps right after a skip step and right after a verify
+    step (a sequence's first step counts in neither), and drafts a skip step emits (gamma)."""
+
+    after_skip: MeanSe
+    after_verify: MeanSe
+    skip_drafts: MeanSe
+
+
+def skip_effect(result: SimResult) -> SkipEffect:
+    """:class:`SkipEffect` of a run or a trace replay with skip steps (``target_forwards`` 0)."""
+    forwards, seq = _speculative(result)
+    acc = np.asarray(result.accepted_depth, dtype=np.float64)
+    prev_same = np.r_[False, seq[1:] == seq[:-1]]
+    prev_skip = np.r_[False, forwards[:-1] == 0]
+    verify = forwards > 0
+    return SkipEffect(MeanSe.of(acc[verify & prev_same & prev_skip]),
+                      MeanSe.of(acc[verify & prev_same & ~prev_skip]), MeanSe.of(acc[~verify]))
+
+
+def position_acceptance(result: SimResult, depth: int = 4) -> np.ndarray:
+    """P(accepted depth >= j + 1 | >= j) for j = 0..depth-1 over the speculative steps (tree size > 1):
+    along a window, the chance that position j + 1's draft is accepted once the first j were."""
+    d = np.asarray(result.accepted_depth)[np.asarray(result.tree_size) > 1]
+    reached = np.array([(d >= j).sum() for j in range(depth + 1)], dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return reached[1:] / reached[:-1]
+
+
+def root_entropy(path: str | Path) -> dict[str, MeanSe]:
+    """Entropy of the target's law at the root of a trace's speculative verify steps, grouped by the step
+    before: ``after skip`` (a VVS skip step) and ``after verify`` (a sequence's first step counts in
+    neither)."""
+    from relaxspec.core.trace import read_trace
+    from relaxspec.theory.distributions import logits_to_probs
+
+    groups: dict[str, list[float]] = {"after skip": [], "after verify": []}
+    last: dict[int, bool] = {}  # sequence -> was its latest step a skip (a trace holds a sequence in order)
+    for st in read_trace(path).steps():
+        prev = last.get(st.sequence)
+        last[st.sequence] = st.skipped
+        if prev is None or st.skipped or st.tokens.size < 2:
+            continue
+        p = logits_to_probs(st.target_logits[0].astype(np.float64))
+        groups["after skip" if prev else "after verify"].append(float(entropy(p)))
+    return {k: MeanSe.of(v) for k, v in groups.items()}
+
+
+# the validation rows (VALIDATION_CONFIGS names) whose misses these figures explain, EAGLE-2's for comparison
+EXPLAINED = ("EAGLE-2 r1 exact", "SJD L=15 + R4", "SJD L=15 + R4 + budget tv=0.1",
+             "VVS every 2 + LANTERN delta=0.1")
+KAPPA_LAGS = 2
+WINDOW_DEPTH = 4
+
+
+def _per_forward(result: SimResult) -> float:
+    forwards, _ = _speculative(result)
+    spec = np.asarray(result.tree_size) > 1
+    return float(np.asarray(result.tokens)[spec].sum() / forwards[spec].sum())
+
+
+def explain(weights: Path, out: Path, *, n_sequences: int = 40, kappa_images: int = 16, seed: int = 0,
+            log: Callable[[str], None] = print) -> list[str]:
+    """``relaxspec mini explain``: the figures of this module on the model in ``weights`` (its traces of
+    :data:`EXPLAINED` in ``out``, decoded where missing, as ``relaxspec mini validate`` names them) and on
+    its fitted world ``out/worlds/eagle.toml``; the markdown lines of the section."""
+    import torch
+
+    from relaxspec.mini.context_sensitivity import guided_laws
+    from relaxspec.mini.decoding import CFG_SCALE, DecodeConfig, make_decoder
+    from relaxspec.mini.fashion_mnist import NUM_CLASSES
+    from relaxspec.mini.shipped import load_mini
+    from relaxspec.mini.validation import VALIDATION_CONFIGS, WORLD_LEN, WORLD_SEQUENCES, capture
+    from relaxspec.simulate import run
+    from relaxspec.simulate.inputs import as_tree, as_world
+    from relaxspec.simulate.worlds import TraceWorld
+
+    world_file = Path(out) / "worlds" / "eagle.toml"
+    if not world_file.is_file():
+        raise ValueError(f"{world_file} is missing: run relaxspec mini validate on this --out first (it fits "
+                         "the world)")
+    torch.set_num_threads(1)
+    world = as_world(str(world_file))
+    mini = load_mini(weights)
+    configs = {c.name: c for c in VALIDATION_CONFIGS}
+    model, fitted = {}, {}
+    for name in EXPLAINED:
+        cfg = configs[name]
+        log(f"{name}: decoding (resumes) and replaying {n_sequences} images; the world's {WORLD_SEQUENCES} "
+            "sequences")
+        path = capture(mini, cfg, n_sequences, Path(out), seed, progress=False)
+        model[name] = (path, run(TraceWorld(path), None, cfg.verification, n_sequences=1, threads=1))
+        fitted[name] = run(world, as_tree(cfg.tree), cfg.verification, n_sequences=WORLD_SEQUENCES,
+                           seq_len=WORLD_LEN, seed=seed)
+    log(f"off-law sensitivity: {kappa_images} AR images of the model, {kappa_images} world sequences")
+    labels = np.arange(kappa_images) % NUM_CLASSES
+    ar = make_decoder(mini, DecodeConfig("AR"))
+    tokens = np.array([ar.generate(int(c), seed, sequence=i).tokens for i, c in enumerate(labels)])
+    off = {"model": off_law_sensitivity(guided_laws(mini, labels, CFG_SCALE), tokens, KAPPA_LAGS, seed=seed),
+           "world": off_law_sensitivity(*reversed(world_laws(world, kappa_images, tokens.shape[1], seed,
+                                                             horizon=KAPPA_LAGS)), KAPPA_LAGS, seed=seed)}
+    return render(off, model, fitted, n_sequences=n_sequences, kappa_images=kappa_images)
+
+
+def render(off: dict[str, OffLaw], model: dict[str, tuple[Path, SimResult]], fitted: dict[str, SimResult], *,
+           n_sequences: int, kappa_images: int) -> list[str]:
+    """The markdown lines of :func:`explain`'s figures."""
+    def row(label: str, a: object, b: object) -> str:
+        return f"| {label} | {a} | {b} |"
+
+    def kap(who: str, kind: str, m: int) -> str:
+        k = off[who].kappa[kind]
+        return f"{k.kappa[m]:.3f} ± {k.stderr[m]:.3f}"
+
+    def hazard(r: SimResult) -> str:
+        return ", ".join(f"{h:.2f}" for h in position_acceptance(r, WINDOW_DEPTH))
+
+    lines = [f"Model: {n_sequences} images per decoded row, off-law figures along {kappa_images} AR images; "
+             f"world: the fitted `eagle` world, {kappa_images} sequences for the off-law figures.", "",
+             "| figure | model | fitted world |", "|---|---|---|"]
+    for m in range(KAPPA_LAGS):
+        lines.append(row(f"kappa_{m + 1}, the token replaced by a law draw (SPEC 11; fitted)",
+                         kap("model", "law", m), kap("world", "law", m)))
+        lines.append(row(f"kappa_{m + 1}, the token replaced by a uniform code", kap("model", "uniform", m),
+                         kap("world", "uniform", m)))
+    for kind, label in (("original", "as sampled"), ("law", "after a law draw"),
+                        ("uniform", "after a uniform code")):
+        lines.append(row(f"entropy of the next law (nats), {label}", off["model"].entropy[kind],
+                         off["world"].entropy[kind]))
+    for name in EXPLAINED[1:3]:
+        lines.append(row(f"{name}: tokens per forward", f"{_per_forward(model[name][1]):.3f}",
+                         f"{_per_forward(fitted[name]):.3f}"))
+        lines.append(row(f"{name}: P(position j + 1 accepted given j), j = 0..{WINDOW_DEPTH - 1}",
+                         hazard(model[name][1]), hazard(fitted[name])))
+        lines.append(row(f"{name}: entropy of the root's law (nats)",
+                         root_entropy(model[name][0])["after verify"], "(not recorded)"))
+    vvs = EXPLAINED[3]
+    ms, ws = skip_effect(model[vvs][1]), skip_effect(fitted[vvs])
+    lines.append(row(f"{vvs}: tokens per forward", f"{_per_forward(model[vvs][1]):.3f}",
+                     f"{_per_forward(fitted[vvs]):.3f}"))
+    lines.append(row(f"{vvs}: drafts accepted at a verify step after a skip", ms.after_skip, ws.after_skip))
+    lines.append(row(f"{vvs}: drafts a skip step emits (gamma)", ms.skip_drafts, ws.skip_drafts))
+    lines.append(row(f"{vvs}: entropy of the root's law after a skip (nats)",
+                     root_entropy(model[vvs][0])["after skip"], "(not recorded)"))
+    lines.append(row(f"{EXPLAINED[0]}: entropy of the root's law (nats)",
+                     root_entropy(model[EXPLAINED[0]][0])["after verify"], "(not recorded)"))
+    return lines
+
+
+__all__ = ["EXPLAINED", "KINDS", "MeanSe", "OffLaw", "SkipEffect", "entropy", "explain",
+           "off_law_sensitivity", "position_acceptance", "render", "root_entropy", "skip_effect",
+           "world_laws"]
