@@ -207,8 +207,9 @@ def root_entropy(path: str | Path) -> dict[str, MeanSe]:
 
 
 # the validation rows (VALIDATION_CONFIGS names) whose misses these figures explain, EAGLE-2's for comparison
-EXPLAINED = ("EAGLE-2 r1 exact", "SJD L=15 + R4", "SJD L=15 + R4 + budget tv=0.1",
-             "VVS every 2 + LANTERN delta=0.1")
+WINDOWS = ("SJD L=15", "SJD L=15 + R4", "SJD L=15 + R4 + budget tv=0.1", "SCD L=15", "SJD-PAC L=15 (+PD+AC)")
+VVS_ROW = "VVS every 2 + LANTERN delta=0.1"
+EXPLAINED = ("EAGLE-2 r1 exact", *WINDOWS, VVS_ROW)
 KAPPA_LAGS = 2
 WINDOW_DEPTH = 4
 
@@ -287,14 +288,14 @@ def render(off: dict[str, OffLaw], model: dict[str, tuple[Path, SimResult]], fit
                         ("uniform", "after a uniform code")):
         lines.append(row(f"entropy of the next law (nats), {label}", off["model"].entropy[kind],
                          off["world"].entropy[kind]))
-    for name in EXPLAINED[1:3]:
+    for name in WINDOWS:
         lines.append(row(f"{name}: tokens per forward", f"{_per_forward(model[name][1]):.3f}",
                          f"{_per_forward(fitted[name]):.3f}"))
         lines.append(row(f"{name}: P(position j + 1 accepted given j), j = 0..{WINDOW_DEPTH - 1}",
                          hazard(model[name][1]), hazard(fitted[name])))
         lines.append(row(f"{name}: entropy of the root's law (nats)",
                          root_entropy(model[name][0])["after verify"], "(not recorded)"))
-    vvs = EXPLAINED[3]
+    vvs = VVS_ROW
     ms, ws = skip_effect(model[vvs][1]), skip_effect(fitted[vvs])
     lines.append(row(f"{vvs}: tokens per forward", f"{_per_forward(model[vvs][1]):.3f}",
                      f"{_per_forward(fitted[vvs]):.3f}"))
@@ -307,6 +308,6 @@ def render(off: dict[str, OffLaw], model: dict[str, tuple[Path, SimResult]], fit
     return lines
 
 
-__all__ = ["EXPLAINED", "KINDS", "MeanSe", "OffLaw", "SkipEffect", "entropy", "explain",
+__all__ = ["EXPLAINED", "KINDS", "VVS_ROW", "WINDOWS", "MeanSe", "OffLaw", "SkipEffect", "entropy", "explain",
            "off_law_sensitivity", "position_acceptance", "render", "root_entropy", "skip_effect",
            "world_laws"]
