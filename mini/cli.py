@@ -266,7 +266,9 @@ def _explain(args: argparse.Namespace) -> int:
     lines = explain(weights, args.out / "validation", n_sequences=args.n_sequences,
                     kappa_images=args.kappa_images, seed=args.seed, log=lambda m: print(m, flush=True))
     where = "" if args.weights is None else f" --weights {args.weights}"
-    command = f"relaxspec mini{where} --out {args.out} explain --n-sequences {args.n_sequences}"
+    seed = "" if args.seed == 0 else f" --seed {args.seed}"
+    command = (f"relaxspec mini{where} --out {args.out}{seed} explain --n-sequences {args.n_sequences} "
+               f"--kappa-images {args.kappa_images}")
     lines = ["```bash", command, "```", "", *lines]
     print("\n".join(lines))
     if args.docs is not None:

@@ -41,18 +41,30 @@ def entropy(rows: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class MeanSe:
-    """A mean over independent units, its standard error and the number of observations behind it."""
+    """A mean, its standard error over independent units and the number of observations behind it."""
 
     mean: float
     se: float
     n: int
 
     @classmethod
-    def of(cls, values: np.ndarray) -> MeanSe:
-        """Mean and standard error of ``values`` (NaN standard error below 2 values)."""
+    def of(cls, values: np.ndarray, units: np.ndarray | None = None) -> MeanSe:
+        """Mean of ``values`` and its standard error: over the values when each is its own unit, else
+        clustered by ``units`` (the unit of each value: steps of one sequence are correlated), the ratio
+        estimator of ``mini.validation.ratio_and_se``. NaN standard error below 2 units."""
         v = np.asarray(values, dtype=np.float64)
-        se = float(v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1 else float("nan")
-        return cls(float(v.mean()) if v.size else float("nan"), se, int(v.size))
+        if v.size == 0:
+            return cls(float("nan"), float("nan"), 0)
+        if units is None:
+            se = float(v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1 else float("nan")
+            return cls(float(v.mean()), se, int(v.size))
+        _, idx = np.unique(np.asarray(units), return_inverse=True)
+        num, den = np.bincount(idx, weights=v), np.bincount(idx).astype(np.float64)
+        mean = float(num.sum() / den.sum())
+        S = num.size
+        se = float(np.sqrt(S / (S - 1) * np.sum((num - mean * den) ** 2)) / den.sum()) if S > 1 \
+            else float("nan")
+        return cls(mean, se, int(v.size))
 
     def __str__(self) -> str:
         return f"{self.mean:.3f} ± {self.se:.3f}"
@@ -81,13 +93,17 @@ def off_law_sensitivity(laws: Laws, tokens: np.ndarray, n_lags: int, *, seed: in
     n, T = tokens.shape
     check_counts(n_lags, n, T, units="images")
     seed = check_seed(seed)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
     sums = {kind: np.zeros((n, n_lags)) for kind in KINDS}
     ent = {kind: np.zeros(n) for kind in ("original", *KINDS)}
     for i in range(n):
         x = tokens[i].astype(np.int64)
         p = laws(x[None], i)[0]
         V = p.shape[1]
-        if p.shape[0] != T or (x >= V).any():
+        if p.shape[0] != T:
+            raise ValueError(f"the laws of unit {i} have {p.shape[0]} rows for its {T} tokens")
+        if (x >= V).any():
             raise ValueError(f"tokens of unit {i} must lie in [0, {V}) (the model's V)")
         rkey = np.uint64(replace_key(np.int64(seed), np.int64(i)))
         ent["original"][i] = entropy(p[1:]).mean()
@@ -121,6 +137,8 @@ def world_laws(world: LatentWorld, n_sequences: int, seq_len: int, seed: int = 0
         raise ValueError(f"a world's laws along a prefix need a LatentWorld, got {type(world).__name__}")
     check_counts(1, n_sequences, seq_len)
     seed = check_seed(seed)
+    if horizon is not None and (isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1):
+        raise ValueError(f"horizon must be None or an integer >= 1, got {horizon!r}")
     tokens = np.zeros((n_sequences, seq_len), dtype=np.int64)
     states, rows = [], np.zeros((n_sequences, seq_len, world.vocab_size))
     for s in range(n_sequences):
@@ -159,8 +177,9 @@ def _speculative(result: SimResult) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass(frozen=True)
 class SkipEffect:
-    """VVS (SPEC 10.3): drafts accepted at verify steps right after a skip step and right after a verify
-    step (a sequence's first step counts in neither), and drafts a skip step emits (gamma)."""
+    """VVS (SPEC 10.3), over the speculative steps (tree size > 1; a skip step is one): drafts accepted at
+    verify steps right after a skip step and right after a verify step (a sequence's first speculative
+    step counts in neither), and drafts a skip step emits (gamma); standard errors over sequences."""
 
     after_skip: MeanSe
     after_verify: MeanSe
@@ -168,14 +187,24 @@ class SkipEffect:
 
 
 def skip_effect(result: SimResult) -> SkipEffect:
-    """:class:`SkipEffect` of a run or a trace replay with skip steps (``target_forwards`` 0)."""
+    """:class:`SkipEffect` of a run or a trace replay with skip steps (``target_forwards`` 0): a decoder's
+    prefill and last-token steps (no draft) are left out, as a world has none."""
     forwards, seq = _speculative(result)
-    acc = np.asarray(result.accepted_depth, dtype=np.float64)
+    spec = np.asarray(result.tree_size) > 1
+    forwards, seq = forwards[spec], seq[spec]
+    acc = np.asarray(result.accepted_depth, dtype=np.float64)[spec]
     prev_same = np.r_[False, seq[1:] == seq[:-1]]
     prev_skip = np.r_[False, forwards[:-1] == 0]
     verify = forwards > 0
-    return SkipEffect(MeanSe.of(acc[verify & prev_same & prev_skip]),
-                      MeanSe.of(acc[verify & prev_same & ~prev_skip]), MeanSe.of(acc[~verify]))
+    groups = (verify & prev_same & prev_skip, verify & prev_same & ~prev_skip, ~verify)
+    return SkipEffect(*(MeanSe.of(acc[g], seq[g]) for g in groups))
+
+
+def accepted_drafts(result: SimResult) -> MeanSe:
+    """Drafts accepted per speculative verify step (tree size > 1, a target forward), over sequences."""
+    forwards, seq = _speculative(result)
+    keep = (np.asarray(result.tree_size) > 1) & (forwards > 0)
+    return MeanSe.of(np.asarray(result.accepted_depth, dtype=np.float64)[keep], seq[keep])
 
 
 def position_acceptance(result: SimResult, depth: int = 4) -> np.ndarray:
@@ -188,28 +217,35 @@ def position_acceptance(result: SimResult, depth: int = 4) -> np.ndarray:
 
 
 def root_entropy(path: str | Path) -> dict[str, MeanSe]:
-    """Entropy of the target's law at the root of a trace's speculative verify steps, grouped by the step
-    before: ``after skip`` (a VVS skip step) and ``after verify`` (a sequence's first step counts in
-    neither)."""
+    """Entropy of the target's law (the trace header's sampling) at the root of a trace's speculative
+    verify steps, grouped by the speculative step before: ``after skip`` (a VVS skip step) and ``after
+    verify`` (a sequence's first speculative step counts in neither); standard errors over sequences."""
     from relaxspec.core.trace import read_trace
-    from relaxspec.theory.distributions import logits_to_probs
 
-    groups: dict[str, list[float]] = {"after skip": [], "after verify": []}
-    last: dict[int, bool] = {}  # sequence -> was its latest step a skip (a trace holds a sequence in order)
-    for st in read_trace(path).steps():
+    trace = read_trace(path)
+    sampling = trace.header.target_sampling
+    groups: dict[str, tuple[list[float], list[int]]] = {"after skip": ([], []), "after verify": ([], [])}
+    last: dict[int, bool] = {}  # sequence -> was its latest speculative step a skip (a sequence is in order)
+    for st in trace.steps():
+        if st.tokens.size < 2 and not st.skipped:  # the prefill or the last token: no draft
+            continue
         prev = last.get(st.sequence)
         last[st.sequence] = st.skipped
-        if prev is None or st.skipped or st.tokens.size < 2:
+        if prev is None or st.skipped:
             continue
-        p = logits_to_probs(st.target_logits[0].astype(np.float64))
-        groups["after skip" if prev else "after verify"].append(float(entropy(p)))
-    return {k: MeanSe.of(v) for k, v in groups.items()}
+        p = sampling.probs(st.target_logits[:1].astype(np.float64))[0]
+        values, units = groups["after skip" if prev else "after verify"]
+        values.append(float(entropy(p)))
+        units.append(st.sequence)
+    return {k: MeanSe.of(v, u) for k, (v, u) in groups.items()}
 
 
 # the validation rows (VALIDATION_CONFIGS names) whose misses these figures explain, EAGLE-2's for comparison
 WINDOWS = ("SJD L=15", "SJD L=15 + R4", "SJD L=15 + R4 + budget tv=0.1", "SCD L=15", "SJD-PAC L=15 (+PD+AC)")
 VVS_ROW = "VVS every 2 + LANTERN delta=0.1"
-EXPLAINED = ("EAGLE-2 r1 exact", *WINDOWS, VVS_ROW)
+NO_SKIP = "EAGLE-2 + LANTERN delta=0.1, no skip"  # VVS's verify steps alone, its baseline (no validate row)
+EXACT_TREE = "EAGLE-2 r1 exact"
+EXPLAINED = (EXACT_TREE, *WINDOWS, VVS_ROW, NO_SKIP)
 KAPPA_LAGS = 2
 WINDOW_DEPTH = 4
 
@@ -227,23 +263,34 @@ def explain(weights: Path, out: Path, *, n_sequences: int = 40, kappa_images: in
     its fitted world ``out/worlds/eagle.toml``; the markdown lines of the section."""
     import torch
 
-    from relaxspec.mini.context_sensitivity import guided_laws
-    from relaxspec.mini.decoding import CFG_SCALE, DecodeConfig, make_decoder
-    from relaxspec.mini.fashion_mnist import NUM_CLASSES
-    from relaxspec.mini.shipped import load_mini
-    from relaxspec.mini.validation import VALIDATION_CONFIGS, WORLD_LEN, WORLD_SEQUENCES, capture
-    from relaxspec.simulate import run
-    from relaxspec.simulate.inputs import as_tree, as_world
-    from relaxspec.simulate.worlds import TraceWorld
-
     world_file = Path(out) / "worlds" / "eagle.toml"
     if not world_file.is_file():
         raise ValueError(f"{world_file} is missing: run relaxspec mini validate on this --out first (it fits "
                          "the world)")
-    torch.set_num_threads(1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # batch-2 forwards of a small model: a second thread only synchronises
+    try:
+        return _explain(weights, out, world_file, n_sequences, kappa_images, seed, log)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _explain(weights: Path, out: Path, world_file: Path, n_sequences: int, kappa_images: int, seed: int,
+             log: Callable[[str], None]) -> list[str]:
+    from relaxspec.mini.context_sensitivity import guided_laws
+    from relaxspec.mini.decoding import CFG_SCALE, DecodeConfig, make_decoder
+    from relaxspec.mini.fashion_mnist import NUM_CLASSES
+    from relaxspec.mini.quality import EAGLE2
+    from relaxspec.mini.shipped import load_mini
+    from relaxspec.mini.validation import VALIDATION_CONFIGS, VVS_LANTERN, WORLD_LEN, WORLD_SEQUENCES, capture
+    from relaxspec.simulate import run
+    from relaxspec.simulate.inputs import as_tree, as_world
+    from relaxspec.simulate.worlds import TraceWorld
+
     world = as_world(str(world_file))
     mini = load_mini(weights)
     configs = {c.name: c for c in VALIDATION_CONFIGS}
+    configs[NO_SKIP] = DecodeConfig(NO_SKIP, tree=EAGLE2, verification=VVS_LANTERN)
     model, fitted = {}, {}
     for name in EXPLAINED:
         cfg = configs[name]
@@ -295,19 +342,24 @@ def render(off: dict[str, OffLaw], model: dict[str, tuple[Path, SimResult]], fit
                          hazard(model[name][1]), hazard(fitted[name])))
         lines.append(row(f"{name}: entropy of the root's law (nats)",
                          root_entropy(model[name][0])["after verify"], "(not recorded)"))
-    vvs = VVS_ROW
+    vvs, base = VVS_ROW, NO_SKIP
     ms, ws = skip_effect(model[vvs][1]), skip_effect(fitted[vvs])
-    lines.append(row(f"{vvs}: tokens per forward", f"{_per_forward(model[vvs][1]):.3f}",
-                     f"{_per_forward(fitted[vvs]):.3f}"))
+    for name in (base, vvs):
+        lines.append(row(f"{name}: tokens per forward", f"{_per_forward(model[name][1]):.3f}",
+                         f"{_per_forward(fitted[name]):.3f}"))
+    lines.append(row(f"{base}: drafts accepted per step", accepted_drafts(model[base][1]),
+                     accepted_drafts(fitted[base])))
     lines.append(row(f"{vvs}: drafts accepted at a verify step after a skip", ms.after_skip, ws.after_skip))
     lines.append(row(f"{vvs}: drafts a skip step emits (gamma)", ms.skip_drafts, ws.skip_drafts))
+    lines.append(row(f"{base}: entropy of the root's law (nats)",
+                     root_entropy(model[base][0])["after verify"], "(not recorded)"))
     lines.append(row(f"{vvs}: entropy of the root's law after a skip (nats)",
                      root_entropy(model[vvs][0])["after skip"], "(not recorded)"))
-    lines.append(row(f"{EXPLAINED[0]}: entropy of the root's law (nats)",
-                     root_entropy(model[EXPLAINED[0]][0])["after verify"], "(not recorded)"))
+    lines.append(row(f"{EXACT_TREE}: entropy of the root's law (nats)",
+                     root_entropy(model[EXACT_TREE][0])["after verify"], "(not recorded)"))
     return lines
 
 
-__all__ = ["EXPLAINED", "KINDS", "VVS_ROW", "WINDOWS", "MeanSe", "OffLaw", "SkipEffect", "entropy", "explain",
-           "off_law_sensitivity", "position_acceptance", "render", "root_entropy", "skip_effect",
-           "world_laws"]
+__all__ = ["EXPLAINED", "KINDS", "NO_SKIP", "VVS_ROW", "WINDOWS", "MeanSe", "OffLaw", "SkipEffect",
+           "accepted_drafts", "entropy", "explain", "off_law_sensitivity", "position_acceptance", "render",
+           "root_entropy", "skip_effect", "world_laws"]

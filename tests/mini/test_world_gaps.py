@@ -97,9 +97,11 @@ def vvs_trace(tmp_path_factory):
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    config = {c.name: c for c in VALIDATION_CONFIGS}["VVS every 2 + LANTERN delta=0.1"]
-    path = capture(load_mini(), config, 2, tmp_path_factory.mktemp("gaps"), progress=False)
-    yield config, path
+    configs = {c.name: c for c in VALIDATION_CONFIGS}
+    mini, out = load_mini(), tmp_path_factory.mktemp("gaps")
+    config = configs["VVS every 2 + LANTERN delta=0.1"]
+    plain = capture(mini, configs["EAGLE-2 r1 exact"], 2, out, progress=False)  # no skips
+    yield config, capture(mini, config, 2, out, progress=False), plain
     torch.set_num_threads(threads)
 
 
@@ -108,8 +110,9 @@ def test_skip_figures_of_a_vvs_trace_are_its_records(vvs_trace) -> None:
     from relaxspec.simulate import run
     from relaxspec.simulate.worlds import TraceWorld
 
-    config, path = vvs_trace
+    config, path, plain = vvs_trace
     steps = sorted(read_trace(path).steps(), key=lambda st: (st.sequence, st.position))
+    steps = [st for st in steps if st.skipped or st.tokens.size > 1]  # the prefill and last token: no draft
     after = {"skip": [], "verify": []}
     skips, ent = [], {"skip": [], "verify": []}
     for prev, st in zip(steps[:-1], steps[1:], strict=False):
@@ -128,8 +131,45 @@ def test_skip_figures_of_a_vvs_trace_are_its_records(vvs_trace) -> None:
     assert effect.after_skip.n == len(after["skip"]) and effect.after_verify.n == len(after["verify"])
     assert effect.skip_drafts.mean == pytest.approx(np.mean(skips), rel=1e-12)
     roots = root_entropy(path)
-    assert roots["after skip"].n == len(ent["skip"])
-    assert roots["after skip"].mean == pytest.approx(np.mean(ent["skip"]), rel=1e-12)
+    for kind in ("skip", "verify"):  # every 2nd step skips: nothing may follow a verify step
+        assert roots[f"after {kind}"].n == len(ent[kind])
+        if ent[kind]:
+            assert roots[f"after {kind}"].mean == pytest.approx(np.mean(ent[kind]), rel=1e-12)
+    if after["verify"]:
+        assert effect.after_verify.mean == pytest.approx(np.mean(after["verify"]), rel=1e-12)
+    spec = [st for st in sorted(read_trace(plain).steps(), key=lambda st: (st.sequence, st.position))
+            if st.tokens.size > 1]
+    want = [entropy(logits_to_probs(b.target_logits[0].astype(np.float64)))
+            for a, b in zip(spec[:-1], spec[1:], strict=False) if a.sequence == b.sequence]
+    got = root_entropy(plain)
+    assert got["after skip"].n == 0 and got["after verify"].n == len(want) > 10
+    assert got["after verify"].mean == pytest.approx(np.mean(want), rel=1e-12)
+
+
+def test_skip_effect_groups_speculative_steps_by_the_one_before() -> None:
+    """Sequence 0: prefill, verify 2, skip 1, verify 3, verify 0, skip 2; sequence 1: verify 1, skip 0,
+    verify 4. Groups are read within a sequence, over the steps with a draft; errors over sequences."""
+    from types import SimpleNamespace
+
+    forwards = np.array([1, 1, 0, 1, 1, 0, 1, 0, 1])
+    res = SimpleNamespace(n_steps=9, target_forwards=forwards, sequence=np.array([0] * 6 + [1] * 3),
+                          tree_size=np.array([1, 5, 5, 5, 5, 5, 5, 5, 5]),
+                          accepted_depth=np.array([0, 2, 1, 3, 0, 2, 1, 0, 4]))
+    e = skip_effect(res)  # type: ignore[arg-type]
+    assert (e.after_skip.mean, e.after_skip.n) == (3.5, 2)  # 3 (sequence 0) and 4 (sequence 1)
+    assert (e.after_verify.mean, e.after_verify.n) == (0.0, 1)  # not the step after the prefill
+    assert (e.skip_drafts.mean, e.skip_drafts.n) == (1.0, 3)
+    assert e.after_skip.se == pytest.approx(0.5)  # two sequences, one value each: |3 - 4| / 2
+    res.target_forwards = None  # every step a forward: nothing follows a skip
+    assert skip_effect(res).after_skip.n == 0 and skip_effect(res).after_verify.n == 6  # type: ignore[arg-type]
+
+
+def test_bad_batch_and_horizon_are_named() -> None:
+    _, laws, tokens = _markov()
+    with pytest.raises(ValueError, match="batch must be an integer >= 1"):
+        off_law_sensitivity(laws, tokens, 1, batch=0)
+    with pytest.raises(ValueError, match="horizon must be None or an integer >= 1"):
+        world_laws(LatentWorld(PRESETS["mini-fit"]), 2, 8, horizon=0)
 
 
 def test_position_acceptance_is_the_conditional_chance_of_one_more_draft() -> None:
