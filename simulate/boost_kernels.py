@@ -112,28 +112,42 @@ def boosted_stage_kernel(r, qp, x, depth, bs, res):
 def stage_tv_kernel(r, qp, depth, bs, order, a):
     """``theory.boost.stage_tv``: exact TV(law of one stage, r) by SPEC 9.4 (``theory.boost.boosted_tv``
     of the acceptance vector, into the float64[V] scratch ``a``; ``order``: int64[V] scratch); 0 without
-    a boost."""
+    a boost.
+
+    Two passes over V, not four (the stage is memory-bound: r, q' and ``a`` do not stay in cache): the
+    first computes each token's acceptance a(y), its excess term q'(y) (a(y) - a0(y)) (kept in ``a``)
+    and the three sums; the second the TV from the kept terms. Every term is the same float as theory's
+    and each sum runs in token order, so the result is theory's arithmetic bit for bit."""
     if bs[0] == BOOST_NONE:
         return 0.0
     V = r.shape[0]
-    boosted_ratios_kernel(r, qp, depth, bs, order, a)
-    for x in range(V):
-        a[x] = min(1.0, a[x]) if qp[x] > 0.0 else 1.0
+    group = bs[0] == BOOST_GROUP
+    if group:  # every draftable token's group ratio, left in a (others untouched)
+        boosted_ratios_kernel(r, qp, depth, bs, order, a)
+    w = depth_weight(bs[6], depth) if bs[0] == BOOST_DEPTH else 1.0
     delta, s, acc = 0.0, 0.0, 0.0
     for y in range(V):  # three sums, each sequential in token order
-        a0 = min(1.0, r[y] / qp[y]) if qp[y] > 0.0 else 1.0
-        delta += qp[y] * (a[y] - a0)
+        if qp[y] > 0.0:
+            ay = min(1.0, a[y] if group else w * r[y] / qp[y])  # boosted_ratios_kernel's ratio
+            a0 = min(1.0, r[y] / qp[y])
+        else:
+            ay, a0 = 1.0, 1.0
+        excess = qp[y] * (ay - a0)
+        a[y] = excess
+        delta += excess
         s += max(r[y] - qp[y], 0.0)
-        acc += qp[y] * a[y]
+        acc += qp[y] * ay
     tv = 0.0
     if s <= 0.0:  # r == q': the unboosted test never rejects; the residual is uniform
+        if group:
+            boosted_ratios_kernel(r, qp, depth, bs, order, a)
         rest = max(0.0, 1.0 - acc)
         for y in range(V):
-            tv += abs(qp[y] * a[y] + rest / V - r[y])
+            ay = (min(1.0, a[y] if group else w * r[y] / qp[y])) if qp[y] > 0.0 else 1.0
+            tv += abs(qp[y] * ay + rest / V - r[y])
         return 0.5 * tv
     for y in range(V):
-        a0 = min(1.0, r[y] / qp[y]) if qp[y] > 0.0 else 1.0
-        tv += abs(qp[y] * (a[y] - a0) - delta * max(r[y] - qp[y], 0.0) / s)
+        tv += abs(a[y] - delta * max(r[y] - qp[y], 0.0) / s)
     return 0.5 * tv
 
 
