@@ -23,7 +23,7 @@ PRINTING: dict[str, set[str]] = {
     "relaxspec/nbenv.py": {"say"},
     "relaxspec/studies/relaxation_trees.py": {"main"},
     "theory/cli.py": {"_demo"},
-    "mini/cli.py": {"_ambiguity", "_quality", "_validate", "_compare", "_report"},
+    "mini/cli.py": {"_ambiguity", "_quality", "_validate", "_explain", "_compare", "_report"},
     "mini/train_mini.py": {"_main"},
     "reference/cli.py": {"_replay", "_rescore"},
     "reference/generate.py": {"run"},
