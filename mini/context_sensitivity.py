@@ -31,14 +31,31 @@ from relaxspec.theory.sampler import draw_token
 Laws = Callable[[np.ndarray, int], np.ndarray]
 
 
-def laws_context_sensitivity(laws: Laws, tokens: np.ndarray, n_lags: int, *, seed: int = 0,
-                             batch: int = 32) -> ContextSensitivity:
-    """kappa_1..kappa_{n_lags} of the model whose laws ``laws`` gives, along the sequences ``tokens``
-    (N, T) (module docstring; ``batch`` changed sequences per call of ``laws``)."""
+# the replaced token: a draw from its position's law (SPEC 11's kappa), or a uniformly drawn code
+REPLACEMENTS = ("law", "uniform")
+
+
+def entropy(rows: np.ndarray) -> np.ndarray:
+    """Entropy in nats of each row of ``rows`` (..., V) (0 log 0 = 0)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(rows > 0, rows * np.log(rows), 0.0)
+    return -terms.sum(axis=-1)
+
+
+def replaced_sums(laws: Laws, tokens: np.ndarray, n_lags: int, *, seed: int = 0, batch: int = 32,
+                  kinds: tuple[str, ...] = ("law",), entropies: bool = False
+                  ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The pass behind kappa_m: for every image i and position r < T - 1 of ``tokens`` (N, T), the token
+    at r replaced (each of ``kinds``: ``law``, a draw from the law at r with ``uniform(replace_key(seed,
+    i), r)``, the inverse CDF of ``theory.sampler.draw_token``; ``uniform``, the code floor(V u) with u =
+    ``uniform(replace_key(seed, i), T + r)``), and one call of ``laws`` per ``batch`` changed sequences.
+    Returns, per kind, the (N, n_lags) sums of the TVs at lags 1..n_lags, and with ``entropies`` each
+    image's mean entropy of the law right after the replaced token (per kind, and ``original``: as
+    sampled)."""
     tokens = np.asarray(tokens)
     if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer):
         raise ValueError(f"tokens must be an (N, T) integer array, got {tokens.dtype} of shape "
-                         f"{tokens.shape}")
+                         f"{tokens.shape} (integers >= 0)")
     n, T = tokens.shape
     check_counts(n_lags, n, T, units="images")
     seed = check_seed(seed)
@@ -46,23 +63,46 @@ def laws_context_sensitivity(laws: Laws, tokens: np.ndarray, n_lags: int, *, see
         raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
     if (tokens < 0).any():
         raise ValueError("tokens must be >= 0")
-    sums = np.zeros((n, n_lags))
+    if not kinds or any(k not in REPLACEMENTS for k in kinds):
+        raise ValueError(f"kinds must name some of {REPLACEMENTS}, got {kinds!r}")
+    sums = {kind: np.zeros((n, n_lags)) for kind in kinds}
+    ent = {kind: np.zeros(n) for kind in ("original", *kinds)} if entropies else {}
     for i in range(n):
         x = tokens[i].astype(np.int64)
         p = laws(x[None], i)[0]
-        if p.shape[0] != T or (x >= p.shape[1]).any():
-            raise ValueError(f"tokens of image {i} must lie in [0, {p.shape[1]}) (the model's V)")
+        V = p.shape[1]
+        if p.shape[0] != T:
+            raise ValueError(f"the laws of image {i} have {p.shape[0]} rows for its {T} tokens")
+        if (x >= V).any():
+            raise ValueError(f"tokens of image {i} must lie in [0, {V}) (the model's V)")
         rkey = np.uint64(replace_key(np.int64(seed), np.int64(i)))
-        changed = np.tile(x, (T - 1, 1))
-        for r in range(T - 1):
-            changed[r, r] = draw_token(p[r], uniform(rkey, r))
-        for r0 in range(0, T - 1, batch):
-            q = laws(changed[r0:r0 + batch], i)
-            for j in range(q.shape[0]):
-                r = r0 + j
-                for m in range(1, min(n_lags, T - 1 - r) + 1):
-                    sums[i, m - 1] += 0.5 * float(np.abs(q[j, r + m] - p[r + m]).sum())
-    return summarise(sums, T - np.arange(1, n_lags + 1))
+        if entropies:
+            ent["original"][i] = entropy(p[1:]).mean()
+        for kind in kinds:
+            changed = np.tile(x, (T - 1, 1))
+            for r in range(T - 1):
+                changed[r, r] = draw_token(p[r], uniform(rkey, r)) if kind == "law" else \
+                    min(V - 1, int(V * uniform(rkey, T + r)))
+            after = np.zeros(T - 1)
+            for r0 in range(0, T - 1, batch):
+                q = laws(changed[r0:r0 + batch], i)
+                for j in range(q.shape[0]):
+                    r = r0 + j
+                    if entropies:
+                        after[r] = entropy(q[j, r + 1])
+                    for m in range(1, min(n_lags, T - 1 - r) + 1):
+                        sums[kind][i, m - 1] += 0.5 * float(np.abs(q[j, r + m] - p[r + m]).sum())
+            if entropies:
+                ent[kind][i] = after.mean()
+    return sums, ent
+
+
+def laws_context_sensitivity(laws: Laws, tokens: np.ndarray, n_lags: int, *, seed: int = 0,
+                             batch: int = 32) -> ContextSensitivity:
+    """kappa_1..kappa_{n_lags} of the model whose laws ``laws`` gives, along the sequences ``tokens``
+    (N, T) (module docstring; ``batch`` changed sequences per call of ``laws``)."""
+    sums, _ = replaced_sums(laws, tokens, n_lags, seed=seed, batch=batch)
+    return summarise(sums["law"], np.asarray(tokens).shape[1] - np.arange(1, n_lags + 1))
 
 
 def transformer_laws(target: Transformer, labels: np.ndarray, cfg_scale: float,

@@ -20,23 +20,15 @@ from pathlib import Path
 
 import numpy as np
 
+from relaxspec.mini.context_sensitivity import REPLACEMENTS, Laws, entropy, replaced_sums
+from relaxspec.mini.validation import ratio_and_se
 from relaxspec.simulate.context import ContextSensitivity, check_counts, summarise
-from relaxspec.simulate.context_kernels import replace_key
 from relaxspec.simulate.results import SimResult
 from relaxspec.simulate.rng import check_seed, stream_key, uniform
 from relaxspec.simulate.worlds import LatentWorld
 from relaxspec.theory.sampler import draw_token
 
-# a law function: (sequences (B, T) int64, unit index) -> the laws of tokens 0..T-1 along each, (B, T, V)
-Laws = Callable[[np.ndarray, int], np.ndarray]
-KINDS = ("law", "uniform")  # the replacement: a draw from the position's law (SPEC 11), a uniform code
-
-
-def entropy(rows: np.ndarray) -> np.ndarray:
-    """Entropy in nats of each row of ``rows`` (..., V) (0 log 0 = 0)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(rows > 0, rows * np.log(rows), 0.0)
-    return -terms.sum(axis=-1)
+KINDS = REPLACEMENTS  # the replacement: a draw from the position's law (SPEC 11), a uniform code
 
 
 @dataclass(frozen=True)
@@ -59,11 +51,7 @@ class MeanSe:
             se = float(v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1 else float("nan")
             return cls(float(v.mean()), se, int(v.size))
         _, idx = np.unique(np.asarray(units), return_inverse=True)
-        num, den = np.bincount(idx, weights=v), np.bincount(idx).astype(np.float64)
-        mean = float(num.sum() / den.sum())
-        S = num.size
-        se = float(np.sqrt(S / (S - 1) * np.sum((num - mean * den) ** 2)) / den.sum()) if S > 1 \
-            else float("nan")
+        mean, se = ratio_and_se(np.bincount(idx, weights=v), np.bincount(idx))
         return cls(mean, se, int(v.size))
 
     def __str__(self) -> str:
@@ -82,46 +70,11 @@ class OffLaw:
 
 def off_law_sensitivity(laws: Laws, tokens: np.ndarray, n_lags: int, *, seed: int = 0,
                         batch: int = 32) -> OffLaw:
-    """:class:`OffLaw` of the model whose laws ``laws`` gives along the sequences ``tokens`` (N, T): for
-    every unit i and position r < T - 1, the token at r replaced by a draw from the law at r (uniform
-    ``uniform(replace_key(seed, i), r)``, as ``mini.context_sensitivity``) or by the code
-    floor(V u) (u = ``uniform(replace_key(seed, i), T + r)``)."""
-    tokens = np.asarray(tokens)
-    if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer) or (tokens < 0).any():
-        raise ValueError(f"tokens must be an (N, T) array of integers >= 0, got {tokens.dtype} of shape "
-                         f"{tokens.shape}")
-    n, T = tokens.shape
-    check_counts(n_lags, n, T, units="images")
-    seed = check_seed(seed)
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
-    sums = {kind: np.zeros((n, n_lags)) for kind in KINDS}
-    ent = {kind: np.zeros(n) for kind in ("original", *KINDS)}
-    for i in range(n):
-        x = tokens[i].astype(np.int64)
-        p = laws(x[None], i)[0]
-        V = p.shape[1]
-        if p.shape[0] != T:
-            raise ValueError(f"the laws of unit {i} have {p.shape[0]} rows for its {T} tokens")
-        if (x >= V).any():
-            raise ValueError(f"tokens of unit {i} must lie in [0, {V}) (the model's V)")
-        rkey = np.uint64(replace_key(np.int64(seed), np.int64(i)))
-        ent["original"][i] = entropy(p[1:]).mean()
-        for kind in KINDS:
-            changed = np.tile(x, (T - 1, 1))
-            for r in range(T - 1):
-                changed[r, r] = draw_token(p[r], uniform(rkey, r)) if kind == "law" else \
-                    min(V - 1, int(V * uniform(rkey, T + r)))
-            after = np.zeros(T - 1)
-            for r0 in range(0, T - 1, batch):
-                q = laws(changed[r0:r0 + batch], i)
-                for j in range(q.shape[0]):
-                    r = r0 + j
-                    after[r] = entropy(q[j, r + 1])
-                    for m in range(1, min(n_lags, T - 1 - r) + 1):
-                        sums[kind][i, m - 1] += 0.5 * float(np.abs(q[j, r + m] - p[r + m]).sum())
-            ent[kind][i] = after.mean()
-    positions = T - np.arange(1, n_lags + 1)
+    """:class:`OffLaw` of the model whose laws ``laws`` gives along the sequences ``tokens`` (N, T): every
+    token replaced by a draw from its law (SPEC 11's kappa, the same uniforms) and by a uniformly drawn
+    code (``mini.context_sensitivity.replaced_sums``)."""
+    sums, ent = replaced_sums(laws, tokens, n_lags, seed=seed, batch=batch, kinds=KINDS, entropies=True)
+    positions = np.asarray(tokens).shape[1] - np.arange(1, n_lags + 1)
     return OffLaw({kind: summarise(sums[kind], positions) for kind in KINDS},
                   {kind: MeanSe.of(v) for kind, v in ent.items()})
 
