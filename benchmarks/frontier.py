@@ -2,6 +2,7 @@
 
     python benchmarks/frontier.py                   # worlds + shipped model (resumable, tqdm)
     python benchmarks/frontier.py --skip-shipped    # the synthetic worlds only
+    python benchmarks/frontier.py --threads 1       # one core (default: every core; the same numbers)
     python benchmarks/frontier.py --quick           # smoke run (2.5 min; 6.7 min with a cold Numba cache,
                                                     # BENCHMARKS.md); does not touch docs/frontier.md
 
@@ -39,7 +40,11 @@ def write_doc(report: list[str], out: Path, argv: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    report, out = run_study(argv)
+    try:
+        report, out = run_study(argv)
+    except ValueError as err:  # a bad option: one line, as the CLI answers
+        print(f"frontier: {err}", file=sys.stderr)
+        return 2
     print("\n".join(report))
     if "--quick" not in argv:
         write_doc(report, out, argv)

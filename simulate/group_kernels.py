@@ -203,17 +203,25 @@ def group_ratios_sorted(r, qp, order, before, after, fallback, tau, dist, emb, o
             for j in range(V - o):
                 diff = e[j + o] - e[j]
                 row[j] += diff * diff
-    for j in range(V):
-        if not qs[j] > 0.0:
+    # Every window at once, one offset o = t - j at a time (o from -before up to after), so that each
+    # position's sums still add their window's slots in rank order; a slot outside a window, or a token
+    # the group drops, adds 0.0, which leaves a sum of non-negative terms unchanged (the same floats as
+    # walking each window alone), and the loops over positions vectorise.
+    ps, qsum = np.zeros(V), np.zeros(V)
+    short = max(0, V - fallback)  # positions j >= short have fewer than `fallback` tokens below: x alone
+    for o in range(-min(before, V - 1), min(after, V - 1) + 1):
+        if o == 0:
+            for j in range(V):
+                ps[j] += rs[j]
+                qsum[j] += qs[j]
             continue
-        lo, hi = max(0, j - before), min(V, j + after + 1)
-        if V - 1 - j < fallback:
-            lo, hi = j, j + 1
-        ps, qsum = 0.0, 0.0
-        rx = rs[j]
-        for t in range(lo, hi):  # branch-free: adding 0.0 to a sum of non-negative terms changes nothing
-            close = (d2[t - j, j] if t > j else d2[j - t, t]) < dist
-            keep = t == j or (abs(rs[t] - rx) < tau and close)
-            ps += rs[t] if keep else 0.0
-            qsum += qs[t] if keep else 0.0
-        out[order[j]] = ps / qsum
+        row = d2[abs(o)]
+        j0, j1, off = max(0, -o), min(V, V - o), min(o, 0)  # d2 is indexed by the lower position, min(j, t)
+        for j in range(j0, min(j1, short)):
+            t = j + o
+            keep = abs(rs[t] - rs[j]) < tau and row[j + off] < dist
+            ps[j] += rs[t] if keep else 0.0
+            qsum[j] += qs[t] if keep else 0.0
+    for j in range(V):
+        if qs[j] > 0.0:
+            out[order[j]] = ps[j] / qsum[j]

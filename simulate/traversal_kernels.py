@@ -19,9 +19,16 @@ u's first live child, the only child a test can reach before u's state changes a
 State ``ts`` (:func:`traversal_scratch`, per node v): ``alpha``, ``deleted`` (v's deleted children: the
 first ones in draw order), ``left`` (budget), ``excess`` (Delta of v's current stage), ``entered`` (the
 last stage a test entered), ``fresh``, ``pmod`` (P_v is its residual in ``pbuf[qrow[v]]``, not p_v),
-``qok`` (Q_v, the draft residual, is current in ``qbuf[qrow[v]]``), and O(V) scratch for the budget's stage
+``qok`` (Q_v, the draft residual, is current in ``qbuf[qrow[v]]``), O(V) scratch for the budget's stage
 and for a GSD or Cool-SD stage's ratios (GSD's rank order, the ratio of every draftable token: its
-Delta reads them all).
+Delta reads them all), and the divisors ``pdiv`` and ``qdiv``.
+
+Normalised when read. P_u := [alpha P_u - Q_u]^+ / S and Q_u := q_u without the deleted tokens / its sum
+are divisions of every entry by one number. The kernel keeps the undivided entries and the divisor
+(``pdiv[u]``, ``qdiv[u]``; 0 once divided) and divides an entry where it is read: a division is the same
+float whenever it happens, so every value is theory's. An exact R4 stage reads one entry of each, and a
+rejection reads both rows in one pass, so on a Jacobi window, where each rejection is followed by a test
+of the parent only, no row is divided in full; a boosted stage and a residual draw divide theirs once.
 """
 
 from __future__ import annotations
@@ -35,7 +42,6 @@ from relaxspec.simulate.boost_kernels import (
     budget_stage_kernel,
 )
 from relaxspec.simulate.verify_kernels import (
-    draft_residual_kernel,
     draw_token_kernel,
     seqsum_kernel,
 )
@@ -52,7 +58,7 @@ def traversal_scratch(n, n_rows, V, bkind):
     return (np.ones(n), np.zeros(n, dtype=np.int64), np.zeros(n), np.zeros(n), np.full(n, -1, dtype=np.int64),
             np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_),
             np.empty((n_rows, V)), np.empty((n_rows, V)), np.empty(vb), np.empty(vb), np.empty(vb),
-            np.empty(vb), np.empty(vg, dtype=np.int64), np.empty(vr))
+            np.empty(vb), np.empty(vg, dtype=np.int64), np.empty(vr), np.zeros(n), np.zeros(n))
 
 
 @njit(cache=True, error_model="numpy")
@@ -80,22 +86,67 @@ def child_tokens_csr(tokens, n, cidx, ktok):
 
 
 @njit(cache=True, error_model="numpy")
-def _target(u, p_rows, prow, qrow, ts):
-    """P_u: its residual once a child of u was rejected, else p_u."""
+def _target_parts(u, p_rows, prow, qrow, ts):
+    """P_u as (entries, divisor): P_u(x) = entries[x] / divisor, or entries[x] where the divisor is 0 (its
+    residual once a child of u was rejected, else p_u)."""
     if ts[6][u]:
-        return ts[8][qrow[u]]
-    return p_rows[prow[u]]
+        return ts[8][qrow[u]], ts[16][u]
+    return p_rows[prow[u]], 0.0
+
+
+@njit(cache=True, error_model="numpy")
+def _draft_parts(u, cstart, ktok, q_rows, qrow, ts):
+    """Q_u as (entries, divisor), like :func:`_target_parts`: q_u without the tokens of u's deleted
+    children and the sum of what is left (``draft_residual``'s copy and sum; 0 when it has no mass, whose
+    Q_u is the copy itself)."""
+    qbuf, qok, deleted, qdiv = ts[9], ts[7], ts[1], ts[17]
+    buf = qbuf[qrow[u]]
+    if not qok[u]:
+        q = q_rows[qrow[u]]
+        for x in range(q.shape[0]):
+            buf[x] = q[x]
+        lo = cstart[u]
+        for j in range(deleted[u]):
+            buf[ktok[lo + j]] = 0.0
+        total = seqsum_kernel(buf)
+        qdiv[u] = total if total > 0.0 else 0.0
+        qok[u] = True
+    return buf, qdiv[u]
+
+
+@njit(cache=True, error_model="numpy")
+def _divide(entries, divisor):
+    """Divide ``entries`` in place (nothing for divisor 0); returns them."""
+    if divisor > 0.0:
+        for x in range(entries.shape[0]):
+            entries[x] = entries[x] / divisor
+    return entries
+
+
+@njit(cache=True, error_model="numpy")
+def _entry(entries, divisor, x):
+    """Entry x of a row kept as (entries, divisor)."""
+    return entries[x] / divisor if divisor > 0.0 else entries[x]
+
+
+@njit(cache=True, error_model="numpy")
+def _target(u, p_rows, prow, qrow, ts):
+    """P_u, divided in full."""
+    P, d = _target_parts(u, p_rows, prow, qrow, ts)
+    if d > 0.0:
+        _divide(P, d)
+        ts[16][u] = 0.0
+    return P
 
 
 @njit(cache=True, error_model="numpy")
 def _draft(u, cstart, ktok, q_rows, qrow, ts):
-    """Q_u: q_u without the tokens of u's deleted children, renormalised (``draft_residual``)."""
-    qbuf, qok, deleted = ts[9], ts[7], ts[1]
-    if not qok[u]:
-        lo, hi = cstart[u], cstart[u + 1]
-        draft_residual_kernel(q_rows[qrow[u]], ktok[lo:hi], deleted[u], qbuf[qrow[u]])
-        qok[u] = True
-    return qbuf[qrow[u]]
+    """Q_u, divided in full (``draft_residual``)."""
+    Q, d = _draft_parts(u, cstart, ktok, q_rows, qrow, ts)
+    if d > 0.0:
+        _divide(Q, d)
+        ts[17][u] = 0.0
+    return Q
 
 
 @njit(cache=True, error_model="numpy")
@@ -119,20 +170,25 @@ def _stage(u, depths, cstart, cidx, ktok, p_rows, prow, q_rows, qrow, bs, ts):
     alpha, deleted, left, excess, entered, fresh = ts[:6]
     if fresh[u]:
         return
-    P = _target(u, p_rows, prow, qrow, ts)
-    Q = _draft(u, cstart, ktok, q_rows, qrow, ts)
     a = alpha[u]
     j = cstart[u] + deleted[u]
     c = cidx[j]
     x = ktok[j]
+    if bs[0] == BOOST_NONE:  # one entry of each: P(x) / Q(x)
+        P, dp = _target_parts(u, p_rows, prow, qrow, ts)
+        Q, dq = _draft_parts(u, cstart, ktok, q_rows, qrow, ts)
+        alpha[c] = min(1.0, a * (_entry(P, dp, x) / _entry(Q, dq, x)))
+        excess[u] = 0.0
+        fresh[c] = False
+        fresh[u] = True
+        return
+    P = _target(u, p_rows, prow, qrow, ts)
+    Q = _draft(u, cstart, ktok, q_rows, qrow, ts)
     if bs[0] == BOOST_BUDGET:
         eps, g, cc, t = ts[10], ts[11], ts[12], ts[13]
         s, charge = budget_stage_kernel(P, Q, x, a, left[u], bs[9], eps, g, cc, t)
         b = budget_ratio_kernel(P, Q, x, s, eps)
         excess[u] = charge
-    elif bs[0] == BOOST_NONE:
-        b = P[x] / Q[x]
-        excess[u] = 0.0
     else:  # the Delta reads every draftable token's ratio, x's among them
         ratios = ts[15]
         excess[u] = _boost_excess(P, Q, a, depths[u] + 1, bs, ts[14], ratios)
@@ -178,20 +234,30 @@ def traversal_reject_kernel(v, parents, cstart, ktok, p_rows, prow, q_rows, qrow
     alpha(u))) (0, or 1 when alpha(u) was 1, if S <= 0), the budget pays the stage's Delta."""
     alpha, deleted, left, excess, entered, fresh, pmod, qok = ts[:8]
     u = parents[v]
-    P = _target(u, p_rows, prow, qrow, ts)
-    Q = _draft(u, cstart, ktok, q_rows, qrow, ts)
+    P, dp = _target_parts(u, p_rows, prow, qrow, ts)
+    Q, dq = _draft_parts(u, cstart, ktok, q_rows, qrow, ts)
     a = alpha[u]
-    res = ts[8][qrow[u]]
+    res = ts[8][qrow[u]]  # may be P itself: each entry is read before it is written
     V = res.shape[0]
-    for x in range(V):
-        res[x] = max(a * P[x] - Q[x], 0.0)
+    if dp > 0.0 and dq > 0.0:  # one loop per case, so that each vectorises
+        for x in range(V):
+            res[x] = max(a * (P[x] / dp) - Q[x] / dq, 0.0)
+    elif dp > 0.0:
+        for x in range(V):
+            res[x] = max(a * (P[x] / dp) - Q[x], 0.0)
+    elif dq > 0.0:
+        for x in range(V):
+            res[x] = max(a * P[x] - Q[x] / dq, 0.0)
+    else:
+        for x in range(V):
+            res[x] = max(a * P[x] - Q[x], 0.0)
     S = seqsum_kernel(res)
     if S > 0.0:
-        for x in range(V):
-            res[x] = res[x] / S
+        ts[16][u] = S  # P_u = res / S, divided where it is read
     else:
         for x in range(V):
             res[x] = 1.0 / V
+        ts[16][u] = 0.0
     pmod[u] = True
     if bs[0] == BOOST_BUDGET:
         left[u] -= excess[u]
@@ -225,7 +291,7 @@ def traversal_walk_kernel(parents, depths, n, cstart, cidx, ktok, p_rows, prow, 
         v = path[m - 1]
         if v == 0 or u_accept[v] < alpha[v]:
             if pmod[v]:
-                return m, draw_token_kernel(ts[8][qrow[v]], u_draw[v], cum), -1
+                return m, draw_token_kernel(_target(v, p_rows, prow, qrow, ts), u_draw[v], cum), -1
             return m, -1, -1
         traversal_reject_kernel(v, parents, cstart, ktok, p_rows, prow, q_rows, qrow, bs, ts)
 

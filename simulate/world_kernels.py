@@ -153,38 +153,45 @@ def _exp_pass(T, bias, Ms, zfs, es, cmaxs, sums):
     ``es[s] = exp(logits - M_s)`` in float32 (0 below e^-87), the chunk maxima ``cmaxs[s]``
     (float64) and the sum ``sums[s]`` (BLOCK float64 partial sums, fixed order)."""
     S = zfs.shape[0]
-    acc = np.empty((S, BLOCK), dtype=np.float32)
-    kb = np.empty(BLOCK, dtype=np.float32)
+    acc = np.zeros((S, BLOCK), dtype=np.float32)
+    flat = acc.reshape(S * BLOCK)
+    kb = np.empty(S * BLOCK, dtype=np.float32)
     ki = kb.view(np.int32)
     part = np.zeros((S, BLOCK))
-    cm = np.zeros((S, NCH), dtype=np.float32)
+    # chunk maxima in two buffers, read from one and written to the other: a running max stored over
+    # itself compiles to a masked store (vmaskmovps), several times slower than the rest of the pass
+    cm = np.zeros((2, S, NCH), dtype=np.float32)
+    j = 0
     for x0 in range(0, T.shape[1], BLOCK):
         n = min(BLOCK, T.shape[1] - x0)
         _block_logits(T, bias, Ms, zfs, x0, n, acc)
+        for i in range(S * BLOCK):  # every state's block in one loop (past n: stale, unused)
+            y0 = flat[i]
+            y = max(y0, _LOW)
+            kf = y * _INVLN2 + _MAGIC
+            k = kf - _MAGIC
+            r = (y - k * _LN2HI) - k * _LN2LO
+            p = _ONE + r * (_ONE + r * (_C2 + r * (_C3 + r * (_C4 + r * (_C5 + r * (_C6 + r * _C7))))))
+            flat[i] = p if y0 >= _LOW else _ZERO
+            kb[i] = kf
+        for i in range(S * BLOCK):
+            ki[i] = (ki[i] - _MAGIC_BITS + np.int32(127)) << np.int32(23)
         for s in range(S):
             ac = acc[s]
-            for i in range(n):
-                y0 = ac[i]
-                y = max(y0, _LOW)
-                kf = y * _INVLN2 + _MAGIC
-                k = kf - _MAGIC
-                r = (y - k * _LN2HI) - k * _LN2LO
-                p = _ONE + r * (_ONE + r * (_C2 + r * (_C3 + r * (_C4 + r * (_C5 + r * (_C6 + r * _C7))))))
-                ac[i] = p if y0 >= _LOW else _ZERO
-                kb[i] = kf
-            for i in range(n):
-                ki[i] = (ki[i] - _MAGIC_BITS + np.int32(127)) << np.int32(23)
+            two = kb[s * BLOCK:s * BLOCK + n]
             o = es[s, x0:x0 + n]
-            c = cm[s, x0 % NCH:x0 % NCH + n]
+            cin, cout = cm[j, s], cm[1 - j, s]
             pa = part[s]
             for i in range(n):
-                v = ac[i] * kb[i]
+                v = ac[i] * two[i]
                 o[i] = v
-                c[i] = max(c[i], v)
+                cout[i] = max(cin[i], v)
                 pa[i] += np.float64(v)
+            cout[n:] = cin[n:]  # chunks a short last block does not reach
+        j = 1 - j
     for s in range(S):
         for c in range(NCH):
-            cmaxs[s, c] = np.float64(cm[s, c])
+            cmaxs[s, c] = np.float64(cm[j, s, c])
         total = 0.0
         for i in range(BLOCK):
             total += part[s, i]

@@ -151,14 +151,21 @@ def boost_embedding(boost: Boost, emb: np.ndarray | None, vocab_size: int) -> np
     return e
 
 
+def budget_index_dtype(vocab_size: int) -> type:
+    """The integer type of the budget's table (and of the boost tuple's unused one): uint16 while every id
+    fits (V <= 65536), else int32. The budget gathers r over V x k of its entries per stage, so the
+    table's bytes set the pace (the same ids, so the same sums)."""
+    return np.uint16 if vocab_size <= 1 << 16 else np.int32
+
+
 def budget_table(boost: Boost, neighbours: np.ndarray | None, vocab_size: int) -> np.ndarray:
     """The first k columns of the neighbour table a budget boost merges (SPEC 9.5: x's k nearest latent
-    neighbours), validated on every row, as a C-contiguous int32 (V, k) table; (V, 0) when k = 0."""
+    neighbours), validated on every row, as a C-contiguous (V, k) table of :func:`budget_index_dtype`;
+    (V, 0) when k = 0."""
     if boost.k == 0:
-        return np.zeros((vocab_size, 0), dtype=np.int32)
+        return np.zeros((vocab_size, 0), dtype=budget_index_dtype(vocab_size))
     if neighbours is None:
         raise ValueError(f"boost {boost} merges the mass of latent neighbours: it needs a neighbour table")
     validate_neighbours(neighbours, vocab_size, boost.k)
-    table = np.ascontiguousarray(neighbours[:, :boost.k], dtype=np.int32)
-    validate_neighbour_rows(table, np.arange(vocab_size), boost.k)
-    return table
+    validate_neighbour_rows(neighbours, np.arange(vocab_size), boost.k)  # ids in [0, V) before narrowing
+    return np.ascontiguousarray(neighbours[:, :boost.k], dtype=budget_index_dtype(vocab_size))

@@ -46,6 +46,7 @@ from relaxspec.theory.rules import (
     as_rule,
     as_variant,
     boost_embedding,
+    budget_index_dtype,
     budget_table,
     rows_read,
     rule_table,
@@ -293,7 +294,7 @@ class KernelArgs:
     than this many tokens rank below it: the official window, ``theory.boost.official_window_falls_back``;
     0 otherwise), ``tau``, ``dist``, the per-depth ``omega`` (float64, at least one entry), the embedding
     ``emb`` (float64 C-contiguous (V, d); (1, 1) unused), the budget's ``tv`` (0 unused) and the neighbour
-    ``table`` it merges (int32 C-contiguous (V, k); (1, 0) unused).
+    ``table`` it merges (C-contiguous (V, k) of ``theory.rules.budget_index_dtype``; (1, 0) unused).
     """
 
     verification: Verification
@@ -348,12 +349,13 @@ def _boost_tuple(boost: Boost, vocab_size: int, neighbours: np.ndarray | None, e
         before, after = window_extent(boost.group_size, boost.window)
         fallback = OFFICIAL_BELOW if boost.official_window else 0
         return (BOOST_GROUP, before, after, fallback, boost.tau, boost.dist, np.ones(1), e, 0.0,
-                np.zeros((1, 0), dtype=np.int32))
+                np.zeros((1, 0), dtype=budget_index_dtype(vocab_size)))
     if boost.uses_budget:
         return (BOOST_BUDGET, 0, 0, 0, 0.0, 0.0, np.ones(1), none, boost.tv,
                 budget_table(boost, neighbours, vocab_size))
     omega = np.array(boost.omega if boost.scales_by_depth else (1.0,), dtype=np.float64)
-    return (BOOST_CODES[boost.kind], 0, 0, 0, 0.0, 0.0, omega, none, 0.0, np.zeros((1, 0), dtype=np.int32))
+    return (BOOST_CODES[boost.kind], 0, 0, 0, 0.0, 0.0, omega, none, 0.0,
+            np.zeros((1, 0), dtype=budget_index_dtype(vocab_size)))
 
 
 def _method_parts(method: str, text: str) -> tuple[Relax, Boost]:

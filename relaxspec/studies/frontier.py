@@ -76,9 +76,10 @@ def world_k(world: str, overrides: dict) -> int:
     return neighbour_k(world_vocab(overrides)[world])
 
 
-def world_rows(out: Path, n_sequences: int, seq_len: int, overrides: dict) -> list[dict]:
-    """Run (resuming) every method of :func:`world_methods` in every world; returns one record per run
-    (``world``, ``tree``, ``verification``, ``tokens`` per target forward, its ``se``, ``tv`` per token)."""
+def world_rows(out: Path, n_sequences: int, seq_len: int, overrides: dict, threads: int = 1) -> list[dict]:
+    """Run (resuming) every method of :func:`world_methods` in every world, each on ``threads`` Numba threads
+    (the same numbers on any count); returns one record per run (``world``, ``tree``, ``verification``,
+    ``tokens`` per target forward, its ``se``, ``tv`` per token)."""
     path, keys = out / "worlds.csv", set()
     wanted = world_methods()
 
@@ -87,7 +88,7 @@ def world_rows(out: Path, n_sequences: int, seq_len: int, overrides: dict) -> li
             for w in WORLDS:
                 v = m.verification_for(world_k(w, overrides))
                 d = {"worlds": [w], "trees": [m.tree], "verifications": [str(v)], "n_sequences": n_sequences,
-                     "seq_len": seq_len, "seed": 0, "threads": 1,
+                     "seq_len": seq_len, "seed": 0, "threads": threads,
                      **({"world_overrides": overrides} if overrides else {})}
                 cfg = SweepConfig.from_dict(d, source="frontier")
                 keys.update(config_key(j.row_config(cfg)) for j in jobs(cfg))
@@ -97,7 +98,8 @@ def world_rows(out: Path, n_sequences: int, seq_len: int, overrides: dict) -> li
     # interrupted run already holds every anchor, the scan and VVS, which the claims read
     runnable = [m for m in wanted if not skips_verification(m)]
     sweep([m for m in runnable if not budget_on_window(m)])
-    skips = _skip_records(out, [m for m in wanted if skips_verification(m)], n_sequences, seq_len, overrides)
+    skips = _skip_records(out, [m for m in wanted if skips_verification(m)], n_sequences, seq_len, overrides,
+                          threads=threads)
     sweep([m for m in runnable if budget_on_window(m)])
     return [_sweep_record(r) for r in read_results(path) if config_key(r) in keys] + skips
 
@@ -125,9 +127,10 @@ def _sweep_record(r: dict) -> dict:
 
 
 def _skip_records(out: Path, wanted: list[Method], n_sequences: int, seq_len: int, overrides: dict,
-                  run: bool = True) -> list[dict]:
-    """The VVS runs (resuming from ``out/skips.jsonl``): tokens per target forward from the per-sequence
-    totals ``relaxspec.studies.advise`` keeps (:class:`~relaxspec.studies.advise.Run`)."""
+                  run: bool = True, threads: int = 1) -> list[dict]:
+    """The VVS runs (resuming from ``out/skips.jsonl``, each on ``threads`` Numba threads): tokens per target
+    forward from the per-sequence totals ``relaxspec.studies.advise`` keeps
+    (:class:`~relaxspec.studies.advise.Run`)."""
     from relaxspec.core.trees.spec import parse_tree
     from relaxspec.results_lock import ResultsLock, append_line
     from relaxspec.simulate.engine import run as simulate
@@ -147,7 +150,7 @@ def _skip_records(out: Path, wanted: list[Method], n_sequences: int, seq_len: in
                         world = LatentWorld.preset(w, **overrides)
                         world.neighbours(world_k(w, overrides))
                     res = simulate(world, parse_tree(m.tree), v, n_sequences=n_sequences, seq_len=seq_len,
-                                   seed=0, threads=1)
+                                   seed=0, threads=threads)
                     done[key] = from_result(m, res, tv_kind(m, "vvs", v))
                     append_line(path, json.dumps(done[key].as_dict(key)) + "\n")
                 if key in done:
@@ -312,7 +315,7 @@ def main(argv: list[str] | None = None) -> tuple[list[str], Path]:
     if args.skip_worlds:
         rows = read_world_rows(out, args.sequences, args.seq_len, overrides)
     else:
-        rows = world_rows(out, args.sequences, args.seq_len, overrides)
+        rows = world_rows(out, args.sequences, args.seq_len, overrides, args.threads)
     world, scan = world_table(rows, overrides), scan_table(rows, overrides)
     models = _shipped_models(args.shipped_models, args.quick)
     shipped, floors = [], {}

@@ -83,10 +83,12 @@ SHIPPED_TREES = {"eagle2:10,4,58", "static:naive_extend_57", "ddd:10,11,5/7/9,-0
 
 
 # ---------------------------------------------------------------- synthetic worlds
-def sweep_configs(n_sequences: int, seq_len: int, overrides: dict, cost: dict) -> list[SweepConfig]:
-    """The R1 grid over every tree and the R2 grid of LANTERN++'s static tree (SPEC: its verification)."""
+def sweep_configs(n_sequences: int, seq_len: int, overrides: dict, cost: dict,
+                  threads: int = 1) -> list[SweepConfig]:
+    """The R1 grid over every tree and the R2 grid of LANTERN++'s static tree (SPEC: its verification), each
+    configuration on ``threads`` Numba threads."""
     common = {"worlds": WORLDS, "n_sequences": n_sequences, "seq_len": seq_len,
-              "seed": 0, "threads": 1, "sequoia": {"width": 16, "n_sequences": 16, "seq_len": 64},
+              "seed": 0, "threads": threads, "sequoia": {"width": 16, "n_sequences": 16, "seq_len": 64},
               "cost": cost, **({"world_overrides": overrides} if overrides else {})}
     return [SweepConfig.from_dict({**common, "trees": list(LABELS), "verifications": verifications("r1")},
                                   source="benchmark"),
@@ -387,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         shipped_lines, verdicts = shipped_table(srows)
     if args.skip_worlds:
         return 0
-    for cfg in sweep_configs(args.sequences, args.seq_len, overrides, cost):
+    for cfg in sweep_configs(args.sequences, args.seq_len, overrides, cost, args.threads):
         run_sweep(cfg, out / "worlds.csv")
     rows = [r for r in load(out / "worlds.csv").to_dict("records")  # with the verification's views
             if r["n_sequences"] == args.sequences and r["seq_len"] == args.seq_len]

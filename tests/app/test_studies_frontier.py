@@ -19,7 +19,7 @@ from relaxspec.studies.frontier import (
 from relaxspec.studies.frontier_claims import claims_2026, goal_line, window_claim
 from relaxspec.studies.frontier_methods import SCAN_WINDOWS, methods, methods_2026, neighbour_k, scan_methods
 from relaxspec.studies.frontier_shipped import shipped_methods, tokens_per_forward
-from relaxspec.studies.study_options import QUICK_WORLD
+from relaxspec.studies.study_options import QUICK_WORLD, world_threads
 
 
 @pytest.mark.parametrize("overrides", [QUICK_WORLD, {}], ids=["quick", "full"])
@@ -142,6 +142,28 @@ def test_shipped_models_option() -> None:
     assert _shipped_models("shipped ambiguous", False) == ["shipped ambiguous"]
     with pytest.raises(ValueError, match="unknown model 'nope'"):
         _shipped_models("shipped,nope", False)
+
+
+def test_threads_option(capsys) -> None:
+    """``--threads``: every core by default, Numba's limit named when a count is outside it, and
+    benchmarks/frontier.py answers a bad one with one line and exit code 2 before running anything."""
+    import importlib.util
+    from pathlib import Path
+
+    import numba
+
+    limit = numba.config.NUMBA_NUM_THREADS
+    assert 1 <= world_threads(None) <= limit and world_threads(1) == 1
+    for bad in (0, limit + 1):
+        with pytest.raises(ValueError, match=rf"--threads must be in \[1, {limit}\].*got {bad}"):
+            world_threads(bad)
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "frontier.py"
+    spec = importlib.util.spec_from_file_location("frontier_script", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(["--quick", "--threads", "0", "--out", "/nonexistent/never-made"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"frontier: --threads must be in [1, {limit}] (Numba's thread limit), got 0"]
 
 
 def test_the_report_names_the_rows_a_stopped_run_lacks():

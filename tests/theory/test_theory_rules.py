@@ -6,12 +6,15 @@ import numpy as np
 import pytest
 
 from relaxspec.core.trees.selection import ChildSelector
+from relaxspec.theory.boost import Boost
 from relaxspec.theory.neighbours import neighbour_table
 from relaxspec.theory.relax import RELAX_MULTIPLICATIVE, VARIANT_OFFICIAL, Relax
 from relaxspec.theory.rules import (
     BOOST_BUDGET,
     BOOST_NONE,
     RULE_R2,
+    budget_index_dtype,
+    budget_table,
     neighbour_rows,
     relax_args,
     rows_read,
@@ -44,6 +47,24 @@ def test_one_encoding_for_the_kernels_and_the_selection() -> None:
     budget = Verification.parse("r4+budget:tv=0.25,k=3").encode(12, neighbours=NB)
     assert (budget.bs[0], budget.bs[8]) == (BOOST_BUDGET, 0.25)
     np.testing.assert_array_equal(budget.budget_table, NB[:, :3])
+
+
+def test_the_budget_table_is_as_narrow_as_its_ids() -> None:
+    """uint16 while every id fits (V <= 65536: the V x k gather reads half the bytes of int32), int32 above;
+    the same ids either way, the unused tables of the other boosts alike, and an id past V refused before
+    it is narrowed (not wrapped into range)."""
+    budget = Boost.budget(0.25, 3)
+    assert budget_index_dtype(12) == budget_index_dtype(1 << 16) == np.uint16
+    assert budget_index_dtype((1 << 16) + 1) == np.int32
+    table = budget_table(budget, NB, 12)
+    assert table.dtype == np.uint16 and table.flags.c_contiguous
+    np.testing.assert_array_equal(table, NB[:, :3])
+    for spec in ("r2+gsd:G=3", "r2+cool:delta=2", "r2"):
+        assert Verification.parse(spec).encode(12, neighbours=NB, emb=np.eye(12)).bs[9].dtype == np.uint16
+    wide = NB.astype(np.int64)
+    wide[5, 1] = 3 + (1 << 16)  # narrowed to uint16 it would be token 3, in range
+    with pytest.raises(ValueError, match="outside"):
+        budget_table(budget, wide, 12)
 
 
 @pytest.mark.parametrize("args, match", [
