@@ -34,8 +34,11 @@ run (:func:`floor_costs`), summed over the step's own counts (:func:`floor_secon
   ``np.sort``, values only) and a gather of every token's embedding row in rank order, on a one-token
   stage a compare pass; Cool-SD one pass over V; the budget's charge is already in its test's pass.
 
-R4's stage count is a loose lower bound: each rejection makes R4 recompute its parent's stage and the
-stages down the next path, which the step's records do not count.
+R4 also divides by the sum of each residual it makes: one sequential pass per rejection (the
+normaliser S of [alpha P_u - Q_u]^+). The walk rejects at least every node of its first path below the
+accepted depth m (post-order puts them before any node at depth m), so the floor counts max(0, D - m)
+such passes, D the first path's depth (a window: L). Still a lower bound: each rejection can make R4
+recompute its parent's stage and the stages down the next path, which the step's records do not count.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from numba import njit
 
 from relaxspec.simulate.world_kernels import _block_logits
 from relaxspec.theory.boost import BoostKind
+from relaxspec.theory.rules import budget_index_dtype
 from relaxspec.theory.verification import Verification
 
 WORLD = "ambiguous"
@@ -199,7 +203,7 @@ def floor_costs(world, logits_row: float, logits_row10: float) -> dict[str, floa
     V = world.vocab_size
     rng = np.random.default_rng(0)
     r = rng.dirichlet(np.full(V, 0.3))
-    table = np.ascontiguousarray(world.neighbours(1000)[:, :1000])
+    table = np.ascontiguousarray(world.neighbours(1000)[:, :1000], dtype=budget_index_dtype(V))  # as kernels
     emb = world.embedding()
     perm = rng.permutation(V)
     rows = np.empty((emb.shape[1], V))
@@ -255,7 +259,11 @@ def floor_seconds(tree: str, verification: str, rec: dict, costs: dict, static: 
         draws = 0.0
     else:  # the drafts a window keeps, each drawn from its p
         draws = float(np.mean(np.maximum(0, WINDOW - (tokens - 1))))
-    rows += costs["seq"] * (1.0 + draws + (stages if sampled else 0.0))
+    rejected = 0.0
+    if v.is_traversal:  # the first path's nodes below the accepted depth (module docstring)
+        depth = WINDOW if not (tree.startswith("static") or tree.startswith("eagle2")) else static[1]
+        rejected = float(np.mean(np.maximum(0.0, depth - (tokens - 1))))
+    rows += costs["seq"] * (1.0 + draws + (stages if sampled else 0.0) + rejected)
     test, tv = 0.0, 0.0
     if v.boost.kind == BoostKind.GROUP:
         test = stages * costs["pass"]

@@ -53,6 +53,9 @@ SKIPS = "skips.jsonl"
 # the first QUICK_TRACE_NODES tree nodes of one image (each node's optimum costs about 0.3 s:
 # frontier_shipped).
 QUICK_SHIPPED_IMAGES = 3
+FULL_SEQUENCES = 16
+"""Sequences per world row of a full run: the setting of docs/frontier.md's table (its worlds take about 34
+minutes on 2 cores, docs/frontier.md)."""
 
 
 def skips_verification(method: Method) -> bool:
@@ -297,7 +300,7 @@ def _shipped_models(option: str | None, quick: bool) -> list[str]:
 
 def main(argv: list[str] | None = None) -> tuple[list[str], Path]:
     """Run the comparison; returns the report's lines and the output folder."""
-    ap = study_parser("frontier", __doc__, quick_images=QUICK_SHIPPED_IMAGES)
+    ap = study_parser("frontier", __doc__, quick_images=QUICK_SHIPPED_IMAGES, sequences=FULL_SEQUENCES)
     ap.add_argument("--shipped-images", type=int, default=200, help="images per shipped-model method")
     ap.add_argument("--report-only", action="store_true",
                     help="generate no shipped image: score the images already generated")
@@ -344,8 +347,8 @@ def main(argv: list[str] | None = None) -> tuple[list[str], Path]:
               "### Distance to the optimal multi-draft acceptance (SPEC 9.7)", "",
               *(optimality_table(opt_rows) if opt_rows else
                 ["(not run: `--skip-worlds` reports only what exists)"]), "",
-              f"{args.sequences} sequences x {args.seq_len} tokens per world row; "
-              f"{time.perf_counter() - t0:.0f} s."]
+              f"{args.sequences} sequences x {args.seq_len} tokens per world row; this run: "
+              f"{time.perf_counter() - t0:.0f} s wall, world rows on {args.threads} Numba threads."]
     (out / "table.md").write_text("\n".join(report) + "\n")
     (out / "verdicts.json").write_text(json.dumps({"claims": claims, "noise_floor": fd_floors}, indent=1))
     return report, out

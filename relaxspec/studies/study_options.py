@@ -11,13 +11,15 @@ QUICK_WORLD = {"vocab_size": 2048, "n_clusters": 64}
 QUICK_SEQUENCES, QUICK_SEQ_LEN = 4, 64
 
 
-def study_parser(name: str, doc: str | None, quick_images: int) -> argparse.ArgumentParser:
+def study_parser(name: str, doc: str | None, quick_images: int,
+                 sequences: int = 32) -> argparse.ArgumentParser:
     """A study's parser with ``--out``, ``--sequences``, ``--seq-len``, ``--skip-shipped``, ``--threads`` and
     ``--quick``
-    (whose run makes ``quick_images`` shipped-model images); the study adds its own options."""
+    (whose run makes ``quick_images`` shipped-model images; ``sequences``: the default world sample); the
+    study adds its own options."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=None, help=f"output folder (default results/{name}[-quick])")
-    ap.add_argument("--sequences", type=int, default=32, help="sequences per world configuration")
+    ap.add_argument("--sequences", type=int, default=sequences, help="sequences per world configuration")
     ap.add_argument("--seq-len", type=int, default=256, help="tokens per sequence (a 16 x 16 image)")
     ap.add_argument("--skip-shipped", action="store_true", help="no shipped-model rows")
     ap.add_argument("--threads", type=int, default=None,
