@@ -40,11 +40,7 @@ def write_doc(report: list[str], out: Path, argv: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    try:
-        report, out = run_study(argv)
-    except ValueError as err:  # a bad option: one line, as the CLI answers
-        print(f"frontier: {err}", file=sys.stderr)
-        return 2
+    report, out = run_study(argv)  # a bad option: one line and exit code 2 (study_options.option_error)
     print("\n".join(report))
     if "--quick" not in argv:
         write_doc(report, out, argv)

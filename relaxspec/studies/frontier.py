@@ -40,7 +40,7 @@ from relaxspec.studies.frontier_shipped import (
     shipped_table,
 )
 from relaxspec.studies.optimality import fmt_tv, optimality_table, world_optimality_row
-from relaxspec.studies.study_options import study_parser, study_setup
+from relaxspec.studies.study_options import option_error, study_parser, study_setup
 from relaxspec.sweep import SweepConfig, jobs, run_sweep
 
 WORLDS = ["ambiguous", "confident", "mini-ambiguous-grid"]
@@ -315,12 +315,15 @@ def main(argv: list[str] | None = None) -> tuple[list[str], Path]:
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     overrides, out = study_setup(args, "frontier", shipped_images=QUICK_SHIPPED_IMAGES)
+    try:  # checked before the worlds run, not after
+        models = _shipped_models(args.shipped_models, args.quick)
+    except ValueError as err:
+        option_error("frontier", str(err))
     if args.skip_worlds:
         rows = read_world_rows(out, args.sequences, args.seq_len, overrides)
     else:
         rows = world_rows(out, args.sequences, args.seq_len, overrides, args.threads)
     world, scan = world_table(rows, overrides), scan_table(rows, overrides)
-    models = _shipped_models(args.shipped_models, args.quick)
     shipped, floors = [], {}
     for m in [] if args.skip_shipped else models:
         n = args.shipped_images

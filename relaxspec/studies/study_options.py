@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
+from typing import NoReturn
 
 QUICK_WORLD = {"vocab_size": 2048, "n_clusters": 64}
 """World overrides of a ``--quick`` run (V = 16384 otherwise)."""
@@ -34,8 +36,11 @@ def study_parser(name: str, doc: str | None, quick_images: int,
 def study_setup(args: argparse.Namespace, name: str, **quick: int) -> tuple[dict, Path]:
     """The world overrides and the (created) output folder of a run; ``--quick`` also sets the world
     sample to its size and the study's options ``quick`` (e.g. ``shipped_images=10``). ``--threads`` is
-    resolved to a count (``ValueError`` outside [1, Numba's thread limit])."""
-    args.threads = world_threads(args.threads)
+    resolved to a count (outside [1, Numba's thread limit]: :func:`option_error`)."""
+    try:
+        args.threads = world_threads(args.threads)
+    except ValueError as err:
+        option_error(name, str(err))
     overrides = dict(QUICK_WORLD) if args.quick else {}
     if args.quick:
         args.sequences, args.seq_len = QUICK_SEQUENCES, QUICK_SEQ_LEN
@@ -58,3 +63,9 @@ def world_threads(threads: int | None) -> int:
     if not 1 <= threads <= limit:
         raise ValueError(f"--threads must be in [1, {limit}] (Numba's thread limit), got {threads}")
     return threads
+
+
+def option_error(study: str, message: str) -> NoReturn:
+    """A bad option, found before anything runs: one line on stderr and exit code 2, as the CLI answers."""
+    print(f"{study}: {message}", file=sys.stderr)
+    raise SystemExit(2)

@@ -22,6 +22,7 @@ PRINTING: dict[str, set[str]] = {
     "relaxspec/notebooks.py": {"_figures"},
     "relaxspec/nbenv.py": {"say"},
     "relaxspec/studies/relaxation_trees.py": {"main"},
+    "relaxspec/studies/study_options.py": {"option_error"},  # a study's bad option: one line, exit code 2
     "theory/cli.py": {"_demo"},
     "mini/cli.py": {"_ambiguity", "_quality", "_validate", "_explain", "_compare", "_report"},
     "mini/train_mini.py": {"_main"},

@@ -144,9 +144,9 @@ def test_shipped_models_option() -> None:
         _shipped_models("shipped,nope", False)
 
 
-def test_threads_option(capsys) -> None:
+def test_threads_option(capsys, tmp_path) -> None:
     """``--threads``: every core by default, Numba's limit named when a count is outside it, and
-    benchmarks/frontier.py answers a bad one with one line and exit code 2 before running anything."""
+    benchmarks/frontier.py answers a bad option with one line and exit code 2 before running anything."""
     import importlib.util
     from pathlib import Path
 
@@ -161,9 +161,15 @@ def test_threads_option(capsys) -> None:
     spec = importlib.util.spec_from_file_location("frontier_script", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    assert script.main(["--quick", "--threads", "0", "--out", "/nonexistent/never-made"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"frontier: --threads must be in [1, {limit}] (Numba's thread limit), got 0"]
+    threads = f"--threads must be in [1, {limit}] (Numba's thread limit), got 0"
+    for argv, line in ((["--threads", "0"], threads),
+                       (["--shipped-models", "nope"], "--shipped-models: unknown model 'nope'")):
+        with pytest.raises(SystemExit) as stop:
+            script.main(["--quick", *argv, "--out", str(tmp_path / "never-run")])
+        assert stop.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"frontier: {line}")
+    assert not (tmp_path / "never-run" / "worlds.csv").exists()  # nothing ran
 
 
 def test_the_report_names_the_rows_a_stopped_run_lacks():
