@@ -165,7 +165,8 @@ def _exp_pass(T, bias, Ms, zfs, es, cmaxs, sums):
     for x0 in range(0, T.shape[1], BLOCK):
         n = min(BLOCK, T.shape[1] - x0)
         _block_logits(T, bias, Ms, zfs, x0, n, acc)
-        for i in range(S * BLOCK):  # every state's block in one loop (past n: stale, unused)
+        used = (S - 1) * BLOCK + n  # every state's block in one loop (a state's slots past n: stale, unused)
+        for i in range(used):
             y0 = flat[i]
             y = max(y0, _LOW)
             kf = y * _INVLN2 + _MAGIC
@@ -174,7 +175,7 @@ def _exp_pass(T, bias, Ms, zfs, es, cmaxs, sums):
             p = _ONE + r * (_ONE + r * (_C2 + r * (_C3 + r * (_C4 + r * (_C5 + r * (_C6 + r * _C7))))))
             flat[i] = p if y0 >= _LOW else _ZERO
             kb[i] = kf
-        for i in range(S * BLOCK):
+        for i in range(used):
             ki[i] = (ki[i] - _MAGIC_BITS + np.int32(127)) << np.int32(23)
         for s in range(S):
             ac = acc[s]
