@@ -25,10 +25,11 @@ Delta reads them all), and the divisors ``pdiv`` and ``qdiv``.
 
 Normalised when read. P_u := [alpha P_u - Q_u]^+ / S and Q_u := q_u without the deleted tokens / its sum
 are divisions of every entry by one number. The kernel keeps the undivided entries and the divisor
-(``pdiv[u]``, ``qdiv[u]``; 0 once divided) and divides an entry where it is read: a division is the same
-float whenever it happens, so every value is theory's. An exact R4 stage reads one entry of each, and a
-rejection reads both rows in one pass, so on a Jacobi window, where each rejection is followed by a test
-of the parent only, no row is divided in full; a boosted stage and a residual draw divide theirs once.
+(``pdiv[u]``, ``qdiv[u]``; 0 once divided, or for a Q_u with no mass) and divides an entry where it is
+read: a division is the same float whenever it happens, so every value is theory's. An exact R4 stage
+reads one entry of each, and a rejection reads both rows in one pass, so on a Jacobi window, where each
+rejection is followed by a test of the parent only, no row is divided in full; a boosted stage and a
+residual draw divide theirs once.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from relaxspec.simulate.boost_kernels import (
     budget_stage_kernel,
 )
 from relaxspec.simulate.verify_kernels import (
+    divide_kernel,
+    draft_residual_sum,
     draw_token_kernel,
     seqsum_kernel,
 )
@@ -97,45 +100,28 @@ def _target_parts(u, p_rows, prow, qrow, ts):
 @njit(cache=True, error_model="numpy")
 def _draft_parts(u, cstart, ktok, q_rows, qrow, ts):
     """Q_u as (entries, divisor), like :func:`_target_parts`: q_u without the tokens of u's deleted
-    children and the sum of what is left (``draft_residual``'s copy and sum; 0 when it has no mass, whose
-    Q_u is the copy itself)."""
+    children and the sum of what is left (``draft_residual_sum``; 0 when it has no mass, whose Q_u is
+    the copy itself)."""
     qbuf, qok, deleted, qdiv = ts[9], ts[7], ts[1], ts[17]
-    buf = qbuf[qrow[u]]
     if not qok[u]:
-        q = q_rows[qrow[u]]
-        for x in range(q.shape[0]):
-            buf[x] = q[x]
-        lo = cstart[u]
-        for j in range(deleted[u]):
-            buf[ktok[lo + j]] = 0.0
-        total = seqsum_kernel(buf)
-        qdiv[u] = total if total > 0.0 else 0.0
+        lo, hi = cstart[u], cstart[u + 1]
+        qdiv[u] = draft_residual_sum(q_rows[qrow[u]], ktok[lo:hi], deleted[u], qbuf[qrow[u]])
         qok[u] = True
-    return buf, qdiv[u]
-
-
-@njit(cache=True, error_model="numpy")
-def _divide(entries, divisor):
-    """Divide ``entries`` in place (nothing for divisor 0); returns them."""
-    if divisor > 0.0:
-        for x in range(entries.shape[0]):
-            entries[x] = entries[x] / divisor
-    return entries
+    return qbuf[qrow[u]], qdiv[u]
 
 
 @njit(cache=True, error_model="numpy")
 def _entry(entries, divisor, x):
     """Entry x of a row kept as (entries, divisor)."""
-    return entries[x] / divisor if divisor > 0.0 else entries[x]
+    return entries[x] / divisor if divisor != 0.0 else entries[x]
 
 
 @njit(cache=True, error_model="numpy")
 def _target(u, p_rows, prow, qrow, ts):
     """P_u, divided in full."""
     P, d = _target_parts(u, p_rows, prow, qrow, ts)
-    if d > 0.0:
-        _divide(P, d)
-        ts[16][u] = 0.0
+    divide_kernel(P, d)
+    ts[16][u] = 0.0  # (read only while P_u is a residual)
     return P
 
 
@@ -143,9 +129,8 @@ def _target(u, p_rows, prow, qrow, ts):
 def _draft(u, cstart, ktok, q_rows, qrow, ts):
     """Q_u, divided in full (``draft_residual``)."""
     Q, d = _draft_parts(u, cstart, ktok, q_rows, qrow, ts)
-    if d > 0.0:
-        _divide(Q, d)
-        ts[17][u] = 0.0
+    divide_kernel(Q, d)
+    ts[17][u] = 0.0
     return Q
 
 
@@ -239,13 +224,13 @@ def traversal_reject_kernel(v, parents, cstart, ktok, p_rows, prow, q_rows, qrow
     a = alpha[u]
     res = ts[8][qrow[u]]  # may be P itself: each entry is read before it is written
     V = res.shape[0]
-    if dp > 0.0 and dq > 0.0:  # one loop per case, so that each vectorises
+    if dp != 0.0 and dq != 0.0:  # one loop per case: no division where a row is already divided
         for x in range(V):
             res[x] = max(a * (P[x] / dp) - Q[x] / dq, 0.0)
-    elif dp > 0.0:
+    elif dp != 0.0:
         for x in range(V):
             res[x] = max(a * (P[x] / dp) - Q[x], 0.0)
-    elif dq > 0.0:
+    elif dq != 0.0:
         for x in range(V):
             res[x] = max(a * P[x] - Q[x] / dq, 0.0)
     else:

@@ -228,16 +228,31 @@ def merge_count_row_kernel(r, total, x, nb, code, k, param):
 @njit(cache=True, error_model="numpy")
 def draft_residual_kernel(q, kids, i, qp):
     """``theory.stages.draft_residual`` of q without kids[:i], into ``qp``; False if no mass."""
+    s = draft_residual_sum(q, kids, i, qp)
+    if s == 0.0:
+        return False
+    divide_kernel(qp, s)
+    return True
+
+
+@njit(cache=True, error_model="numpy")
+def draft_residual_sum(q, kids, i, qp):
+    """:func:`draft_residual_kernel` before its division: ``qp`` gets q without kids[:i], and the result is
+    their sequential sum, or 0.0 when it is not positive (no mass: the residual stays undivided)."""
     for x in range(q.shape[0]):
         qp[x] = q[x]
     for j in range(i):
         qp[kids[j]] = 0.0
     s = seqsum_kernel(qp)
-    if s <= 0.0:
-        return False
-    for x in range(q.shape[0]):
-        qp[x] = qp[x] / s
-    return True
+    return 0.0 if s <= 0.0 else s
+
+
+@njit(cache=True, error_model="numpy")
+def divide_kernel(a, divisor):
+    """``a[x] = a[x] / divisor`` in place, unless ``divisor`` is 0.0 (then ``a`` is left as it is)."""
+    if divisor != 0.0:
+        for x in range(a.shape[0]):
+            a[x] = a[x] / divisor
 
 
 @njit(cache=True, error_model="numpy")

@@ -15,10 +15,9 @@ QUICK_SEQUENCES, QUICK_SEQ_LEN = 4, 64
 
 def study_parser(name: str, doc: str | None, quick_images: int,
                  sequences: int = 32) -> argparse.ArgumentParser:
-    """A study's parser with ``--out``, ``--sequences``, ``--seq-len``, ``--skip-shipped``, ``--threads`` and
-    ``--quick``
-    (whose run makes ``quick_images`` shipped-model images; ``sequences``: the default world sample); the
-    study adds its own options."""
+    """A study's parser with ``--out``, ``--sequences`` (default ``sequences``), ``--seq-len``,
+    ``--skip-shipped``, ``--threads`` and ``--quick`` (whose run makes ``quick_images`` shipped-model
+    images); the study adds its own options."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=None, help=f"output folder (default results/{name}[-quick])")
     ap.add_argument("--sequences", type=int, default=sequences, help="sequences per world configuration")
